@@ -1,0 +1,48 @@
+//! # mideng — exactly-once effects for money-moving APIs
+//!
+//! Duplicates are normal in payments: double clicks, client retries after timeouts, gateways
+//! resending to another node, channel callbacks resent for a day, queues redelivering. This
+//! crate holds every mechanism that turns "arrived N times" into "took effect once", each as a
+//! small contract with one implementation per store, all held to one conformance suite.
+//!
+//! ## Components, from the outside in
+//!
+//! - [`token`] — one-time submit tokens, consumed atomically before any work (entry layer).
+//! - [`key`] — what identifies a request: [`key::Scope`] (tenant + operation),
+//!   [`key::IdempotencyKey`], and the request's [`key::Fingerprint`] (SHA-256 of a canonical
+//!   request).
+//! - [`record`] — idempotency records: [`record::RecordStore::begin`] answers
+//!   [`record::Decision`] `Proceed` (with a fenced lease) / `Replay` / `InFlight` / `Mismatch`;
+//!   `complete` stores the response, `abandon` frees the key. The decision rule is the pure
+//!   [`record::judge`].
+//! - [`lock`] — distributed locks with owner-checked release and fencing tokens.
+//! - [`dedup`] — the dedup table for consumers of at-least-once deliveries, built on records.
+//! - [`state`] — state machines whose transitions are compare-and-set updates.
+//! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
+//!
+//! ## How data flows
+//!
+//! A request arrives → (optionally) its token is consumed → `begin` on its scope + key decides
+//! → on `Proceed` the caller does the work (with a lock and CAS transitions where several
+//! instances may touch one entity), then `complete`s the record with its response, in the same
+//! SQL transaction as the work where possible (`begin_in` / `complete_in`) → any later arrival
+//! with that key gets the stored response. A crash leaves an in-progress record whose lease
+//! expires; the next arrival takes it over with a higher fence, and the crashed owner, should it
+//! wake up, can no longer complete.
+//!
+//! Every bound lives in [`limits`]; times are Unix milliseconds ([`clock`]).
+
+pub mod clock;
+pub mod dedup;
+pub mod error;
+pub mod key;
+pub mod limits;
+pub mod lock;
+pub mod record;
+pub mod state;
+pub mod store;
+pub mod token;
+
+pub use error::{InvalidInput, StoreError};
+pub use key::{Fingerprint, IdempotencyKey, Name, Scope};
+pub use record::{Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse};

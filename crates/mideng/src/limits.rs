@@ -1,0 +1,46 @@
+//! Every bound the toolkit enforces, in one place.
+//!
+//! A limit that is not written down is a limit that is discovered in production. Each constant
+//! names its unit last (`_ms`, `_bytes`) and says why it has the value it has.
+
+/// Longest idempotency key accepted, in bytes (the IETF draft and Stripe both stop at 255).
+pub const KEY_BYTES_MAX: usize = 255;
+
+/// Longest tenant or operation name, in bytes. Scopes are identifiers, not free text.
+pub const SCOPE_PART_BYTES_MAX: usize = 64;
+
+/// Longest lock name, dedup key, state-machine entity id or token, in bytes.
+pub const NAME_BYTES_MAX: usize = 255;
+
+/// Largest stored response body. Replays are served from the store, so a record must stay a
+/// small row; APIs that answer with megabytes should store a reference instead.
+pub const RESPONSE_BODY_BYTES_MAX: usize = 1024 * 1024;
+
+/// Most response headers kept for replay; only headers chosen for replay are stored at all.
+pub const RESPONSE_HEADERS_MAX: usize = 32;
+
+/// Longest stored header name plus value, in bytes.
+pub const RESPONSE_HEADER_BYTES_MAX: usize = 8 * 1024;
+
+/// Shortest lease. Anything shorter expires before a database round trip completes.
+pub const LEASE_MS_MIN: u64 = 10;
+
+/// Longest lease. A key held for longer than a day is a stuck key, not a slow request.
+pub const LEASE_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+/// Longest retention of a record (a little over a year, beyond any refund window we know of).
+pub const RETENTION_MS_MAX: u64 = 400 * 24 * 60 * 60 * 1000;
+
+/// Longest life of a one-time token: a checkout page left open for a day is a new checkout.
+pub const TOKEN_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+/// Longest time `acquire` may wait for a lock. Callers wait briefly and re-check state; they
+/// never queue for minutes.
+pub const LOCK_WAIT_MS_MAX: u64 = 60 * 1000;
+
+/// Most rows one purge batch deletes, so a purge never holds a long transaction.
+pub const PURGE_BATCH_ROWS_MAX: u32 = 10_000;
+
+/// Most attempts at one store operation that keeps failing with a transient conflict
+/// (deadlock, serialization failure, busy database) before the conflict is reported.
+pub const CONFLICT_RETRIES_MAX: u32 = 16;

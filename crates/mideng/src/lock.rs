@@ -1,0 +1,98 @@
+//! Distributed locks with owner-checked release and fencing tokens.
+//!
+//! A lock is held by an owner nonce until its time-to-live runs out. Release and renewal only
+//! act when the caller is still the owner, so a holder whose lock expired cannot release the
+//! next holder's lock (the flaw of a plain `DEL`). Every acquisition gets a fence strictly
+//! greater than all earlier ones for that name; a lock alone is not safe across pauses and
+//! failovers, so the database that applies the guarded effect should refuse a fence lower
+//! than one it has seen. Lock rows and fence counters are never purged, so fences never
+//! restart.
+//!
+//! Waiting is by polling with capped back-off: "wait briefly, then re-check state", never a
+//! long queue. The wait is bounded by [`crate::limits::LOCK_WAIT_MS_MAX`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{InvalidInput, StoreError};
+use crate::key::Name;
+use crate::limits::{LEASE_MS_MAX, LEASE_MS_MIN, LOCK_WAIT_MS_MAX};
+
+/// A held lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockGuard {
+    /// The lock's name.
+    pub name: Name,
+    /// This holder's nonce.
+    pub owner: String,
+    /// Fencing token: strictly greater than the fence of every earlier holder of this name.
+    pub fence: u64,
+    /// When the lock runs out unless renewed (Unix ms).
+    pub held_until_ms: i64,
+}
+
+/// Checks a lock time-to-live and returns it in milliseconds.
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<i64, InvalidInput> {
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&ttl_ms) {
+        return Err(InvalidInput::OutOfRange {
+            what: "lock time-to-live",
+            min_ms: LEASE_MS_MIN,
+            max_ms: LEASE_MS_MAX,
+        });
+    }
+    Ok(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
+}
+
+/// First pause between attempts while waiting for a lock.
+const POLL_MS_FIRST: u64 = 5;
+/// Longest pause between attempts: short, since the holder is usually done within milliseconds.
+const POLL_MS_CAP: u64 = 50;
+
+/// Storage of locks.
+#[async_trait]
+pub trait LockStore: Send + Sync {
+    /// Takes the lock if it is free or its holder's time ran out; `None` if it is held.
+    async fn try_acquire(&self, name: &Name, ttl: Duration) -> Result<Option<LockGuard>, StoreError>;
+
+    /// Releases the lock if `guard` still owns it; returns whether it did. Releasing a lock
+    /// someone else now holds has no effect.
+    async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError>;
+
+    /// Extends the lock to `ttl` from now if `guard` still owns it; returns whether it did.
+    async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Takes the lock, retrying with capped back-off for at most `wait` (itself at most
+    /// [`LOCK_WAIT_MS_MAX`]); `None` when the wait ran out. Callers then re-check the state
+    /// they wanted to change rather than report a failure.
+    async fn acquire(
+        &self,
+        name: &Name,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<LockGuard>, StoreError> {
+        if wait > Duration::from_millis(LOCK_WAIT_MS_MAX) {
+            return Err(InvalidInput::OutOfRange {
+                what: "lock wait",
+                min_ms: 0,
+                max_ms: LOCK_WAIT_MS_MAX,
+            }
+            .into());
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause_ms = POLL_MS_FIRST;
+        loop {
+            if let Some(guard) = self.try_acquire(name, ttl).await? {
+                return Ok(Some(guard));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let pause = Duration::from_millis(pause_ms).min(deadline - now);
+            tokio::time::sleep(pause).await;
+            pause_ms = (pause_ms * 2).min(POLL_MS_CAP);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Adapters: every contract of the core on a concrete store, each behind a cargo feature.
+//!
+//! | store | records | tokens | locks | states | dedup |
+//! |---|---|---|---|---|---|
+//! | memory | yes | yes | yes | yes | via records |
+//! | SQLite, PostgreSQL, MySQL/MariaDB | yes, plus `begin_in`/`complete_in` | yes | yes | yes | via records |
+//! | Redis | yes | yes | yes | yes | via records |
+
+#[cfg(feature = "memory")]
+pub mod memory;
+#[cfg(feature = "_sql")]
+pub mod sql;

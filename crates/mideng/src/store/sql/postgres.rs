@@ -1,0 +1,69 @@
+//! PostgreSQL dialect.
+
+use sqlx::Postgres;
+use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
+
+use super::{Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, on_conflict_statements, sql_port, store_error};
+use crate::error::StoreError;
+
+sql_port!(Postgres, PgConnection, PgRow);
+
+/// The PostgreSQL dialect.
+#[derive(Debug)]
+pub struct PostgresDialect;
+
+/// A store on PostgreSQL.
+pub type PostgresStore = SqlStore<PostgresDialect>;
+
+static STATEMENTS: Statements = on_conflict_statements!(
+    locked: " FOR UPDATE",
+    purge_records: "DELETE FROM mideng_records WHERE (tenant, operation, idempotency_key) IN \
+        (SELECT tenant, operation, idempotency_key FROM mideng_records \
+         WHERE expires_at <= $1 AND lease_until <= $2 LIMIT $3 FOR UPDATE SKIP LOCKED)",
+    purge_tokens: "DELETE FROM mideng_tokens WHERE (tenant, operation, token) IN \
+        (SELECT tenant, operation, token FROM mideng_tokens WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+);
+
+impl Dialect for PostgresDialect {
+    type Db = Postgres;
+    const NAME: &'static str = "postgres";
+    const BEGIN_WRITE: &'static str = "BEGIN";
+
+    fn statements() -> &'static Statements {
+        &STATEMENTS
+    }
+
+    fn classify(error: &sqlx::Error) -> Failure {
+        if let Some(failure) = classify_transport(error) {
+            return failure;
+        }
+        match error.as_database_error().and_then(|error| error.code()).as_deref() {
+            // serialization_failure, deadlock_detected, lock_not_available
+            Some("40001" | "40P01" | "55P03") => Failure::Conflict,
+            // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+            Some("57P01" | "57P02" | "57P03" | "53300") => Failure::Unavailable,
+            _ => Failure::Other,
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host/db`).
+    pub async fn connect(url: &str, settings: PoolSettings) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.connections_max)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect(url)
+            .await
+            .map_err(store_error::<PostgresDialect>)?;
+        Ok(Self::from_pool(pool))
+    }
+
+    /// Creates or upgrades the toolkit's tables; safe to run concurrently from many instances.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        super::migrator(include_str!("../../../migrations/postgres/0001_toolkit.sql"))
+            .run(self.pool())
+            .await
+            .map_err(|error| StoreError::Backend(Box::new(error)))
+    }
+}
