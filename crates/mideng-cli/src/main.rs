@@ -1,1 +1,66 @@
-fn main() {}
+//! `mideng`: the one binary.
+//!
+//! Today it applies the toolkit's migrations (`mideng migrate`) and walks through every
+//! mechanism against a store of your choice (`mideng demo`). The payment service, the channel
+//! simulator, the storm and the bench join it as `serve`, `sim`, `storm` and `bench`.
+
+mod demo;
+mod store_url;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Exactly-once effects for money-moving APIs.
+#[derive(Debug, Parser)]
+#[command(name = "mideng", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create or upgrade the toolkit's tables in a SQL database.
+    Migrate {
+        /// `sqlite://file.db`, `postgres://…` or `mysql://…`.
+        #[arg(long, env = "MIDENG_DATABASE_URL")]
+        database_url: String,
+    },
+    /// Show each idempotency mechanism deciding duplicates, concurrently, on a real store.
+    Demo {
+        /// `memory`, `sqlite://file.db`, `postgres://…`, `mysql://…` or `redis://…`.
+        #[arg(
+            long,
+            env = "MIDENG_STORE_URL",
+            default_value = "sqlite://mideng-demo.db"
+        )]
+        store: String,
+        /// How many concurrent duplicates to send at each mechanism (1 to 1000).
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        duplicates: u16,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Migrate { database_url } => {
+            store_url::migrate(&database_url).await?;
+            tracing::info!(
+                database = store_url::display(&database_url),
+                "migrations applied"
+            );
+        }
+        Command::Demo { store, duplicates } => {
+            let stores = store_url::open(&store).await?;
+            demo::run(&store_url::display(&store), stores, usize::from(duplicates)).await?;
+        }
+    }
+    Ok(())
+}

@@ -68,8 +68,15 @@ impl<S: RecordStore> DedupTable<S> {
     }
 
     /// The scope and key under which an entry is stored, for the transactional forms.
-    pub fn identity(kind: &str, key: &str) -> Result<(Scope, IdempotencyKey, Fingerprint), StoreError> {
-        Ok((Scope::dedup(kind)?, IdempotencyKey::parse(key)?, entry_fingerprint()))
+    pub fn identity(
+        kind: &str,
+        key: &str,
+    ) -> Result<(Scope, IdempotencyKey, Fingerprint), StoreError> {
+        Ok((
+            Scope::dedup(kind)?,
+            IdempotencyKey::parse(key)?,
+            entry_fingerprint(),
+        ))
     }
 
     /// Claims entry `key` of `kind` for `lease` (how long processing may take).
@@ -81,7 +88,11 @@ impl<S: RecordStore> DedupTable<S> {
     ) -> Result<DedupOutcome, StoreError> {
         let (scope, key, fingerprint) = Self::identity(kind, key)?;
         let policy = RecordPolicy::new(lease, self.retention.max(lease))?;
-        match self.store.begin(&scope, &key, &fingerprint, &policy).await? {
+        match self
+            .store
+            .begin(&scope, &key, &fingerprint, &policy)
+            .await?
+        {
             Decision::Proceed(lease) => Ok(DedupOutcome::First(Claim { lease })),
             Decision::Replay(_) => Ok(DedupOutcome::Done),
             Decision::InFlight { retry_after } => Ok(DedupOutcome::InProgress { retry_after }),

@@ -274,18 +274,27 @@ mod tests {
         assert!(Scope::new("~dedup", "x").is_err());
         assert!(Scope::new("t1", "").is_err());
         assert!(Scope::new("t 1", "x").is_err());
-        assert_eq!(Scope::dedup("grant").map(|s| s.tenant().to_owned()).ok(), Some(RESERVED_TENANT.to_owned()));
+        assert_eq!(
+            Scope::dedup("grant").map(|s| s.tenant().to_owned()).ok(),
+            Some(RESERVED_TENANT.to_owned())
+        );
     }
 
     #[test]
     fn key_order_and_whitespace_do_not_change_a_fingerprint() {
-        let first = Fingerprint::of_request("POST", "/v1/pay", br#"{"a":1,"b":{"y":[1,2],"x":"s"}}"#);
-        let second =
-            Fingerprint::of_request("POST", "/v1/pay", b" { \"b\" : {\"x\":\"s\", \"y\":[1, 2]},\n\"a\":1 } ");
+        let first =
+            Fingerprint::of_request("POST", "/v1/pay", br#"{"a":1,"b":{"y":[1,2],"x":"s"}}"#);
+        let second = Fingerprint::of_request(
+            "POST",
+            "/v1/pay",
+            b" { \"b\" : {\"x\":\"s\", \"y\":[1, 2]},\n\"a\":1 } ",
+        );
         assert_eq!(first, second);
-        let other = Fingerprint::of_request("POST", "/v1/pay", br#"{"a":2,"b":{"y":[1,2],"x":"s"}}"#);
+        let other =
+            Fingerprint::of_request("POST", "/v1/pay", br#"{"a":2,"b":{"y":[1,2],"x":"s"}}"#);
         assert_ne!(first, other);
-        let other_route = Fingerprint::of_request("POST", "/v1/refund", br#"{"a":1,"b":{"y":[1,2],"x":"s"}}"#);
+        let other_route =
+            Fingerprint::of_request("POST", "/v1/refund", br#"{"a":1,"b":{"y":[1,2],"x":"s"}}"#);
         assert_ne!(first, other_route);
     }
 
@@ -294,13 +303,17 @@ mod tests {
         let split_one = Fingerprint::of_parts(&[b"ab", b"c"]);
         let split_two = Fingerprint::of_parts(&[b"a", b"bc"]);
         assert_ne!(split_one, split_two);
-        assert_eq!(Fingerprint::from_hex(&split_one.to_hex()).ok(), Some(split_one));
+        assert_eq!(
+            Fingerprint::from_hex(&split_one.to_hex()).ok(),
+            Some(split_one)
+        );
         assert!(Fingerprint::from_hex("zz").is_err());
     }
 
     #[test]
     fn canonical_json_sorts_keys_recursively() {
-        let value: Value = serde_json::from_str(r#"{"b":[{"d":1,"c":2}],"a":"é"}"#).unwrap_or(Value::Null);
+        let value: Value =
+            serde_json::from_str(r#"{"b":[{"d":1,"c":2}],"a":"é"}"#).unwrap_or(Value::Null);
         assert_eq!(canonical_json(&value), r#"{"a":"é","b":[{"c":2,"d":1}]}"#);
     }
 

@@ -54,7 +54,11 @@ const POLL_MS_CAP: u64 = 50;
 #[async_trait]
 pub trait LockStore: Send + Sync {
     /// Takes the lock if it is free or its holder's time ran out; `None` if it is held.
-    async fn try_acquire(&self, name: &Name, ttl: Duration) -> Result<Option<LockGuard>, StoreError>;
+    async fn try_acquire(
+        &self,
+        name: &Name,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>, StoreError>;
 
     /// Releases the lock if `guard` still owns it; returns whether it did. Releasing a lock
     /// someone else now holds has no effect.

@@ -317,6 +317,36 @@ pub trait RecordStore: Send + Sync {
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError>;
 }
 
+/// A shared store is a store, so components can hold `Arc<dyn RecordStore>`.
+#[async_trait]
+impl<T: RecordStore + ?Sized> RecordStore for std::sync::Arc<T> {
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        policy: &RecordPolicy,
+    ) -> Result<Decision, StoreError> {
+        (**self).begin(scope, key, fingerprint, policy).await
+    }
+    async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
+        (**self).complete(lease, response).await
+    }
+    async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
+        (**self).abandon(lease).await
+    }
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        (**self).find_record(scope, key).await
+    }
+    async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        (**self).purge_expired(now_ms, limit).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,8 +358,14 @@ mod tests {
     #[test]
     fn judge_replays_only_the_same_completed_request() {
         let (one, two) = (print("one"), print("two"));
-        assert_eq!(judge(RecordState::Completed, &one, 0, 100, &one, 50), Verdict::Replay);
-        assert_eq!(judge(RecordState::Completed, &one, 0, 100, &two, 50), Verdict::Mismatch);
+        assert_eq!(
+            judge(RecordState::Completed, &one, 0, 100, &one, 50),
+            Verdict::Replay
+        );
+        assert_eq!(
+            judge(RecordState::Completed, &one, 0, 100, &two, 50),
+            Verdict::Mismatch
+        );
     }
 
     #[test]
@@ -339,7 +375,10 @@ mod tests {
             judge(RecordState::InProgress, &one, 80, 1000, &one, 50),
             Verdict::InFlight { retry_after_ms: 30 }
         );
-        assert_eq!(judge(RecordState::InProgress, &one, 50, 1000, &one, 50), Verdict::TakeOver);
+        assert_eq!(
+            judge(RecordState::InProgress, &one, 50, 1000, &one, 50),
+            Verdict::TakeOver
+        );
         assert_eq!(
             judge(RecordState::InProgress, &one, 10, 1000, &print("two"), 50),
             Verdict::Mismatch
@@ -349,8 +388,14 @@ mod tests {
     #[test]
     fn judge_treats_abandoned_and_expired_records_as_free() {
         let (one, two) = (print("one"), print("two"));
-        assert_eq!(judge(RecordState::Abandoned, &one, 999, 1000, &two, 50), Verdict::TakeOver);
-        assert_eq!(judge(RecordState::Completed, &one, 0, 50, &two, 50), Verdict::TakeOver);
+        assert_eq!(
+            judge(RecordState::Abandoned, &one, 999, 1000, &two, 50),
+            Verdict::TakeOver
+        );
+        assert_eq!(
+            judge(RecordState::Completed, &one, 0, 50, &two, 50),
+            Verdict::TakeOver
+        );
     }
 
     #[test]
@@ -358,12 +403,18 @@ mod tests {
         assert!(RecordPolicy::new(Duration::from_secs(30), Duration::from_secs(86_400)).is_ok());
         assert!(RecordPolicy::new(Duration::from_millis(1), Duration::from_secs(1)).is_err());
         assert!(RecordPolicy::new(Duration::from_secs(60), Duration::from_secs(30)).is_err());
-        assert!(RecordPolicy::new(Duration::from_secs(60), Duration::from_secs(500 * 86_400)).is_err());
+        assert!(
+            RecordPolicy::new(Duration::from_secs(60), Duration::from_secs(500 * 86_400)).is_err()
+        );
     }
 
     #[test]
     fn responses_over_the_limits_are_refused() {
-        let big = StoredResponse { status: 200, headers: vec![], body: vec![0; RESPONSE_BODY_BYTES_MAX + 1] };
+        let big = StoredResponse {
+            status: 200,
+            headers: vec![],
+            body: vec![0; RESPONSE_BODY_BYTES_MAX + 1],
+        };
         assert!(big.validate().is_err());
         let many = StoredResponse {
             status: 200,

@@ -47,14 +47,46 @@ pub enum Transition<S> {
 #[async_trait]
 pub trait StateStore: Send + Sync {
     /// Creates the entity in `initial`; false if it already exists (unchanged).
-    async fn create_entity(&self, kind: &str, id: &Name, initial: &str) -> Result<bool, StoreError>;
+    async fn create_entity(&self, kind: &str, id: &Name, initial: &str)
+    -> Result<bool, StoreError>;
 
     /// The entity's state and version (the number of transitions applied).
     async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError>;
 
     /// Moves the entity from `from` to `to` if it is in `from`: true for exactly one of any
     /// number of concurrent callers.
-    async fn compare_and_set(&self, kind: &str, id: &Name, from: &str, to: &str) -> Result<bool, StoreError>;
+    async fn compare_and_set(
+        &self,
+        kind: &str,
+        id: &Name,
+        from: &str,
+        to: &str,
+    ) -> Result<bool, StoreError>;
+}
+
+/// A shared store is a store.
+#[async_trait]
+impl<T: StateStore + ?Sized> StateStore for std::sync::Arc<T> {
+    async fn create_entity(
+        &self,
+        kind: &str,
+        id: &Name,
+        initial: &str,
+    ) -> Result<bool, StoreError> {
+        (**self).create_entity(kind, id, initial).await
+    }
+    async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError> {
+        (**self).find_state(kind, id).await
+    }
+    async fn compare_and_set(
+        &self,
+        kind: &str,
+        id: &Name,
+        from: &str,
+        to: &str,
+    ) -> Result<bool, StoreError> {
+        (**self).compare_and_set(kind, id, from, to).await
+    }
 }
 
 /// A typed machine over a state store.
@@ -71,7 +103,9 @@ impl<S: StateStore> Machine<S> {
 
     /// Creates entity `id` in `initial`; false if it exists.
     pub async fn create<M: StateMachine>(&self, id: &Name, initial: M) -> Result<bool, StoreError> {
-        self.store.create_entity(M::KIND, id, initial.as_str()).await
+        self.store
+            .create_entity(M::KIND, id, initial.as_str())
+            .await
     }
 
     /// The entity's current state.
@@ -99,7 +133,11 @@ impl<S: StateStore> Machine<S> {
             }
             .into());
         }
-        if self.store.compare_and_set(M::KIND, id, from.as_str(), to.as_str()).await? {
+        if self
+            .store
+            .compare_and_set(M::KIND, id, from.as_str(), to.as_str())
+            .await?
+        {
             return Ok(Transition::Applied);
         }
         Ok(match self.current::<M>(id).await? {

@@ -16,8 +16,8 @@ use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Name, Scope};
 use crate::lock::{self, LockGuard, LockStore};
 use crate::record::{
-    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict, judge,
-    new_owner, retry_after,
+    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
+    judge, new_owner, retry_after,
 };
 use crate::state::StateStore;
 use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
@@ -54,12 +54,16 @@ impl MemoryStore {
     fn tables(&self) -> MutexGuard<'_, Tables> {
         // A panic while holding this lock leaves maps that are still consistent (every update
         // is a single insert or field write), so a poisoned lock is safe to keep using.
-        self.tables.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 fn owns(record: &Record, lease: &Lease) -> bool {
-    record.owner == lease.owner && record.fence == lease.fence && record.state == RecordState::InProgress
+    record.owner == lease.owner
+        && record.fence == lease.fence
+        && record.state == RecordState::InProgress
 }
 
 #[async_trait]
@@ -153,8 +157,16 @@ impl RecordStore for MemoryStore {
         Ok(())
     }
 
-    async fn find_record(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Ok(self.tables().records.get(&(scope.clone(), key.clone())).cloned())
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        Ok(self
+            .tables()
+            .records
+            .get(&(scope.clone(), key.clone()))
+            .cloned())
     }
 
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
@@ -178,24 +190,33 @@ impl TokenStore for MemoryStore {
     async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
         let expires_at_ms = now_ms().saturating_add(token::ttl_ms(ttl)?);
         let token = Token::generate();
-        self.tables()
-            .tokens
-            .insert((scope.clone(), token.as_str().to_owned()), (expires_at_ms, false));
-        Ok(IssuedToken { token, expires_at_ms })
+        self.tables().tokens.insert(
+            (scope.clone(), token.as_str().to_owned()),
+            (expires_at_ms, false),
+        );
+        Ok(IssuedToken {
+            token,
+            expires_at_ms,
+        })
     }
 
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
         let now = now_ms();
         let mut tables = self.tables();
-        Ok(match tables.tokens.get_mut(&(scope.clone(), token.as_str().to_owned())) {
-            Some((expires_at_ms, _)) if *expires_at_ms <= now => Consumption::Unknown,
-            Some((_, consumed)) if *consumed => Consumption::AlreadyConsumed,
-            Some((_, consumed)) => {
-                *consumed = true;
-                Consumption::Consumed
-            }
-            None => Consumption::Unknown,
-        })
+        Ok(
+            match tables
+                .tokens
+                .get_mut(&(scope.clone(), token.as_str().to_owned()))
+            {
+                Some((expires_at_ms, _)) if *expires_at_ms <= now => Consumption::Unknown,
+                Some((_, consumed)) if *consumed => Consumption::AlreadyConsumed,
+                Some((_, consumed)) => {
+                    *consumed = true;
+                    Consumption::Consumed
+                }
+                None => Consumption::Unknown,
+            },
+        )
     }
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
@@ -216,7 +237,11 @@ impl TokenStore for MemoryStore {
 
 #[async_trait]
 impl LockStore for MemoryStore {
-    async fn try_acquire(&self, name: &Name, ttl: Duration) -> Result<Option<LockGuard>, StoreError> {
+    async fn try_acquire(
+        &self,
+        name: &Name,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>, StoreError> {
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
         let now = now_ms();
         let mut tables = self.tables();
@@ -226,8 +251,15 @@ impl LockStore for MemoryStore {
             None => 1,
         };
         let owner = new_owner();
-        tables.locks.insert(name.clone(), (owner.clone(), fence, held_until_ms));
-        Ok(Some(LockGuard { name: name.clone(), owner, fence, held_until_ms }))
+        tables
+            .locks
+            .insert(name.clone(), (owner.clone(), fence, held_until_ms));
+        Ok(Some(LockGuard {
+            name: name.clone(),
+            owner,
+            fence,
+            held_until_ms,
+        }))
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
@@ -257,7 +289,12 @@ impl LockStore for MemoryStore {
 
 #[async_trait]
 impl StateStore for MemoryStore {
-    async fn create_entity(&self, kind: &str, id: &Name, initial: &str) -> Result<bool, StoreError> {
+    async fn create_entity(
+        &self,
+        kind: &str,
+        id: &Name,
+        initial: &str,
+    ) -> Result<bool, StoreError> {
         let mut tables = self.tables();
         let identity = (kind.to_owned(), id.clone());
         if tables.states.contains_key(&identity) {
@@ -268,10 +305,20 @@ impl StateStore for MemoryStore {
     }
 
     async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError> {
-        Ok(self.tables().states.get(&(kind.to_owned(), id.clone())).cloned())
+        Ok(self
+            .tables()
+            .states
+            .get(&(kind.to_owned(), id.clone()))
+            .cloned())
     }
 
-    async fn compare_and_set(&self, kind: &str, id: &Name, from: &str, to: &str) -> Result<bool, StoreError> {
+    async fn compare_and_set(
+        &self,
+        kind: &str,
+        id: &Name,
+        from: &str,
+        to: &str,
+    ) -> Result<bool, StoreError> {
         let mut tables = self.tables();
         match tables.states.get_mut(&(kind.to_owned(), id.clone())) {
             Some((state, version)) if state == from => {

@@ -8,5 +8,7 @@
 
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "_sql")]
 pub mod sql;

@@ -41,8 +41,8 @@ use crate::key::{Fingerprint, IdempotencyKey, Name, Scope};
 use crate::limits::{CONFLICT_RETRIES_MAX, PURGE_BATCH_ROWS_MAX};
 use crate::lock::{self, LockGuard, LockStore};
 use crate::record::{
-    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict, judge,
-    new_owner, retry_after,
+    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
+    judge, new_owner, retry_after,
 };
 use crate::state::StateStore;
 use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
@@ -92,9 +92,11 @@ macro_rules! sql_port {
                 sqlx::Row::try_get(self, index)
             }
             fn text(&self, index: usize) -> Result<String, sqlx::Error> {
-                $crate::store::sql::decode_text(self, index)?.ok_or_else(|| sqlx::Error::ColumnDecode {
-                    index: index.to_string(),
-                    source: "unexpected NULL".into(),
+                $crate::store::sql::decode_text(self, index)?.ok_or_else(|| {
+                    sqlx::Error::ColumnDecode {
+                        index: index.to_string(),
+                        source: "unexpected NULL".into(),
+                    }
                 })
             }
             fn opt_int(&self, index: usize) -> Result<Option<i64>, sqlx::Error> {
@@ -124,8 +126,13 @@ macro_rules! sql_port {
                 &'a mut self,
                 sql: &'static str,
                 args: &'a [$crate::store::sql::Arg<'a>],
-            ) -> impl std::future::Future<Output = Result<Option<$row>, sqlx::Error>> + Send + 'a {
-                async move { bind_all(sqlx::query::<$database>(sql), args).fetch_optional(self).await }
+            ) -> impl std::future::Future<Output = Result<Option<$row>, sqlx::Error>> + Send + 'a
+            {
+                async move {
+                    bind_all(sqlx::query::<$database>(sql), args)
+                        .fetch_optional(self)
+                        .await
+                }
             }
         }
 
@@ -321,7 +328,10 @@ impl<D: Dialect> SqlStore<D> {
     /// Opens a write transaction the way this dialect needs (`BEGIN IMMEDIATE` on SQLite), for
     /// the transactional forms.
     pub async fn begin_write(&self) -> Result<Transaction<'static, D::Db>, StoreError> {
-        self.pool.begin_with(D::BEGIN_WRITE).await.map_err(store_error::<D>)
+        self.pool
+            .begin_with(D::BEGIN_WRITE)
+            .await
+            .map_err(store_error::<D>)
     }
 
     /// Runs one autocommit statement, retrying transient conflicts.
@@ -395,7 +405,11 @@ fn record_key_args<'a>(scope: &'a Scope, key: &'a IdempotencyKey) -> [Arg<'a>; 3
 
 /// Columns of `record_select*`: fingerprint, state, fence, owner, lease_until, response_status,
 /// response_headers, response_body, created_at, expires_at.
-fn decode_record<R: SqlRow>(row: &R, scope: &Scope, key: &IdempotencyKey) -> Result<Record, StoreError> {
+fn decode_record<R: SqlRow>(
+    row: &R,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Record, StoreError> {
     let read = |error: sqlx::Error| StoreError::Corrupt(format!("unreadable record: {error}"));
     let fingerprint = Fingerprint::from_hex(&row.text(0).map_err(read)?)?;
     let state_text = row.text(1).map_err(read)?;
@@ -405,7 +419,9 @@ fn decode_record<R: SqlRow>(row: &R, scope: &Scope, key: &IdempotencyKey) -> Res
         row.opt_text(6).map_err(read)?,
         row.opt_bytes(7).map_err(read)?,
     ) {
-        (Some(status), Some(headers), Some(body)) => Some(StoredResponse::from_columns(status, &headers, body)?),
+        (Some(status), Some(headers), Some(body)) => {
+            Some(StoredResponse::from_columns(status, &headers, body)?)
+        }
         _ => None,
     };
     Ok(Record {
@@ -459,18 +475,22 @@ async fn begin_on<D: Dialect>(
         // Deleted between our insert and our read: only a concurrent purge does that.
         .ok_or_else(|| StoreError::Conflict("record vanished during begin".to_owned()))?;
     let existing = decode_record(&row, scope, key)?;
-    let lease = |fence: u64, owner: String, taken_over: bool| Lease {
-        scope: scope.clone(),
-        key: key.clone(),
-        fence,
-        owner,
-        lease_until_ms,
-        retention_ms: policy.retention_ms(),
-        taken_over,
-    };
     if existing.owner == owner {
-        return Ok(Decision::Proceed(lease(existing.fence, owner, false)));
+        return Ok(Decision::Proceed(Lease {
+            scope: scope.clone(),
+            key: key.clone(),
+            fence: existing.fence,
+            owner,
+            lease_until_ms,
+            retention_ms: policy.retention_ms(),
+            taken_over: false,
+        }));
     }
+    // Judge by the time the row lock was obtained, not when this call started: it may have
+    // waited behind the winner, whose lease began after our first reading of the clock.
+    let now = now_ms();
+    let lease_until_ms = now.saturating_add(policy.lease_ms());
+    let expires_at_ms = now.saturating_add(policy.retention_ms());
     match judge(
         existing.state,
         &existing.fingerprint,
@@ -509,9 +529,19 @@ async fn begin_on<D: Dialect>(
                 .map_err(store_error::<D>)?;
             if changed != 1 {
                 // The row is locked by this transaction, so the fence cannot have moved.
-                return Err(StoreError::Conflict("take-over lost its row lock".to_owned()));
+                return Err(StoreError::Conflict(
+                    "take-over lost its row lock".to_owned(),
+                ));
             }
-            Ok(Decision::Proceed(lease(fence, owner, true)))
+            Ok(Decision::Proceed(Lease {
+                scope: scope.clone(),
+                key: key.clone(),
+                fence,
+                owner,
+                lease_until_ms,
+                retention_ms: policy.retention_ms(),
+                taken_over: true,
+            }))
         }
     }
 }
@@ -541,7 +571,11 @@ async fn complete_on<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
-    if changed == 1 { Ok(()) } else { Err(StoreError::StaleLease) }
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::StaleLease)
+    }
 }
 
 #[async_trait]
@@ -553,11 +587,19 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
-        in_transaction!(self, |connection| begin_on::<D>(connection, scope, key, fingerprint, policy))
+        in_transaction!(self, |connection| begin_on::<D>(
+            connection,
+            scope,
+            key,
+            fingerprint,
+            policy
+        ))
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        in_transaction!(self, |connection| complete_on::<D>(connection, lease, response))
+        in_transaction!(self, |connection| complete_on::<D>(
+            connection, lease, response
+        ))
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
@@ -565,16 +607,32 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         let changed = self
             .run_once(
                 D::statements().record_abandon,
-                &[tenant, operation, key_text, Arg::Int(as_i64(lease.fence)), Arg::Text(&lease.owner)],
+                &[
+                    tenant,
+                    operation,
+                    key_text,
+                    Arg::Int(as_i64(lease.fence)),
+                    Arg::Text(&lease.owner),
+                ],
             )
             .await?;
-        if changed == 1 { Ok(()) } else { Err(StoreError::StaleLease) }
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::StaleLease)
+        }
     }
 
-    async fn find_record(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.read_row(D::statements().record_select, &record_key_args(scope, key), |row| {
-            decode_record(row, scope, key)
-        })
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        self.read_row(
+            D::statements().record_select,
+            &record_key_args(scope, key),
+            |row| decode_record(row, scope, key),
+        )
         .await
     }
 
@@ -603,7 +661,10 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
             ],
         )
         .await?;
-        Ok(IssuedToken { token, expires_at_ms })
+        Ok(IssuedToken {
+            token,
+            expires_at_ms,
+        })
     }
 
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
@@ -627,7 +688,8 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
         }
         let found = self
             .read_row(D::statements().token_select, &identity, |row| {
-                let read = |error: sqlx::Error| StoreError::Corrupt(format!("unreadable token: {error}"));
+                let read =
+                    |error: sqlx::Error| StoreError::Corrupt(format!("unreadable token: {error}"));
                 Ok((row.int(0).map_err(read)?, row.opt_int(1).map_err(read)?))
             })
             .await?;
@@ -639,8 +701,11 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
         let limit = i64::from(limit.min(PURGE_BATCH_ROWS_MAX));
-        self.run_once(D::statements().token_purge, &[Arg::Int(now_ms), Arg::Int(limit)])
-            .await
+        self.run_once(
+            D::statements().token_purge,
+            &[Arg::Int(now_ms), Arg::Int(limit)],
+        )
+        .await
     }
 }
 
@@ -650,10 +715,16 @@ async fn try_acquire_on<D: Dialect>(
     held_until_ms: i64,
 ) -> Result<Option<LockGuard>, StoreError> {
     let sql = D::statements();
-    let now = now_ms();
     let owner = new_owner();
     connection
-        .run(sql.lock_insert, &[Arg::Text(name.as_str()), Arg::Text(&owner), Arg::Int(held_until_ms)])
+        .run(
+            sql.lock_insert,
+            &[
+                Arg::Text(name.as_str()),
+                Arg::Text(&owner),
+                Arg::Int(held_until_ms),
+            ],
+        )
         .await
         .map_err(store_error::<D>)?;
     let row = connection
@@ -676,7 +747,8 @@ async fn try_acquire_on<D: Dialect>(
     if current_owner == owner {
         return Ok(Some(guard(fence, owner)));
     }
-    if until > now {
+    // The clock is read once the row lock is held, for the same reason as in `begin_on`.
+    if until > now_ms() {
         return Ok(None);
     }
     let next = fence + 1;
@@ -698,9 +770,17 @@ async fn try_acquire_on<D: Dialect>(
 
 #[async_trait]
 impl<D: Dialect> LockStore for SqlStore<D> {
-    async fn try_acquire(&self, name: &Name, ttl: Duration) -> Result<Option<LockGuard>, StoreError> {
+    async fn try_acquire(
+        &self,
+        name: &Name,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>, StoreError> {
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
-        in_transaction!(self, |connection| try_acquire_on::<D>(connection, name, held_until_ms))
+        in_transaction!(self, |connection| try_acquire_on::<D>(
+            connection,
+            name,
+            held_until_ms
+        ))
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
@@ -718,7 +798,11 @@ impl<D: Dialect> LockStore for SqlStore<D> {
         let changed = self
             .run_once(
                 D::statements().lock_renew,
-                &[Arg::Int(held_until_ms), Arg::Text(guard.name.as_str()), Arg::Text(&guard.owner)],
+                &[
+                    Arg::Int(held_until_ms),
+                    Arg::Text(guard.name.as_str()),
+                    Arg::Text(&guard.owner),
+                ],
             )
             .await?;
         Ok(changed == 1)
@@ -727,7 +811,12 @@ impl<D: Dialect> LockStore for SqlStore<D> {
 
 #[async_trait]
 impl<D: Dialect> StateStore for SqlStore<D> {
-    async fn create_entity(&self, kind: &str, id: &Name, initial: &str) -> Result<bool, StoreError> {
+    async fn create_entity(
+        &self,
+        kind: &str,
+        id: &Name,
+        initial: &str,
+    ) -> Result<bool, StoreError> {
         let changed = self
             .run_once(
                 D::statements().state_insert,
@@ -742,18 +831,33 @@ impl<D: Dialect> StateStore for SqlStore<D> {
             D::statements().state_select,
             &[Arg::Text(kind), Arg::Text(id.as_str())],
             |row| {
-                let read = |error: sqlx::Error| StoreError::Corrupt(format!("unreadable state: {error}"));
-                Ok((row.text(0).map_err(read)?, as_fence(row.int(1).map_err(read)?)?))
+                let read =
+                    |error: sqlx::Error| StoreError::Corrupt(format!("unreadable state: {error}"));
+                Ok((
+                    row.text(0).map_err(read)?,
+                    as_fence(row.int(1).map_err(read)?)?,
+                ))
             },
         )
         .await
     }
 
-    async fn compare_and_set(&self, kind: &str, id: &Name, from: &str, to: &str) -> Result<bool, StoreError> {
+    async fn compare_and_set(
+        &self,
+        kind: &str,
+        id: &Name,
+        from: &str,
+        to: &str,
+    ) -> Result<bool, StoreError> {
         let changed = self
             .run_once(
                 D::statements().state_compare_and_set,
-                &[Arg::Text(to), Arg::Text(kind), Arg::Text(id.as_str()), Arg::Text(from)],
+                &[
+                    Arg::Text(to),
+                    Arg::Text(kind),
+                    Arg::Text(id.as_str()),
+                    Arg::Text(from),
+                ],
             )
             .await?;
         Ok(changed == 1)

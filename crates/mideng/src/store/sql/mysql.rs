@@ -10,7 +10,9 @@
 use sqlx::MySql;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 
-use super::{Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, sql_port, store_error};
+use super::{
+    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, sql_port, store_error,
+};
 use crate::error::StoreError;
 
 sql_port!(MySql, MySqlConnection, MySqlRow);

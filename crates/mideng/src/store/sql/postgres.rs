@@ -3,7 +3,10 @@
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
 
-use super::{Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, on_conflict_statements, sql_port, store_error};
+use super::{
+    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport,
+    on_conflict_statements, sql_port, store_error,
+};
 use crate::error::StoreError;
 
 sql_port!(Postgres, PgConnection, PgRow);
@@ -37,7 +40,11 @@ impl Dialect for PostgresDialect {
         if let Some(failure) = classify_transport(error) {
             return failure;
         }
-        match error.as_database_error().and_then(|error| error.code()).as_deref() {
+        match error
+            .as_database_error()
+            .and_then(|error| error.code())
+            .as_deref()
+        {
             // serialization_failure, deadlock_detected, lock_not_available
             Some("40001" | "40P01" | "55P03") => Failure::Conflict,
             // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
@@ -61,9 +68,11 @@ impl PostgresStore {
 
     /// Creates or upgrades the toolkit's tables; safe to run concurrently from many instances.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(include_str!("../../../migrations/postgres/0001_toolkit.sql"))
-            .run(self.pool())
-            .await
-            .map_err(|error| StoreError::Backend(Box::new(error)))
+        super::migrator(include_str!(
+            "../../../migrations/postgres/0001_toolkit.sql"
+        ))
+        .run(self.pool())
+        .await
+        .map_err(|error| StoreError::Backend(Box::new(error)))
     }
 }

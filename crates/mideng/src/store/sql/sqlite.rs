@@ -7,9 +7,15 @@
 use std::str::FromStr;
 
 use sqlx::Sqlite;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
 
-use super::{Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, on_conflict_statements, sql_port, store_error};
+use super::{
+    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport,
+    on_conflict_statements, sql_port, store_error,
+};
 use crate::error::StoreError;
 
 sql_port!(Sqlite, SqliteConnection, SqliteRow);
@@ -45,7 +51,11 @@ impl Dialect for SqliteDialect {
         if let Some(failure) = classify_transport(error) {
             return failure;
         }
-        match error.as_database_error().and_then(|error| error.code()).as_deref() {
+        match error
+            .as_database_error()
+            .and_then(|error| error.code())
+            .as_deref()
+        {
             // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
             Some("5" | "6" | "261" | "262" | "517") => Failure::Conflict,
             Some("14") => Failure::Unavailable, // SQLITE_CANTOPEN
