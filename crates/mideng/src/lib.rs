@@ -43,6 +43,16 @@ pub mod state;
 pub mod store;
 pub mod token;
 
+/// The README's examples, compiled and run as doctests so that they cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+
+/// The sqlx version the SQL stores are built with, for running your own queries in the same
+/// transactions.
+#[cfg(feature = "_sql")]
+pub use sqlx;
+
 pub use error::{InvalidInput, StoreError};
 pub use key::{Fingerprint, IdempotencyKey, Name, Scope};
 pub use record::{Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse};

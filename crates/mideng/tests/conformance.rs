@@ -34,7 +34,7 @@ fn scope() -> Scope {
 }
 
 fn key() -> IdempotencyKey {
-    IdempotencyKey::parse(&unique("key")).expect("valid key")
+    IdempotencyKey::parse(&unique("key|{a}%")).expect("valid key")
 }
 
 fn print(text: &str) -> Fingerprint {
@@ -521,7 +521,7 @@ pub(crate) async fn a_token_is_consumed_once_under_contention(stores: Stores) {
 }
 
 fn lock_name() -> Name {
-    Name::parse(&unique("lock:payment")).expect("name")
+    Name::parse(&unique("}lock:payment:{t1|o1}")).expect("name")
 }
 
 pub(crate) async fn lock_release_by_a_non_owner_has_no_effect(stores: Stores) {

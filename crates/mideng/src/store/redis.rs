@@ -18,8 +18,9 @@
 //! | lock fence | `prefix:fence:{name}` | integer counter |
 //! | state | `prefix:state:{kind\|id}` | hash: state, version |
 //!
-//! Tenants and operations cannot contain `|`, so `tenant|operation|key` is unambiguous even
-//! though keys may contain it.
+//! Inside the braces, `%`, `{`, `}` and `|` of caller-chosen text are percent-escaped (`%25`,
+//! `%7B`, `%7D`, `%7C`): a brace would end the hash tag early (and on a cluster send a lock and
+//! its fence counter to different slots), and a `|` would let two identities share a key.
 //!
 //! ## Why it is built this way
 //!
@@ -83,6 +84,25 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection attempt may take. redis-rs 1.x defaults to 1 s, too tight for the
 /// same reason, and for TLS handshakes across regions.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Percent-escapes the characters that would break a hash tag (`{`, `}`) or the `|` separator,
+/// and `%` itself so that the escaping cannot be confused with text.
+fn tag_part(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['%', '{', '}', '|']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        match character {
+            '%' => escaped.push_str("%25"),
+            '{' => escaped.push_str("%7B"),
+            '}' => escaped.push_str("%7D"),
+            '|' => escaped.push_str("%7C"),
+            other => escaped.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
 
 /// Decides what a request arriving with a key must do: [`crate::record::judge`] in Lua.
 ///
@@ -329,35 +349,42 @@ where
     }
 
     fn record_key(&self, scope: &Scope, key: &IdempotencyKey) -> String {
+        let key = tag_part(key.as_str());
         format!(
             "{}:rec:{{{}|{}|{}}}",
             self.prefix,
             scope.tenant(),
             scope.operation(),
-            key.as_str()
+            key
         )
     }
 
     fn token_key(&self, scope: &Scope, token: &Token) -> String {
+        let token = tag_part(token.as_str());
         format!(
             "{}:tok:{{{}|{}|{}}}",
             self.prefix,
             scope.tenant(),
             scope.operation(),
-            token.as_str()
+            token
         )
     }
 
     fn lock_key(&self, name: &Name) -> String {
-        format!("{}:lock:{{{}}}", self.prefix, name.as_str())
+        format!("{}:lock:{{{}}}", self.prefix, tag_part(name.as_str()))
     }
 
     fn fence_key(&self, name: &Name) -> String {
-        format!("{}:fence:{{{}}}", self.prefix, name.as_str())
+        format!("{}:fence:{{{}}}", self.prefix, tag_part(name.as_str()))
     }
 
     fn state_key(&self, kind: &str, id: &Name) -> String {
-        format!("{}:state:{{{}|{}}}", self.prefix, kind, id.as_str())
+        format!(
+            "{}:state:{{{}|{}}}",
+            self.prefix,
+            tag_part(kind),
+            tag_part(id.as_str())
+        )
     }
 
     /// Runs a prepared script on a clone of the connection (clones share one multiplexed
@@ -543,7 +570,8 @@ fn record_of(
     ]: [Value; 10] = fields
         .try_into()
         .map_err(|_| corrupt("HMGET returned the wrong number of fields"))?;
-    let fingerprint = Fingerprint::from_hex(&required(text_of(fingerprint)?, "a fingerprint")?)?;
+    let fingerprint = Fingerprint::from_hex(&required(text_of(fingerprint)?, "a fingerprint")?)
+        .map_err(|_| corrupt("stored fingerprint is not 64 hexadecimal digits"))?;
     let state_text = required(text_of(state)?, "a state")?;
     let state = RecordState::parse(&state_text).ok_or_else(|| corrupt("unknown record state"))?;
     Ok(Some(Record {

@@ -2,7 +2,7 @@
 //!
 //! The logic of every contract is written once, generic over a [`Dialect`] that supplies the
 //! SQL text, the statement that opens a write transaction, and the classification of driver
-//! errors. Each dialect implements the small [`SqlConn`] port (execute, fetch one row) for its
+//! errors. Each dialect implements the small `SqlConn` port (execute, fetch one row) for its
 //! sqlx connection type, so callers' own transactions (`&mut PgConnection`, …) plug into the
 //! transactional forms [`SqlStore::begin_in`] and [`SqlStore::complete_in`].
 //!
