@@ -18,6 +18,8 @@
 //! - [`lock`] — distributed locks with owner-checked release and fencing tokens.
 //! - [`dedup`] — the dedup table for consumers of at-least-once deliveries, built on records.
 //! - [`state`] — state machines whose transitions are compare-and-set updates.
+//! - [`constraint`] — partial unique constraints ("one PENDING payment per order") written for
+//!   each SQL dialect: the database, not application code, is the last word on duplicates.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
 //!
 //! ## How data flows
@@ -33,6 +35,7 @@
 //! Every bound lives in [`limits`]; times are Unix milliseconds ([`clock`]).
 
 pub mod clock;
+pub mod constraint;
 pub mod dedup;
 pub mod error;
 pub mod key;

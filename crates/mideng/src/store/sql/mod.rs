@@ -222,6 +222,8 @@ pub trait Dialect: Send + Sync + 'static {
     type Db: Database<Connection: SqlConn>;
     /// Name for logs.
     const NAME: &'static str;
+    /// Which dialect, for DDL that differs ([`crate::constraint::PartialUnique::ddl`]).
+    const KIND: crate::constraint::SqlDialect;
     /// Opens a write transaction (`BEGIN IMMEDIATE` on SQLite, so that the write lock is taken
     /// up front and `busy_timeout` applies; a plain `BEGIN` there fails read-then-write
     /// transactions at once under contention).

@@ -59,6 +59,7 @@ static STATEMENTS: Statements = Statements {
 impl Dialect for MySqlDialect {
     type Db = MySql;
     const NAME: &'static str = "mysql";
+    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::MySql;
     const BEGIN_WRITE: &'static str = "BEGIN";
 
     fn statements() -> &'static Statements {

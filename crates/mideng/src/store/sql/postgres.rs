@@ -30,6 +30,7 @@ static STATEMENTS: Statements = on_conflict_statements!(
 impl Dialect for PostgresDialect {
     type Db = Postgres;
     const NAME: &'static str = "postgres";
+    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::Postgres;
     const BEGIN_WRITE: &'static str = "BEGIN";
 
     fn statements() -> &'static Statements {

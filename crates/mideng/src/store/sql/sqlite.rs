@@ -41,6 +41,7 @@ static STATEMENTS: Statements = on_conflict_statements!(
 impl Dialect for SqliteDialect {
     type Db = Sqlite;
     const NAME: &'static str = "sqlite";
+    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::Sqlite;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
 
     fn statements() -> &'static Statements {
