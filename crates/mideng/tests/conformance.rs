@@ -24,8 +24,7 @@ use mideng::{
     Decision, Fingerprint, IdempotencyKey, RecordPolicy, RecordState, Scope, StoreError,
     StoredResponse,
 };
-use support::{Stores, unique};
-use tokio::sync::Barrier;
+use support::{Stores, race, unique};
 
 const TASKS: usize = 64;
 
@@ -71,22 +70,20 @@ fn proceed(decision: Decision) -> mideng::Lease {
 
 pub(crate) async fn exactly_one_proceed_among_concurrent_begins(stores: Stores) {
     let (scope, key, fingerprint) = (scope(), key(), print(r#"{"amount":100}"#));
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (records, barrier) = (stores.records.clone(), barrier.clone());
-        let (scope, key) = (scope.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            records
-                .begin(&scope, &key, &fingerprint, &policy(30_000))
-                .await
-        }));
-    }
+    let begin_all = || {
+        race(TASKS, |_| {
+            let (records, scope, key) = (stores.records.clone(), scope.clone(), key.clone());
+            async move {
+                records
+                    .begin(&scope, &key, &fingerprint, &policy(30_000))
+                    .await
+            }
+        })
+    };
     let mut leases = Vec::new();
     let mut in_flight = 0;
-    for task in tasks {
-        match task.await.expect("task ran").expect("begin succeeds") {
+    for decision in begin_all().await {
+        match decision.expect("begin succeeds") {
             Decision::Proceed(lease) => leases.push(lease),
             Decision::InFlight { retry_after } => {
                 assert!(retry_after <= Duration::from_secs(30));
@@ -108,20 +105,8 @@ pub(crate) async fn exactly_one_proceed_among_concurrent_begins(stores: Stores) 
         .complete(&leases[0], &response("p1"))
         .await
         .expect("owner completes");
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (records, barrier) = (stores.records.clone(), barrier.clone());
-        let (scope, key) = (scope.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            records
-                .begin(&scope, &key, &fingerprint, &policy(30_000))
-                .await
-        }));
-    }
-    for task in tasks {
-        let decision = task.await.expect("task ran").expect("begin succeeds");
+    for decision in begin_all().await {
+        let decision = decision.expect("begin succeeds");
         assert_eq!(
             decision,
             Decision::Replay(response("p1")),
@@ -435,24 +420,14 @@ pub(crate) async fn a_token_is_consumed_once_under_contention(stores: Stores) {
         .await
         .expect("issue");
     assert!(issued.expires_at_ms > now_ms());
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (tokens, barrier, scope, token) = (
-            stores.tokens.clone(),
-            barrier.clone(),
-            scope.clone(),
-            issued.token.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            tokens.consume_token(&scope, &token).await
-        }));
-    }
-    let mut outcomes = Vec::new();
-    for task in tasks {
-        outcomes.push(task.await.expect("task ran").expect("consume succeeds"));
-    }
+    let outcomes: Vec<Consumption> = race(TASKS, |_| {
+        let (tokens, scope, token) = (stores.tokens.clone(), scope.clone(), issued.token.clone());
+        async move { tokens.consume_token(&scope, &token).await }
+    })
+    .await
+    .into_iter()
+    .map(|outcome| outcome.expect("consume succeeds"))
+    .collect();
     assert_eq!(
         outcomes
             .iter()
@@ -580,21 +555,14 @@ pub(crate) async fn lock_release_by_a_non_owner_has_no_effect(stores: Stores) {
 
 pub(crate) async fn lock_fences_strictly_increase_and_one_of_many_wins(stores: Stores) {
     let name = lock_name();
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (locks, barrier, name) = (stores.locks.clone(), barrier.clone(), name.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            locks.try_acquire(&name, Duration::from_secs(30)).await
-        }));
-    }
-    let mut winners = Vec::new();
-    for task in tasks {
-        if let Some(guard) = task.await.expect("task ran").expect("try_acquire succeeds") {
-            winners.push(guard);
-        }
-    }
+    let winners: Vec<_> = race(TASKS, |_| {
+        let (locks, name) = (stores.locks.clone(), name.clone());
+        async move { locks.try_acquire(&name, Duration::from_secs(30)).await }
+    })
+    .await
+    .into_iter()
+    .filter_map(|outcome| outcome.expect("try_acquire succeeds"))
+    .collect();
     assert_eq!(
         winners.len(),
         1,
@@ -746,27 +714,20 @@ pub(crate) async fn dedup_claims_complete_release_and_take_over(stores: Stores) 
 
     // Many concurrent deliveries of one message: one claim.
     let message = unique("PAY");
-    let barrier = Arc::new(Barrier::new(TASKS));
     let table = Arc::new(table);
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let (table, barrier, message) = (table.clone(), barrier.clone(), message.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
+    let outcomes = race(TASKS, |_| {
+        let (table, message) = (table.clone(), message.clone());
+        async move {
             table
                 .try_process(kind, &message, Duration::from_secs(30))
                 .await
-        }));
-    }
-    let mut firsts = 0;
-    for task in tasks {
-        if matches!(
-            task.await.expect("task ran").expect("claim"),
-            DedupOutcome::First(_)
-        ) {
-            firsts += 1;
         }
-    }
+    })
+    .await;
+    let firsts = outcomes
+        .iter()
+        .filter(|outcome| matches!(outcome.as_ref().expect("claim"), DedupOutcome::First(_)))
+        .count();
     assert_eq!(firsts, 1);
 }
 
@@ -817,24 +778,20 @@ pub(crate) async fn a_transition_is_won_by_exactly_one_of_many(stores: Stores) {
         "created once"
     );
 
-    let barrier = Arc::new(Barrier::new(TASKS));
-    let mut tasks = Vec::new();
-    for index in 0..TASKS {
-        let (machine, barrier, id) = (machine.clone(), barrier.clone(), id.clone());
+    let outcomes = race(TASKS, |index| {
+        let (machine, id) = (machine.clone(), id.clone());
         // Half race to pay, half race to cancel: exactly one of all of them may win.
         let to = if index % 2 == 0 {
             OrderState::Paid
         } else {
             OrderState::Canceled
         };
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            machine.transition(&id, OrderState::Created, to).await
-        }));
-    }
+        async move { machine.transition(&id, OrderState::Created, to).await }
+    })
+    .await;
     let mut applied = 0;
-    for task in tasks {
-        match task.await.expect("task ran").expect("transition") {
+    for outcome in outcomes {
+        match outcome.expect("transition") {
             Transition::Applied => applied += 1,
             Transition::AlreadyThere | Transition::Refused { .. } => {}
             Transition::Missing => panic!("entity exists"),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use mideng::constraint::PartialUnique;
 use mideng::sqlx::{self, AssertSqlSafe};
-use tokio::sync::Barrier;
 
 const TASKS: usize = 32;
 
@@ -56,18 +55,9 @@ macro_rules! partial_unique_case {
                 }
             };
 
-            let barrier = Arc::new(Barrier::new(TASKS));
-            let mut tasks = Vec::new();
-            for index in 0..TASKS {
-                let (barrier, work) = (barrier.clone(), attempt(format!("P{index}"), "PENDING"));
-                tasks.push(tokio::spawn(async move {
-                    barrier.wait().await;
-                    work.await
-                }));
-            }
             let (mut inserted, mut duplicates) = (0, 0);
-            for task in tasks {
-                match task.await.expect("task ran") {
+            for outcome in support::race(TASKS, |index| attempt(format!("P{index}"), "PENDING")).await {
+                match outcome {
                     Ok(_) => inserted += 1,
                     Err(error) if error.as_database_error().is_some_and(|e| e.is_unique_violation()) => duplicates += 1,
                     Err(other) => panic!("a duplicate must be a unique violation, got {other}"),

@@ -134,3 +134,28 @@ pub async fn redis() -> Stores {
         .unwrap_or_else(|error| unreachable("redis", "MIDENG_TEST_REDIS_URL", &url, error));
     stores(store)
 }
+
+/// Runs `attempt(i)` for `i` in `0..tasks` on separate tasks, released together by a barrier so
+/// that the store sees them at the same moment, and returns their results in order.
+pub async fn race<T, F, Fut>(tasks: usize, attempt: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(tasks));
+    let handles: Vec<_> = (0..tasks)
+        .map(|index| {
+            let (barrier, work) = (barrier.clone(), attempt(index));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(tasks);
+    for handle in handles {
+        results.push(handle.await.expect("a racing task panicked"));
+    }
+    results
+}
