@@ -26,6 +26,16 @@ pub enum InvalidInput {
         /// Upper bound, inclusive.
         max_ms: u64,
     },
+    /// A size lies outside its bounds.
+    #[error("{what} must be between {min_bytes} and {max_bytes} bytes")]
+    SizeOutOfRange {
+        /// Which size.
+        what: &'static str,
+        /// Lower bound, inclusive.
+        min_bytes: usize,
+        /// Upper bound, inclusive.
+        max_bytes: usize,
+    },
     /// A response is too large to store for replay.
     #[error("response too large to store: {0}")]
     ResponseTooLarge(&'static str),

@@ -21,6 +21,7 @@
 //! - [`constraint`] — partial unique constraints ("one PENDING payment per order") written for
 //!   each SQL dialect: the database, not application code, is the last word on duplicates.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
+//! - `http` (feature `axum`) — the tower/axum layer with the IETF `Idempotency-Key` semantics.
 //!
 //! ## How data flows
 //!
@@ -38,6 +39,8 @@ pub mod clock;
 pub mod constraint;
 pub mod dedup;
 pub mod error;
+#[cfg(feature = "axum")]
+pub mod http;
 pub mod key;
 pub mod limits;
 pub mod lock;

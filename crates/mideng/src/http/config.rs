@@ -1,0 +1,351 @@
+//! Per-route configuration of the layer, validated once when the router is built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderName;
+use axum::http::header;
+use axum::http::request::Parts;
+
+use crate::error::InvalidInput;
+use crate::key::Scope;
+use crate::record::{RecordPolicy, RecordStore};
+use crate::token::TokenStore;
+
+/// Whether a route requires `Idempotency-Key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRequirement {
+    /// A request without a key gets 400.
+    Required,
+    /// A request without a key runs the handler without a record (no replay protection).
+    Optional,
+}
+
+/// The tenant of a request, inserted into the request's extensions by an authentication layer
+/// in front of this one (the default [`TenantSource`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+/// A function that finds the tenant in a request head.
+pub type ResolveTenant = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// Where the tenant of a request comes from. Keys are scoped by tenant, so one tenant can never
+/// receive another's replay.
+#[derive(Clone)]
+pub enum TenantSource {
+    /// A [`Tenant`] in the request's extensions (put there by authentication). A request without
+    /// one gets 401.
+    Extension,
+    /// A request header (for services behind a gateway that authenticates and sets it).
+    Header(HeaderName),
+    /// One tenant for every request (single-tenant services).
+    Fixed(String),
+    /// Any function of the request head.
+    Custom(ResolveTenant),
+}
+
+impl std::fmt::Debug for TenantSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantSource::Extension => formatter.write_str("Extension"),
+            TenantSource::Header(name) => write!(formatter, "Header({name})"),
+            TenantSource::Fixed(tenant) => write!(formatter, "Fixed({tenant})"),
+            TenantSource::Custom(_) => formatter.write_str("Custom"),
+        }
+    }
+}
+
+impl TenantSource {
+    pub(crate) fn resolve(&self, parts: &Parts) -> Option<String> {
+        match self {
+            TenantSource::Extension => parts
+                .extensions
+                .get::<Tenant>()
+                .map(|tenant| tenant.0.clone()),
+            TenantSource::Header(name) => parts
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+            TenantSource::Fixed(tenant) => Some(tenant.clone()),
+            TenantSource::Custom(resolve) => resolve(parts),
+        }
+    }
+}
+
+/// What to do when the token store cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenUnavailable {
+    /// Answer 503: no submission without its token checked.
+    FailClosed,
+    /// Go on without the token check (the idempotency key and the database constraints still
+    /// hold), logging and counting every degradation. The default: the token is a fast path.
+    Degrade,
+}
+
+/// The one-time token guard of a route.
+#[derive(Clone)]
+pub struct TokenGuard {
+    pub(crate) store: Arc<dyn TokenStore>,
+    pub(crate) required: bool,
+    pub(crate) on_unavailable: TokenUnavailable,
+}
+
+impl TokenGuard {
+    /// Tokens from `store`, required on every request, degrading when the store is down.
+    pub fn new(store: Arc<dyn TokenStore>) -> Self {
+        Self {
+            store,
+            required: true,
+            on_unavailable: TokenUnavailable::Degrade,
+        }
+    }
+
+    /// Accept requests without a token (they are not checked); a token that is present is
+    /// still consumed.
+    pub fn optional(mut self) -> Self {
+        self.required = false;
+        self
+    }
+
+    /// What to do when the token store cannot be reached.
+    pub fn when_unavailable(mut self, policy: TokenUnavailable) -> Self {
+        self.on_unavailable = policy;
+        self
+    }
+}
+
+/// Which parts of a request make its fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FingerprintParts {
+    /// The method.
+    pub method: bool,
+    /// The matched route template and the actual path, so that `/orders/1/pay` and
+    /// `/orders/2/pay` under one key are a mismatch, not a replay of the other order.
+    pub path: bool,
+    /// The query string.
+    pub query: bool,
+    /// The body (canonical JSON when it parses as JSON, else its bytes).
+    pub body: bool,
+    /// These request headers, by name.
+    pub headers: Vec<HeaderName>,
+}
+
+impl Default for FingerprintParts {
+    fn default() -> Self {
+        Self {
+            method: true,
+            path: true,
+            query: true,
+            body: true,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// Default lease: long enough for a payment call to a channel, short enough that a crashed
+/// request's key is free again within a minute.
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// Default retention: a day, the longest client retry window we know of outside funds.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default request body limit. Idempotent write APIs take small JSON documents.
+const DEFAULT_BODY_BYTES_MAX: usize = 256 * 1024;
+/// Longest body limit accepted.
+const BODY_BYTES_MAX_LIMIT: usize = 16 * 1024 * 1024;
+/// Longest time a duplicate may wait for the first request before it gets 409.
+const IN_FLIGHT_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// The configuration of one route. Build it with [`RouteConfig::builder`].
+#[derive(Clone)]
+pub struct RouteConfig {
+    pub(crate) operation: String,
+    pub(crate) records: Arc<dyn RecordStore>,
+    pub(crate) key: KeyRequirement,
+    pub(crate) policy: RecordPolicy,
+    pub(crate) handler_timeout: Duration,
+    pub(crate) fingerprint: FingerprintParts,
+    pub(crate) body_bytes_max: usize,
+    pub(crate) tenant: TenantSource,
+    pub(crate) replay_headers: Vec<HeaderName>,
+    pub(crate) in_flight_wait: Option<Duration>,
+    pub(crate) token: Option<TokenGuard>,
+}
+
+impl std::fmt::Debug for RouteConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RouteConfig")
+            .field("operation", &self.operation)
+            .field("key", &self.key)
+            .field("policy", &self.policy)
+            .field("handler_timeout", &self.handler_timeout)
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouteConfig {
+    /// Starts the configuration of `operation` (a name such as `payments.create`; it is part of
+    /// every key's scope) on `records`.
+    pub fn builder(records: Arc<dyn RecordStore>, operation: &str) -> RouteConfigBuilder {
+        RouteConfigBuilder {
+            operation: operation.to_owned(),
+            records,
+            key: KeyRequirement::Required,
+            lease: DEFAULT_LEASE,
+            retention: DEFAULT_RETENTION,
+            handler_timeout: None,
+            fingerprint: FingerprintParts::default(),
+            body_bytes_max: DEFAULT_BODY_BYTES_MAX,
+            tenant: TenantSource::Extension,
+            replay_headers: vec![
+                header::CONTENT_TYPE,
+                header::CONTENT_ENCODING,
+                header::CONTENT_LANGUAGE,
+                header::LOCATION,
+                header::ETAG,
+                header::LAST_MODIFIED,
+                header::CACHE_CONTROL,
+            ],
+            in_flight_wait: None,
+            token: None,
+        }
+    }
+
+    /// The operation name.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+}
+
+/// Builder of a [`RouteConfig`].
+#[derive(Clone)]
+pub struct RouteConfigBuilder {
+    operation: String,
+    records: Arc<dyn RecordStore>,
+    key: KeyRequirement,
+    lease: Duration,
+    retention: Duration,
+    handler_timeout: Option<Duration>,
+    fingerprint: FingerprintParts,
+    body_bytes_max: usize,
+    tenant: TenantSource,
+    replay_headers: Vec<HeaderName>,
+    in_flight_wait: Option<Duration>,
+    token: Option<TokenGuard>,
+}
+
+impl RouteConfigBuilder {
+    /// Required (the default) or optional `Idempotency-Key`.
+    pub fn key(mut self, requirement: KeyRequirement) -> Self {
+        self.key = requirement;
+        self
+    }
+
+    /// How long a request holds its key (default 60 s). It must outlast the handler: the
+    /// handler timeout is set below it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long completed responses are replayed (default 24 h; use 30 days for funds).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// How long the handler may run before it is dropped and its key freed (default: half the
+    /// lease). Must be shorter than the lease.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.handler_timeout = Some(timeout);
+        self
+    }
+
+    /// Which request parts make the fingerprint (default: method, path, query, body).
+    pub fn fingerprint(mut self, parts: FingerprintParts) -> Self {
+        self.fingerprint = parts;
+        self
+    }
+
+    /// Largest accepted request body (default 256 KiB, at most 16 MiB).
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_bytes_max = bytes;
+        self
+    }
+
+    /// Where the tenant comes from (default: a [`Tenant`] extension set by authentication).
+    pub fn tenant(mut self, source: TenantSource) -> Self {
+        self.tenant = source;
+        self
+    }
+
+    /// Response headers stored and replayed besides the status and body (default:
+    /// content-type, content-encoding, content-language, location, etag, last-modified,
+    /// cache-control). Never list `set-cookie` or anything per-session.
+    pub fn replay_headers(mut self, headers: Vec<HeaderName>) -> Self {
+        self.replay_headers = headers;
+        self
+    }
+
+    /// Instead of answering 409 at once, let a duplicate wait up to `wait` (at most 30 s) for
+    /// the first request to finish and then send its response.
+    pub fn wait_for_in_flight(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = Some(wait);
+        self
+    }
+
+    /// Guard the route with one-time tokens (`Idempotency-Token`).
+    pub fn token_guard(mut self, guard: TokenGuard) -> Self {
+        self.token = Some(guard);
+        self
+    }
+
+    /// Validates and builds. Refused: an invalid operation name; a lease, retention or body
+    /// limit out of bounds; a handler timeout not shorter than the lease (a handler that can
+    /// outlive its lease could run twice); a wait for in-flight requests over 30 s.
+    pub fn build(self) -> Result<RouteConfig, InvalidInput> {
+        Scope::new("t", &self.operation)?;
+        let policy = RecordPolicy::new(self.lease, self.retention)?;
+        let handler_timeout = self.handler_timeout.unwrap_or(self.lease / 2);
+        if handler_timeout.is_zero() || handler_timeout >= self.lease {
+            return Err(InvalidInput::OutOfRange {
+                what: "handler timeout (must be shorter than the lease)",
+                min_ms: 1,
+                max_ms: u64::try_from(self.lease.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .saturating_sub(1),
+            });
+        }
+        if self.body_bytes_max == 0 || self.body_bytes_max > BODY_BYTES_MAX_LIMIT {
+            return Err(InvalidInput::SizeOutOfRange {
+                what: "body limit",
+                min_bytes: 1,
+                max_bytes: BODY_BYTES_MAX_LIMIT,
+            });
+        }
+        if self
+            .in_flight_wait
+            .is_some_and(|wait| wait > IN_FLIGHT_WAIT_MAX)
+        {
+            return Err(InvalidInput::OutOfRange {
+                what: "wait for in-flight requests",
+                min_ms: 0,
+                max_ms: u64::try_from(IN_FLIGHT_WAIT_MAX.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        Ok(RouteConfig {
+            operation: self.operation,
+            records: self.records,
+            key: self.key,
+            policy,
+            handler_timeout,
+            fingerprint: self.fingerprint,
+            body_bytes_max: self.body_bytes_max,
+            tenant: self.tenant,
+            replay_headers: self.replay_headers,
+            in_flight_wait: self.in_flight_wait,
+            token: self.token,
+        })
+    }
+}

@@ -1,0 +1,33 @@
+//! The HTTP layer: IETF `Idempotency-Key` semantics (and one-time `Idempotency-Token`s) for
+//! any axum route, on any record store.
+//!
+//! ```text
+//! request ─► tenant ─► key ─► body (bounded) ─► begin(tenant + operation, key, fingerprint)
+//!              │        │                          ├─ Replay    ─► stored answer, Idempotent-Replayed: true
+//!             401      400                         ├─ InFlight  ─► 409 + Retry-After (or wait, then replay)
+//!                                                  ├─ Mismatch  ─► 422
+//!                                                  └─ Proceed   ─► token ─► handler ─► store (<500) / free (5xx, panic, timeout)
+//! ```
+//!
+//! - [`RouteConfig`] — per-route settings, validated when the router is built.
+//! - [`IdempotencyLayer`] — the tower layer; add it with `route_layer` so that the matched
+//!   route is part of the fingerprint.
+//! - [`IdempotencyContext`] — an extractor telling the handler its fence and whether it took
+//!   over an earlier attempt.
+//! - [`Problem`] — every refusal as `application/problem+json` with a stable `code`.
+//! - [`observe`] — every decision is a tracing event and a metrics counter.
+
+mod config;
+pub mod observe;
+mod problem;
+mod service;
+
+pub use config::{
+    FingerprintParts, KeyRequirement, ResolveTenant, RouteConfig, RouteConfigBuilder, Tenant,
+    TenantSource, TokenGuard, TokenUnavailable,
+};
+pub use problem::Problem;
+pub use service::{
+    IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer,
+    IdempotencyService, X_IDEMPOTENT_KEY,
+};

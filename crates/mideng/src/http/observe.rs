@@ -1,0 +1,108 @@
+//! Every idempotency decision, logged and counted.
+//!
+//! Each decision is a `tracing` event on target `mideng::idempotency` with the tenant, the
+//! operation, the redacted key and the decision, and an increment of the counter
+//! `mideng_idempotency_decisions_total{operation, decision}` through the `metrics` facade (any
+//! recorder: Prometheus, StatsD, …). Keys and tokens never appear: only their redacted forms.
+
+/// What the layer decided, as logged and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// First arrival: the handler runs.
+    Proceed,
+    /// An expired or abandoned lease was taken over: the handler runs.
+    ProceedTakeover,
+    /// The stored response was sent again.
+    Replay,
+    /// Another request holds the key: 409.
+    InFlight,
+    /// Same key, different request: 422.
+    Mismatch,
+    /// Required key absent: 400.
+    KeyMissing,
+    /// Key malformed: 400.
+    KeyMalformed,
+    /// Optional key absent: passed through without a record.
+    NoKey,
+    /// The one-time token was consumed: the handler may run.
+    TokenConsumed,
+    /// The token was consumed before: 409.
+    TokenDuplicate,
+    /// The token is unknown or expired: 400.
+    TokenUnknown,
+    /// The token store failed and the route degrades: the handler runs unguarded by a token.
+    TokenDegraded,
+    /// The token store failed and the route fails closed: 503.
+    TokenUnavailable,
+    /// The handler's response was stored for replay.
+    Stored,
+    /// The handler failed (5xx, timeout, panic): the key was freed.
+    Abandoned,
+    /// The handler finished after its lease was taken over; its response was not stored.
+    LeaseLost,
+    /// The idempotency store failed: 503.
+    StoreUnavailable,
+}
+
+impl Outcome {
+    /// The label used in logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Proceed => "proceed",
+            Outcome::ProceedTakeover => "proceed_takeover",
+            Outcome::Replay => "replay",
+            Outcome::InFlight => "in_flight",
+            Outcome::Mismatch => "mismatch",
+            Outcome::KeyMissing => "key_missing",
+            Outcome::KeyMalformed => "key_malformed",
+            Outcome::NoKey => "no_key",
+            Outcome::TokenConsumed => "token_consumed",
+            Outcome::TokenDuplicate => "token_duplicate",
+            Outcome::TokenUnknown => "token_unknown",
+            Outcome::TokenDegraded => "token_degraded",
+            Outcome::TokenUnavailable => "token_unavailable",
+            Outcome::Stored => "stored",
+            Outcome::Abandoned => "abandoned",
+            Outcome::LeaseLost => "lease_lost",
+            Outcome::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    /// Outcomes that mean something went wrong on the server side.
+    fn is_warning(self) -> bool {
+        matches!(
+            self,
+            Outcome::TokenDegraded
+                | Outcome::TokenUnavailable
+                | Outcome::LeaseLost
+                | Outcome::StoreUnavailable
+                | Outcome::Abandoned
+        )
+    }
+}
+
+/// Name of the decision counter.
+pub const DECISIONS_COUNTER: &str = "mideng_idempotency_decisions_total";
+
+/// Logs and counts one decision. `key` is already redacted (or empty when there is none).
+pub(crate) fn record(tenant: &str, operation: &str, redacted_key: &str, outcome: Outcome) {
+    if outcome.is_warning() {
+        tracing::warn!(
+            target: "mideng::idempotency",
+            tenant, operation, key = redacted_key, decision = outcome.label(),
+            "idempotency decision"
+        );
+    } else {
+        tracing::info!(
+            target: "mideng::idempotency",
+            tenant, operation, key = redacted_key, decision = outcome.label(),
+            "idempotency decision"
+        );
+    }
+    metrics::counter!(
+        DECISIONS_COUNTER,
+        "operation" => operation.to_owned(),
+        "decision" => outcome.label()
+    )
+    .increment(1);
+}

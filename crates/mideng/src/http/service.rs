@@ -1,0 +1,594 @@
+//! The tower layer and service: the IETF `Idempotency-Key` semantics around any handler.
+//!
+//! For each request: resolve the tenant → read the key (and the body, bounded) → `begin` on
+//! tenant + operation + key with the request's fingerprint →
+//! - `Replay`: the stored status, headers and body, byte for byte, plus
+//!   `Idempotent-Replayed: true`;
+//! - `InFlight`: 409 with `Retry-After` (or, if the route allows, wait briefly and replay);
+//! - `Mismatch`: 422;
+//! - `Proceed`: consume the one-time token if the route has a guard, run the handler under the
+//!   route's timeout, then store a status below 500 (except 408, 425 and 429, which say "try
+//!   again" and must not be replayed) or free the key after a 5xx, a timeout or a panic.
+//!
+//! The key is read before the token on purpose: a client that retries a submission after a
+//! timeout, with the same key and the same (now consumed) token, gets the stored answer
+//! instead of "duplicate submission".
+//!
+//! A handler that outlives its lease (so that another request took the key over) cannot
+//! overwrite the new owner's record: `complete` checks the fence and the owner. Its response is
+//! still sent to its own client, and the event is logged and counted as `lease_lost`. A request
+//! whose future is dropped mid-handler (client gone, process killed) leaves its lease to
+//! expire; the next arrival then takes the key over.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, MatchedPath};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use futures_util::FutureExt;
+
+use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
+use super::observe::{Outcome, record};
+use super::problem::Problem;
+use crate::error::StoreError;
+use crate::key::{Fingerprint, IdempotencyKey, Scope, redact};
+use crate::limits::RESPONSE_BODY_BYTES_MAX;
+use crate::record::{Decision, Lease, StoredResponse};
+use crate::token::{Consumption, Token};
+
+/// The request header that carries the key (IETF draft-ietf-httpapi-idempotency-key-header).
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// The older header name that some clients send; accepted too.
+pub const X_IDEMPOTENT_KEY: HeaderName = HeaderName::from_static("x-idempotent-key");
+/// The request header that carries a one-time submit token.
+pub const IDEMPOTENCY_TOKEN: HeaderName = HeaderName::from_static("idempotency-token");
+/// The response header that marks a replay.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// Pause between polls while a duplicate waits for the first request.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(25);
+
+/// What a handler under the layer may learn about its own execution, as an extractor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyContext {
+    /// Tenant + operation.
+    pub scope: Scope,
+    /// The request's key, if it had one.
+    pub key: Option<IdempotencyKey>,
+    /// The lease's fence: pass it to the database with the effect so that a stale execution
+    /// can be refused there too.
+    pub fence: Option<u64>,
+    /// True when this execution took over an expired or abandoned earlier attempt: the handler
+    /// should look for effects of that attempt before repeating them.
+    pub taken_over: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyContext {
+    type Rejection = Response<Body>;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<IdempotencyContext>()
+            .cloned()
+            .ok_or_else(|| {
+                tracing::error!(
+                    "IdempotencyContext extracted on a route without the idempotency layer"
+                );
+                Problem::Internal.into_response()
+            })
+    }
+}
+
+/// The layer: wrap a route with it through `route_layer` or `MethodRouter::layer`, so that the
+/// matched route is known when the fingerprint is taken.
+#[derive(Clone, Debug)]
+pub struct IdempotencyLayer {
+    config: Arc<RouteConfig>,
+}
+
+impl IdempotencyLayer {
+    /// The layer for one route.
+    pub fn new(config: RouteConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService {
+            config: self.config.clone(),
+            inner,
+        }
+    }
+}
+
+/// The service the layer produces.
+#[derive(Clone, Debug)]
+pub struct IdempotencyService<S> {
+    config: Arc<RouteConfig>,
+    inner: S,
+}
+
+impl<S> tower::Service<Request<Body>> for IdempotencyService<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // The clone that was driven to readiness serves this request; a fresh clone stays
+        // behind for the next one (the usual tower pattern).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        Box::pin(async move { Ok(handle(config, inner, request).await) })
+    }
+}
+
+/// Reads the key: absent, valid, or malformed. The IETF draft sends it as a structured-field
+/// string (`"…"`); plain values (Stripe's style) are accepted too.
+fn read_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ()> {
+    let Some(value) = headers
+        .get(IDEMPOTENCY_KEY)
+        .or_else(|| headers.get(X_IDEMPOTENT_KEY))
+    else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| ())?;
+    let text = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or(text);
+    IdempotencyKey::parse(text).map(Some).map_err(|_| ())
+}
+
+fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -> Fingerprint {
+    let wanted = &config.fingerprint;
+    let method = if wanted.method {
+        parts.method.as_str()
+    } else {
+        ""
+    };
+    let route = match (wanted.path, parts.extensions.get::<MatchedPath>()) {
+        (true, Some(matched)) => matched.as_str(),
+        _ => "",
+    };
+    let path = if wanted.path { parts.uri.path() } else { "" };
+    let query = if wanted.query {
+        parts.uri.query().unwrap_or("")
+    } else {
+        ""
+    };
+    let canonical_body = if wanted.body {
+        Fingerprint::of_request("", "", body)
+    } else {
+        Fingerprint::of_parts(&[])
+    };
+    let mut pieces: Vec<&[u8]> = vec![
+        method.as_bytes(),
+        route.as_bytes(),
+        path.as_bytes(),
+        query.as_bytes(),
+    ];
+    let header_values: Vec<String> = wanted
+        .headers
+        .iter()
+        .map(|name| {
+            let values: Vec<&[u8]> = parts
+                .headers
+                .get_all(name)
+                .iter()
+                .map(HeaderValue::as_bytes)
+                .collect();
+            format!("{name}:{}", hex_join(&values))
+        })
+        .collect();
+    pieces.extend(header_values.iter().map(String::as_bytes));
+    let body_hex = canonical_body.to_hex();
+    pieces.push(body_hex.as_bytes());
+    Fingerprint::of_parts(&pieces)
+}
+
+fn hex_join(values: &[&[u8]]) -> String {
+    values.iter().map(hex::encode).collect::<Vec<_>>().join(",")
+}
+
+/// Whether reading a body failed because it exceeded the limit (anywhere in the error chain).
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if current.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+/// Builds the replayed response.
+fn replay(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = response.headers_mut();
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            headers.append(name, value);
+        }
+    }
+    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// Statuses that are outcomes of the request and so are stored: below 500, except those that
+/// tell the client to come back later.
+fn is_stored(status: StatusCode) -> bool {
+    !status.is_server_error()
+        && status != StatusCode::REQUEST_TIMEOUT
+        && status != StatusCode::TOO_EARLY
+        && status != StatusCode::TOO_MANY_REQUESTS
+}
+
+fn store_problem(error: &StoreError) -> Problem {
+    if error.is_transient() {
+        Problem::StoreUnavailable
+    } else {
+        tracing::error!(target: "mideng::idempotency", %error, "idempotency store failure");
+        Problem::Internal
+    }
+}
+
+/// Everything known about the request while it is handled, for logging.
+struct DecisionLog<'a> {
+    config: &'a RouteConfig,
+    tenant: String,
+    redacted_key: String,
+}
+
+impl DecisionLog<'_> {
+    fn record(&self, outcome: Outcome) {
+        record(
+            &self.tenant,
+            &self.config.operation,
+            &self.redacted_key,
+            outcome,
+        );
+    }
+
+    fn refuse(&self, outcome: Outcome, problem: Problem) -> Response<Body> {
+        self.record(outcome);
+        problem.into_response()
+    }
+}
+
+async fn handle<S>(config: Arc<RouteConfig>, inner: S, request: Request<Body>) -> Response<Body>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let (mut parts, body) = request.into_parts();
+    let Some(tenant) = config.tenant.resolve(&parts) else {
+        return Problem::TenantMissing.into_response();
+    };
+    let Ok(scope) = Scope::new(&tenant, &config.operation) else {
+        return Problem::TenantInvalid.into_response();
+    };
+    let mut log = DecisionLog {
+        config: &config,
+        tenant,
+        redacted_key: String::new(),
+    };
+    let key = match read_key(&parts.headers) {
+        Ok(Some(key)) => Some(key),
+        Ok(None) if config.key == KeyRequirement::Required => {
+            return log.refuse(Outcome::KeyMissing, Problem::KeyMissing);
+        }
+        Ok(None) => None,
+        Err(()) => return log.refuse(Outcome::KeyMalformed, Problem::KeyMalformed),
+    };
+    if let Some(key) = &key {
+        log.redacted_key = key.redacted();
+    }
+    let body = match axum::body::to_bytes(body, config.body_bytes_max).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            return if is_length_limit(&error) {
+                Problem::PayloadTooLarge.into_response()
+            } else {
+                Problem::BodyUnreadable.into_response()
+            };
+        }
+    };
+
+    let Some(key) = key else {
+        // No key on an optional route: only the token guard applies.
+        if let Err(refusal) = check_token(&config, &scope, &parts, &log).await {
+            return refusal;
+        }
+        log.record(Outcome::NoKey);
+        insert_context(&mut parts, &scope, None, None);
+        return run_handler(&config, inner, Request::from_parts(parts, Body::from(body)))
+            .await
+            .unwrap_or_else(|problem| problem.into_response());
+    };
+
+    let fingerprint = fingerprint_of(&config, &parts, &body);
+    let lease = match begin(&config, &scope, &key, &fingerprint, &log).await {
+        Ok(lease) => lease,
+        Err(response) => return response,
+    };
+    log.record(if lease.taken_over {
+        Outcome::ProceedTakeover
+    } else {
+        Outcome::Proceed
+    });
+
+    if let Err(refusal) = check_token(&config, &scope, &parts, &log).await {
+        abandon(&config, &lease).await;
+        return refusal;
+    }
+    insert_context(&mut parts, &scope, Some(&key), Some(&lease));
+    let response =
+        match run_handler(&config, inner, Request::from_parts(parts, Body::from(body))).await {
+            Ok(response) => response,
+            Err(problem) => {
+                abandon(&config, &lease).await;
+                log.record(Outcome::Abandoned);
+                return problem.into_response();
+            }
+        };
+    finish(&config, &lease, response, &log).await
+}
+
+/// Runs `begin`, waiting for an in-flight duplicate if the route allows; the lease, or the
+/// response to send instead of running the handler.
+async fn begin(
+    config: &RouteConfig,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    log: &DecisionLog<'_>,
+) -> Result<Lease, Response<Body>> {
+    let deadline = config
+        .in_flight_wait
+        .map(|wait| tokio::time::Instant::now() + wait);
+    loop {
+        let decision = config
+            .records
+            .begin(scope, key, fingerprint, &config.policy)
+            .await
+            .map_err(|error| log.refuse(Outcome::StoreUnavailable, store_problem(&error)))?;
+        match decision {
+            Decision::Proceed(lease) => return Ok(lease),
+            Decision::Replay(stored) => {
+                log.record(Outcome::Replay);
+                return Err(replay(stored));
+            }
+            Decision::Mismatch => return Err(log.refuse(Outcome::Mismatch, Problem::KeyReused)),
+            Decision::InFlight { retry_after } => {
+                let now = tokio::time::Instant::now();
+                match deadline {
+                    Some(deadline) if now < deadline => {
+                        tokio::time::sleep(IN_FLIGHT_POLL.min(deadline - now)).await;
+                    }
+                    _ => {
+                        return Err(
+                            log.refuse(Outcome::InFlight, Problem::InProgress { retry_after })
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Consumes the request's one-time token if the route has a guard.
+async fn check_token(
+    config: &RouteConfig,
+    scope: &Scope,
+    parts: &Parts,
+    log: &DecisionLog<'_>,
+) -> Result<(), Response<Body>> {
+    let Some(guard) = &config.token else {
+        return Ok(());
+    };
+    let Some(value) = parts.headers.get(IDEMPOTENCY_TOKEN) else {
+        return if guard.required {
+            Err(Problem::TokenMissing.into_response())
+        } else {
+            Ok(())
+        };
+    };
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|text| Token::parse(text).ok())
+        .ok_or_else(|| Problem::TokenMalformed.into_response())?;
+    match guard.store.consume_token(scope, &token).await {
+        Ok(Consumption::Consumed) => {
+            log.record(Outcome::TokenConsumed);
+            Ok(())
+        }
+        Ok(Consumption::AlreadyConsumed) => {
+            Err(log.refuse(Outcome::TokenDuplicate, Problem::DuplicateSubmission))
+        }
+        Ok(Consumption::Unknown) => Err(log.refuse(Outcome::TokenUnknown, Problem::TokenUnknown)),
+        Err(error) if error.is_transient() => match guard.on_unavailable {
+            TokenUnavailable::Degrade => {
+                tracing::warn!(target: "mideng::idempotency", token = %redact(token.as_str()), %error, "token store unavailable, degrading");
+                log.record(Outcome::TokenDegraded);
+                Ok(())
+            }
+            TokenUnavailable::FailClosed => {
+                Err(log.refuse(Outcome::TokenUnavailable, Problem::TokenStoreUnavailable))
+            }
+        },
+        Err(error) => {
+            tracing::error!(target: "mideng::idempotency", %error, "token store failure");
+            Err(log.refuse(Outcome::TokenUnavailable, Problem::TokenStoreUnavailable))
+        }
+    }
+}
+
+fn insert_context(
+    parts: &mut Parts,
+    scope: &Scope,
+    key: Option<&IdempotencyKey>,
+    lease: Option<&Lease>,
+) {
+    parts.extensions.insert(IdempotencyContext {
+        scope: scope.clone(),
+        key: key.cloned(),
+        fence: lease.map(|lease| lease.fence),
+        taken_over: lease.is_some_and(|lease| lease.taken_over),
+    });
+}
+
+/// Runs the handler under the route's timeout, turning a panic or a timeout into a problem.
+async fn run_handler<S>(
+    config: &RouteConfig,
+    mut inner: S,
+    request: Request<Body>,
+) -> Result<Response<Body>, Problem>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let call = AssertUnwindSafe(async move {
+        match inner.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    })
+    .catch_unwind();
+    match tokio::time::timeout(config.handler_timeout, call).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(_panic)) => {
+            tracing::error!(target: "mideng::idempotency", operation = %config.operation, "handler panicked");
+            Err(Problem::HandlerPanicked)
+        }
+        Err(_elapsed) => Err(Problem::HandlerTimeout),
+    }
+}
+
+async fn abandon(config: &RouteConfig, lease: &Lease) {
+    if let Err(error) = config.records.abandon(lease).await {
+        // The lease expires by itself; a failed abandon only delays the retry.
+        tracing::warn!(target: "mideng::idempotency", %error, "could not free the key; it frees itself when the lease expires");
+    }
+}
+
+/// Stores the handler's response (or frees the key) and returns the response to send.
+async fn finish(
+    config: &RouteConfig,
+    lease: &Lease,
+    response: Response<Body>,
+    log: &DecisionLog<'_>,
+) -> Response<Body> {
+    let status = response.status();
+    if !is_stored(status) {
+        abandon(config, lease).await;
+        log.record(Outcome::Abandoned);
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, RESPONSE_BODY_BYTES_MAX).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            abandon(config, lease).await;
+            log.record(Outcome::Abandoned);
+            return Problem::ResponseTooLarge.into_response();
+        }
+    };
+    let headers = config
+        .replay_headers
+        .iter()
+        .flat_map(|name| {
+            parts.headers.get_all(name).iter().filter_map(move |value| {
+                value
+                    .to_str()
+                    .ok()
+                    .map(|value| (name.as_str().to_owned(), value.to_owned()))
+            })
+        })
+        .collect();
+    let stored = StoredResponse {
+        status: status.as_u16(),
+        headers,
+        body: bytes.to_vec(),
+    };
+    match config.records.complete(lease, &stored).await {
+        Ok(()) => log.record(Outcome::Stored),
+        Err(StoreError::StaleLease) => log.record(Outcome::LeaseLost),
+        Err(error) => {
+            // The effect happened but its answer could not be stored: a retry will run the
+            // handler again once the lease expires. Loud, because it weakens the guarantee.
+            tracing::error!(target: "mideng::idempotency", %error, "response could not be stored");
+            log.record(Outcome::StoreUnavailable);
+        }
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_read_from_either_header_quoted_or_not() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(read_key(&headers), Ok(None));
+        headers.insert(X_IDEMPOTENT_KEY, HeaderValue::from_static("plain-1"));
+        assert_eq!(
+            read_key(&headers)
+                .ok()
+                .flatten()
+                .map(|k| k.as_str().to_owned()),
+            Some("plain-1".to_owned())
+        );
+        headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("\"quoted-2\""));
+        assert_eq!(
+            read_key(&headers)
+                .ok()
+                .flatten()
+                .map(|k| k.as_str().to_owned()),
+            Some("quoted-2".to_owned())
+        );
+        headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("has space"));
+        assert_eq!(read_key(&headers), Err(()));
+    }
+
+    #[test]
+    fn only_final_outcomes_are_stored() {
+        assert!(is_stored(StatusCode::CREATED));
+        assert!(is_stored(StatusCode::UNPROCESSABLE_ENTITY));
+        assert!(!is_stored(StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(!is_stored(StatusCode::TOO_MANY_REQUESTS));
+        assert!(!is_stored(StatusCode::REQUEST_TIMEOUT));
+    }
+}

@@ -1,0 +1,426 @@
+//! The HTTP layer through a real axum router, on every store.
+//!
+//! The handler counts its executions, so "exactly one effect" is asserted directly; responses
+//! are compared byte for byte.
+
+#![cfg(feature = "axum")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, Request, Response, StatusCode, header};
+use axum::routing::post;
+use mideng::RecordStore;
+use mideng::http::{
+    IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer, RouteConfig, RouteConfigBuilder,
+    TenantSource,
+};
+use support::{Stores, race, unique};
+use tower::ServiceExt;
+
+const TENANT: HeaderName = HeaderName::from_static("x-tenant");
+
+#[derive(Clone, Default)]
+struct Effects {
+    executions: Arc<AtomicUsize>,
+}
+
+impl Effects {
+    fn count(&self) -> usize {
+        self.executions.load(Ordering::SeqCst)
+    }
+}
+
+/// Creates a payment: one execution is one effect. Slow enough that duplicates overlap.
+async fn create_payment(
+    State(effects): State<Effects>,
+    Path(order): Path<String>,
+    context: IdempotencyContext,
+    body: String,
+) -> Response<Body> {
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let answer = serde_json::json!({
+        "payment_no": format!("P{number}"), "order_id": order, "request": body,
+        "fence": context.fence, "taken_over": context.taken_over,
+    });
+    Response::builder()
+        .status(StatusCode::CREATED)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::LOCATION, format!("/v1/payments/P{number}"))
+        // Not in the replay list: must not come back on a replay.
+        .header("x-execution", number.to_string())
+        .body(Body::from(answer.to_string()))
+        .expect("valid response")
+}
+
+/// Fails with 500 on its first execution, succeeds afterwards.
+async fn flaky(State(effects): State<Effects>) -> (StatusCode, String) {
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    if number == 1 {
+        (StatusCode::INTERNAL_SERVER_ERROR, "channel down".to_owned())
+    } else {
+        (StatusCode::OK, format!("done on execution {number}"))
+    }
+}
+
+/// Hangs on its first execution (until dropped), answers at once afterwards.
+async fn hang_once(State(effects): State<Effects>, context: IdempotencyContext) -> String {
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    if number == 1 {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    format!("execution {number}, taken over: {}", context.taken_over)
+}
+
+fn config(records: Arc<dyn RecordStore>, operation: &str) -> RouteConfigBuilder {
+    RouteConfig::builder(records, operation).tenant(TenantSource::Header(TENANT))
+}
+
+fn app(
+    records: Arc<dyn RecordStore>,
+    effects: Effects,
+    tune: impl Fn(RouteConfigBuilder) -> RouteConfigBuilder,
+) -> Router {
+    let layer = |operation: &str| {
+        IdempotencyLayer::new(
+            tune(config(records.clone(), operation))
+                .build()
+                .expect("valid config"),
+        )
+    };
+    Router::new()
+        .route(
+            "/v1/orders/{order}/payments",
+            post(create_payment).route_layer(layer("payments.create")),
+        )
+        .route("/flaky", post(flaky).route_layer(layer("flaky")))
+        .route("/hang", post(hang_once).route_layer(layer("hang")))
+        .with_state(effects)
+}
+
+fn request(path: &str, tenant: &str, key: &str, body: &str) -> Request<Body> {
+    Request::post(path)
+        .header(TENANT, tenant)
+        .header("idempotency-key", key)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("valid request")
+}
+
+struct Answer {
+    status: StatusCode,
+    replayed: bool,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Answer {
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body")
+        .to_vec();
+    Answer {
+        status,
+        replayed: headers
+            .get(IDEMPOTENT_REPLAYED)
+            .is_some_and(|v| v == "true"),
+        headers,
+        body,
+    }
+}
+
+fn problem_code(answer: &Answer) -> String {
+    assert_eq!(
+        answer.headers[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = serde_json::from_slice(&answer.body).expect("problem json");
+    problem["code"].as_str().expect("code").to_owned()
+}
+
+pub(crate) async fn fifty_concurrent_identical_requests_execute_once(stores: Stores) {
+    let effects = Effects::default();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let body = r#"{"channel":"alipay","amount":100}"#;
+    let answers = race(50, |_| {
+        let (app, request) = (
+            app.clone(),
+            request("/v1/orders/o1/payments", &tenant, &key, body),
+        );
+        async move { send(&app, request).await }
+    })
+    .await;
+    assert_eq!(
+        effects.count(),
+        1,
+        "exactly one handler execution for 50 identical requests"
+    );
+    let originals: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED && !a.replayed)
+        .collect();
+    assert_eq!(originals.len(), 1, "one original answer");
+    let original = originals[0];
+    for answer in &answers {
+        match answer.status {
+            StatusCode::CREATED if answer.replayed => {
+                assert_eq!(answer.body, original.body, "replay is byte-identical")
+            }
+            StatusCode::CREATED => {}
+            StatusCode::CONFLICT => {
+                assert_eq!(problem_code(answer), "in-progress");
+                assert!(answer.headers.contains_key(header::RETRY_AFTER));
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    let later = send(&app, request("/v1/orders/o1/payments", &tenant, &key, body)).await;
+    assert!(later.replayed);
+    assert_eq!(
+        (later.status, &later.body),
+        (StatusCode::CREATED, &original.body)
+    );
+    assert_eq!(
+        later.headers[header::LOCATION],
+        original.headers[header::LOCATION],
+        "chosen headers replayed"
+    );
+    assert!(
+        !later.headers.contains_key("x-execution"),
+        "other headers are not stored"
+    );
+    assert_eq!(effects.count(), 1);
+}
+
+pub(crate) async fn a_different_body_under_the_same_key_is_refused(stores: Stores) {
+    let effects = Effects::default();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let first = send(
+        &app,
+        request("/v1/orders/o1/payments", &tenant, &key, r#"{"amount":100}"#),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    // Same JSON, other key order and spacing: the same request.
+    let same = send(
+        &app,
+        request(
+            "/v1/orders/o1/payments",
+            &tenant,
+            &key,
+            r#"{ "amount" : 100 }"#,
+        ),
+    )
+    .await;
+    assert!(same.replayed);
+    let other_body = send(
+        &app,
+        request("/v1/orders/o1/payments", &tenant, &key, r#"{"amount":999}"#),
+    )
+    .await;
+    assert_eq!(other_body.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem_code(&other_body), "idempotency-key-reused");
+    let other_order = send(
+        &app,
+        request("/v1/orders/o2/payments", &tenant, &key, r#"{"amount":100}"#),
+    )
+    .await;
+    assert_eq!(
+        other_order.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another order under the same key is not a replay"
+    );
+    assert_eq!(effects.count(), 1);
+}
+
+pub(crate) async fn a_server_error_leaves_the_key_retryable(stores: Stores) {
+    let effects = Effects::default();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let failed = send(&app, request("/flaky", &tenant, &key, "{}")).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!failed.replayed);
+    let retried = send(&app, request("/flaky", &tenant, &key, "{}")).await;
+    assert_eq!(
+        (retried.status, retried.replayed),
+        (StatusCode::OK, false),
+        "the retry runs the handler again"
+    );
+    let replayed = send(&app, request("/flaky", &tenant, &key, "{}")).await;
+    assert!(replayed.replayed);
+    assert_eq!(replayed.body, retried.body);
+    assert_eq!(effects.count(), 2, "the 500 was not stored; the 200 was");
+}
+
+pub(crate) async fn a_dropped_request_leaves_a_lease_that_expires_and_is_taken_over(
+    stores: Stores,
+) {
+    let effects = Effects::default();
+    let lease = |config: RouteConfigBuilder| {
+        config
+            .lease(Duration::from_millis(600))
+            .handler_timeout(Duration::from_millis(500))
+    };
+    let app = app(stores.records, effects.clone(), lease);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let in_flight = {
+        let (app, request) = (app.clone(), request("/hang", &tenant, &key, "{}"));
+        tokio::spawn(async move { send(&app, request).await })
+    };
+    while effects.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The client goes away (or the process dies) mid-handler: the future is dropped, nothing
+    // runs after it, and the record stays in progress under a live lease.
+    in_flight.abort();
+    let busy = send(&app, request("/hang", &tenant, &key, "{}")).await;
+    assert_eq!(busy.status, StatusCode::CONFLICT);
+    assert_eq!(problem_code(&busy), "in-progress");
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let taken_over = send(&app, request("/hang", &tenant, &key, "{}")).await;
+    assert_eq!(taken_over.status, StatusCode::OK);
+    assert_eq!(
+        String::from_utf8_lossy(&taken_over.body),
+        "execution 2, taken over: true"
+    );
+    let replay = send(&app, request("/hang", &tenant, &key, "{}")).await;
+    assert!(replay.replayed);
+    assert_eq!(effects.count(), 2);
+}
+
+pub(crate) async fn tenants_cannot_read_each_others_replays(stores: Stores) {
+    let effects = Effects::default();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let key = unique("shared-key");
+    let body = r#"{"amount":100}"#;
+    let first = send(
+        &app,
+        request("/v1/orders/o1/payments", "tenant-a", &key, body),
+    )
+    .await;
+    let second = send(
+        &app,
+        request("/v1/orders/o1/payments", "tenant-b", &key, body),
+    )
+    .await;
+    assert_eq!(
+        (first.status, second.status),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
+    assert!(
+        !second.replayed,
+        "tenant b's request runs; it never sees tenant a's answer"
+    );
+    assert_ne!(first.body, second.body);
+    let again = send(
+        &app,
+        request("/v1/orders/o1/payments", "tenant-a", &key, body),
+    )
+    .await;
+    assert_eq!(again.body, first.body);
+    assert_eq!(effects.count(), 2);
+}
+
+pub(crate) async fn a_handler_that_lost_its_lease_cannot_overwrite_the_new_owner(stores: Stores) {
+    let effects = Effects::default();
+    let records = stores.records.clone();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let body = r#"{"amount":1}"#;
+    let first = {
+        let (app, request) = (
+            app.clone(),
+            request("/v1/orders/o1/payments", &tenant, &key, body),
+        );
+        tokio::spawn(async move { send(&app, request).await })
+    };
+    while effects.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // While the first handler runs, its key is freed behind its back (as when its lease runs
+    // out during a pause) and a second request takes it over and completes.
+    let scope = mideng::Scope::new(&tenant, "payments.create").expect("scope");
+    let key_parsed = mideng::IdempotencyKey::parse(&key).expect("key");
+    let record = records
+        .find_record(&scope, &key_parsed)
+        .await
+        .expect("find")
+        .expect("record");
+    let stolen = mideng::Lease {
+        scope: scope.clone(),
+        key: key_parsed.clone(),
+        fence: record.fence,
+        owner: record.owner.clone(),
+        lease_until_ms: record.lease_until_ms,
+        retention_ms: 60_000,
+        taken_over: false,
+    };
+    records.abandon(&stolen).await.expect("free the key");
+    let second = send(&app, request("/v1/orders/o1/payments", &tenant, &key, body)).await;
+    assert_eq!(
+        (second.status, second.replayed),
+        (StatusCode::CREATED, false)
+    );
+
+    let first = first.await.expect("first request finished");
+    assert_eq!(
+        first.status,
+        StatusCode::CREATED,
+        "the late handler still answers its own client"
+    );
+    let replay = send(&app, request("/v1/orders/o1/payments", &tenant, &key, body)).await;
+    assert!(replay.replayed);
+    assert_eq!(
+        replay.body, second.body,
+        "the record holds the new owner's answer, not the late one's"
+    );
+    assert_ne!(replay.body, first.body);
+}
+
+macro_rules! layer_suite {
+    ($name:ident, $make:path) => {
+        mod $name {
+            use super::*;
+            layer_suite!(@cases $make;
+                fifty_concurrent_identical_requests_execute_once,
+                a_different_body_under_the_same_key_is_refused,
+                a_server_error_leaves_the_key_retryable,
+                a_dropped_request_leaves_a_lease_that_expires_and_is_taken_over,
+                tenants_cannot_read_each_others_replays,
+                a_handler_that_lost_its_lease_cannot_overwrite_the_new_owner,
+            );
+        }
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                super::$case($make().await).await;
+            }
+        )*
+    };
+}
+
+#[cfg(feature = "memory")]
+layer_suite!(memory, support::memory);
+#[cfg(feature = "sqlite")]
+layer_suite!(sqlite, support::sqlite);
+#[cfg(feature = "postgres")]
+layer_suite!(postgres, support::postgres);
+#[cfg(feature = "mysql")]
+layer_suite!(mysql, support::mysql);
+#[cfg(feature = "redis")]
+layer_suite!(redis, support::redis);
