@@ -589,6 +589,19 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        // The cheap path first (read once, save a write): a completed record that has not
+        // expired never changes, so a plain read answers a replay or a mismatch without a
+        // write transaction. Anything else takes the locked path.
+        if let Some(existing) = self.find_record(scope, key).await? {
+            if existing.state == RecordState::Completed && existing.expires_at_ms > now_ms() {
+                if existing.fingerprint != *fingerprint {
+                    return Ok(Decision::Mismatch);
+                }
+                if let Some(response) = existing.response {
+                    return Ok(Decision::Replay(response));
+                }
+            }
+        }
         in_transaction!(self, |connection| begin_on::<D>(
             connection,
             scope,
@@ -599,9 +612,22 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        in_transaction!(self, |connection| complete_on::<D>(
-            connection, lease, response
-        ))
+        // One conditional UPDATE is atomic on its own: no explicit transaction needed.
+        let mut attempt = 0;
+        loop {
+            let outcome = async {
+                let mut connection = self.pool.acquire().await.map_err(store_error::<D>)?;
+                complete_on::<D>(&mut connection, lease, response).await
+            }
+            .await;
+            match outcome {
+                Err(StoreError::Conflict(_)) if attempt < CONFLICT_RETRIES_MAX => {
+                    attempt += 1;
+                    back_off(attempt).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
