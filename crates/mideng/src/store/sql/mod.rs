@@ -592,14 +592,15 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         // The cheap path first (read once, save a write): a completed record that has not
         // expired never changes, so a plain read answers a replay or a mismatch without a
         // write transaction. Anything else takes the locked path.
-        if let Some(existing) = self.find_record(scope, key).await? {
-            if existing.state == RecordState::Completed && existing.expires_at_ms > now_ms() {
-                if existing.fingerprint != *fingerprint {
-                    return Ok(Decision::Mismatch);
-                }
-                if let Some(response) = existing.response {
-                    return Ok(Decision::Replay(response));
-                }
+        if let Some(existing) = self.find_record(scope, key).await?
+            && existing.state == RecordState::Completed
+            && existing.expires_at_ms > now_ms()
+        {
+            if existing.fingerprint != *fingerprint {
+                return Ok(Decision::Mismatch);
+            }
+            if let Some(response) = existing.response {
+                return Ok(Decision::Replay(response));
             }
         }
         in_transaction!(self, |connection| begin_on::<D>(
