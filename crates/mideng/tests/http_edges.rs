@@ -498,3 +498,115 @@ async fn the_layer_works_on_a_sql_store_too() {
     assert_eq!(first.2, again.2);
     assert_eq!(effects.count(), 1);
 }
+
+mod handler_decides {
+    use super::*;
+    use mideng::http::{IdempotencyContext, IdempotencyDecision};
+    use mideng::store::sql::sqlite::SqliteStore;
+    use mideng::{Decision, StoredResponse};
+
+    /// Inserts the payment and completes the record in one transaction: the effect and its
+    /// stored answer commit together or not at all.
+    async fn create_payment(
+        State(store): State<SqliteStore>,
+        decision: IdempotencyDecision,
+        context: IdempotencyContext,
+    ) -> axum::response::Response {
+        if let Some(answer) = decision.standard_response() {
+            return answer;
+        }
+        let Decision::Proceed(lease) = &decision.decision else {
+            unreachable!("standard_response covers the rest")
+        };
+        let mut transaction = store.begin_write().await.expect("begin");
+        let payment_no = format!("P-{}", context.fence.unwrap_or_default());
+        mideng::sqlx::query(
+            "INSERT INTO demo_payments (payment_no, idempotency_key) VALUES ($1, $2)",
+        )
+        .bind(&payment_no)
+        .bind(decision.key.as_str())
+        .execute(&mut *transaction)
+        .await
+        .expect("insert");
+        let answer = StoredResponse {
+            status: 201,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: format!(r#"{{"payment_no":"{payment_no}"}}"#).into_bytes(),
+        };
+        store
+            .complete_in(&mut transaction, lease, &answer)
+            .await
+            .expect("complete_in");
+        transaction.commit().await.expect("commit");
+        axum::response::Response::builder()
+            .status(201)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(answer.body))
+            .expect("response")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_handler_completes_the_record_in_its_own_transaction() {
+        let store = support::sqlite_store().await;
+        mideng::sqlx::raw_sql("CREATE TABLE demo_payments (payment_no TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL)")
+            .execute(store.pool())
+            .await
+            .expect("table");
+        let config = RouteConfig::builder(Arc::new(store.clone()), "payments.create")
+            .tenant(TenantSource::Fixed("t1".to_owned()))
+            .handler_decides()
+            .build()
+            .expect("config");
+        let app = Router::new()
+            .route(
+                "/pay",
+                post(create_payment).route_layer(IdempotencyLayer::new(config)),
+            )
+            .with_state(store.clone());
+        let answers = race(20, |_| {
+            let app = app.clone();
+            async move {
+                let request = Request::post("/pay")
+                    .header("idempotency-key", "k1")
+                    .body(Body::from("{}"))
+                    .expect("request");
+                send(&app, request).await
+            }
+        })
+        .await;
+        let rows: i64 = mideng::sqlx::query_scalar("SELECT COUNT(*) FROM demo_payments")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+        assert_eq!(rows, 1, "one effect for 20 concurrent requests");
+        let created: Vec<_> = answers
+            .iter()
+            .filter(|(status, headers, _)| {
+                *status == StatusCode::CREATED && !headers.contains_key(&IDEMPOTENT_REPLAYED)
+            })
+            .collect();
+        assert_eq!(created.len(), 1);
+        assert!(
+            answers.iter().all(|(status, _, _)| matches!(
+                *status,
+                StatusCode::CREATED | StatusCode::CONFLICT
+            ))
+        );
+        let later = send(
+            &app,
+            Request::post("/pay")
+                .header("idempotency-key", "k1")
+                .body(Body::from("{}"))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(
+            (
+                later.0,
+                later.1.contains_key(&IDEMPOTENT_REPLAYED),
+                &later.2
+            ),
+            (StatusCode::CREATED, true, &created[0].2)
+        );
+    }
+}

@@ -169,6 +169,7 @@ pub struct RouteConfig {
     pub(crate) replay_headers: Vec<HeaderName>,
     pub(crate) in_flight_wait: Option<Duration>,
     pub(crate) token: Option<TokenGuard>,
+    pub(crate) handler_decides: bool,
 }
 
 impl std::fmt::Debug for RouteConfig {
@@ -209,6 +210,7 @@ impl RouteConfig {
             ],
             in_flight_wait: None,
             token: None,
+            handler_decides: false,
         }
     }
 
@@ -233,6 +235,7 @@ pub struct RouteConfigBuilder {
     replay_headers: Vec<HeaderName>,
     in_flight_wait: Option<Duration>,
     token: Option<TokenGuard>,
+    handler_decides: bool,
 }
 
 impl RouteConfigBuilder {
@@ -301,6 +304,18 @@ impl RouteConfigBuilder {
         self
     }
 
+    /// Let the handler act on the decision itself: the layer still validates the tenant, key
+    /// and body and calls `begin`, then runs the handler for every decision with an
+    /// [`super::IdempotencyDecision`] to extract. The handler answers replays, conflicts and
+    /// mismatches (`standard_response` gives the usual answers) and, on `Proceed`, completes
+    /// the record itself — typically with a SQL store's `complete_in`, in the same transaction
+    /// as its effect. The layer stores nothing in this mode; it still frees the key after a
+    /// panic or a timeout.
+    pub fn handler_decides(mut self) -> Self {
+        self.handler_decides = true;
+        self
+    }
+
     /// Validates and builds. Refused: an invalid operation name; a lease, retention or body
     /// limit out of bounds; a handler timeout not shorter than the lease (a handler that can
     /// outlive its lease could run twice); a wait for in-flight requests over 30 s.
@@ -346,6 +361,7 @@ impl RouteConfigBuilder {
             replay_headers: self.replay_headers,
             in_flight_wait: self.in_flight_wait,
             token: self.token,
+            handler_decides: self.handler_decides,
         })
     }
 }

@@ -14,6 +14,8 @@
 //!   route is part of the fingerprint.
 //! - [`IdempotencyContext`] — an extractor telling the handler its fence and whether it took
 //!   over an earlier attempt.
+//! - [`IdempotencyDecision`] — for routes built with `handler_decides()`: the handler gets the
+//!   decision itself and completes the record in its own transaction.
 //! - [`Problem`] — every refusal as `application/problem+json` with a stable `code`.
 //! - [`observe`] — every decision is a tracing event and a metrics counter.
 
@@ -28,6 +30,6 @@ pub use config::{
 };
 pub use problem::Problem;
 pub use service::{
-    IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer,
-    IdempotencyService, X_IDEMPOTENT_KEY,
+    IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_REPLAYED, IdempotencyContext,
+    IdempotencyDecision, IdempotencyLayer, IdempotencyService, X_IDEMPOTENT_KEY,
 };

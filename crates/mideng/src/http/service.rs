@@ -87,6 +87,72 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyContext {
     }
 }
 
+/// The decision on a request, for routes configured with
+/// [`super::RouteConfigBuilder::handler_decides`]: the handler acts on it itself.
+#[derive(Clone)]
+pub struct IdempotencyDecision {
+    /// Tenant + operation.
+    pub scope: Scope,
+    /// The key.
+    pub key: IdempotencyKey,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// What `begin` decided. On `Proceed`, the handler must `complete` (or `abandon`) the lease.
+    pub decision: Decision,
+    records: Arc<dyn crate::record::RecordStore>,
+}
+
+impl std::fmt::Debug for IdempotencyDecision {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("IdempotencyDecision")
+            .field("scope", &self.scope)
+            .field("key", &self.key)
+            .field("decision", &self.decision.label())
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyDecision {
+    /// The layer's usual answer for every decision but `Proceed`: the replay (with
+    /// `Idempotent-Replayed: true`), 409 with `Retry-After`, or 422. `None` on `Proceed`.
+    pub fn standard_response(&self) -> Option<Response<Body>> {
+        match &self.decision {
+            Decision::Proceed(_) => None,
+            Decision::Replay(stored) => Some(replay(stored.clone())),
+            Decision::InFlight { retry_after } => Some(
+                Problem::InProgress {
+                    retry_after: *retry_after,
+                }
+                .into_response(),
+            ),
+            Decision::Mismatch => Some(Problem::KeyReused.into_response()),
+        }
+    }
+
+    /// The record store the route uses, for `complete` and `abandon`.
+    pub fn records(&self) -> &Arc<dyn crate::record::RecordStore> {
+        &self.records
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyDecision {
+    type Rejection = Response<Body>;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<IdempotencyDecision>()
+            .cloned()
+            .ok_or_else(|| {
+                tracing::error!(
+                    "IdempotencyDecision extracted on a route without handler_decides()"
+                );
+                Problem::Internal.into_response()
+            })
+    }
+}
+
 /// The layer: wrap a route with it through `route_layer` or `MethodRouter::layer`, so that the
 /// matched route is known when the fingerprint is taken.
 #[derive(Clone, Debug)]
@@ -336,6 +402,9 @@ where
     };
 
     let fingerprint = fingerprint_of(&config, &parts, &body);
+    if config.handler_decides {
+        return hand_over(&config, inner, parts, body, scope, key, fingerprint, &log).await;
+    }
     let lease = match begin(&config, &scope, &key, &fingerprint, &log).await {
         Ok(lease) => lease,
         Err(response) => return response,
@@ -361,6 +430,63 @@ where
             }
         };
     finish(&config, &lease, response, &log).await
+}
+
+/// `handler_decides` mode: one `begin`, then the handler runs with the decision whatever it is.
+#[allow(clippy::too_many_arguments)]
+async fn hand_over<S>(
+    config: &RouteConfig,
+    inner: S,
+    mut parts: Parts,
+    body: Bytes,
+    scope: Scope,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    log: &DecisionLog<'_>,
+) -> Response<Body>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let decision = match config
+        .records
+        .begin(&scope, &key, &fingerprint, &config.policy)
+        .await
+    {
+        Ok(decision) => decision,
+        Err(error) => return log.refuse(Outcome::StoreUnavailable, store_problem(&error)),
+    };
+    log.record(match &decision {
+        Decision::Proceed(lease) if lease.taken_over => Outcome::ProceedTakeover,
+        Decision::Proceed(_) => Outcome::Proceed,
+        Decision::Replay(_) => Outcome::Replay,
+        Decision::InFlight { .. } => Outcome::InFlight,
+        Decision::Mismatch => Outcome::Mismatch,
+    });
+    let lease = match &decision {
+        Decision::Proceed(lease) => Some(lease.clone()),
+        _ => None,
+    };
+    insert_context(&mut parts, &scope, Some(&key), lease.as_ref());
+    parts.extensions.insert(IdempotencyDecision {
+        scope,
+        key,
+        fingerprint,
+        decision,
+        records: config.records.clone(),
+    });
+    match run_handler(config, inner, Request::from_parts(parts, Body::from(body))).await {
+        Ok(response) => response,
+        Err(problem) => {
+            if let Some(lease) = &lease {
+                abandon(config, lease).await;
+                log.record(Outcome::Abandoned);
+            }
+            problem.into_response()
+        }
+    }
 }
 
 /// Runs `begin`, waiting for an in-flight duplicate if the route allows; the lease, or the
