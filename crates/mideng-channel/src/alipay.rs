@@ -1,0 +1,221 @@
+//! Alipay open-platform protocol (RSA2): what is signed, how responses are verified, the codes.
+//!
+//! - Requests: every parameter but `sign`, empty values skipped, sorted by key (byte order),
+//!   joined `k=v&k=v`, signed SHA256withRSA with the merchant's key.
+//! - Responses: `{"<method with dots as underscores>_response": {…}, "sign": "…"}`; the gateway
+//!   signs the exact text of the response node, so the client verifies over that raw substring,
+//!   never over a re-serialisation ([`response_node`]).
+//! - Notifies: form posts; remove `sign` and `sign_type`, sort, join, verify with the channel's
+//!   key; answer exactly `success`, or be retried on [`NOTIFY_SCHEDULE_SECS`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::value::RawValue;
+use thiserror::Error;
+use time::{OffsetDateTime, UtcOffset, macros::format_description};
+
+/// The gateway's one endpoint.
+pub const GATEWAY_PATH: &str = "/gateway.do";
+
+/// Success.
+pub const CODE_SUCCESS: &str = "10000";
+/// Service unavailable: the outcome is unknown, query again.
+pub const CODE_UNKNOWN: &str = "20000";
+/// A required parameter is missing.
+pub const CODE_MISSING_PARAMETER: &str = "40001";
+/// A parameter is illegal (a bad signature too).
+pub const CODE_ILLEGAL_PARAMETER: &str = "40002";
+/// Business failure; see the `sub_code`.
+pub const CODE_BUSINESS_FAILED: &str = "40004";
+/// Insufficient permission.
+pub const CODE_NO_PERMISSION: &str = "40006";
+
+/// The trade does not exist (yet: a precreated trade exists only once the buyer scans).
+pub const SUB_TRADE_NOT_EXIST: &str = "ACQ.TRADE_NOT_EXIST";
+/// The trade was paid already.
+pub const SUB_TRADE_HAS_SUCCESS: &str = "ACQ.TRADE_HAS_SUCCESS";
+/// The trade was closed already.
+pub const SUB_TRADE_HAS_CLOSE: &str = "ACQ.TRADE_HAS_CLOSE";
+/// The `out_trade_no` was used with different parameters.
+pub const SUB_CONTEXT_INCONSISTENT: &str = "ACQ.CONTEXT_INCONSISTENT";
+/// The trade's status does not allow the operation (closing a paid or closed trade).
+pub const SUB_TRADE_STATUS_ERROR: &str = "ACQ.TRADE_STATUS_ERROR";
+/// The channel failed internally: the outcome is unknown.
+pub const SUB_SYSTEM_ERROR: &str = "ACQ.SYSTEM_ERROR";
+/// The sub-code that goes with [`CODE_UNKNOWN`] (sic: the channel's spelling).
+pub const SUB_UNKNOWN_ERROR: &str = "isp.unknow-error";
+/// The signature does not verify.
+pub const SUB_INVALID_SIGNATURE: &str = "isv.invalid-signature";
+
+/// Waiting for the buyer.
+pub const TRADE_WAIT_BUYER_PAY: &str = "WAIT_BUYER_PAY";
+/// Paid (refundable).
+pub const TRADE_SUCCESS: &str = "TRADE_SUCCESS";
+/// Paid and finished (no longer refundable).
+pub const TRADE_FINISHED: &str = "TRADE_FINISHED";
+/// Closed unpaid, or fully refunded.
+pub const TRADE_CLOSED: &str = "TRADE_CLOSED";
+
+/// When each notify delivery goes out, in seconds after the event: the first at once, then
+/// +4m, +10m, +10m, +1h, +2h, +6h, +15h — 8 deliveries in about 25 hours.
+pub const NOTIFY_SCHEDULE_SECS: [u64; 8] = [
+    0,
+    4 * 60,
+    14 * 60,
+    24 * 60,
+    84 * 60,
+    204 * 60,
+    564 * 60,
+    1464 * 60,
+];
+
+/// The only body that acknowledges a notify.
+pub const NOTIFY_ACK: &str = "success";
+/// What a merchant answers to a notify it cannot accept now (so it is delivered again).
+pub const NOTIFY_NACK: &str = "failure";
+
+/// A response that is not a well-formed gateway response.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("malformed gateway response: {0}")]
+pub struct ResponseError(pub &'static str);
+
+/// The text that is signed: the parameters other than `excluded`, without empty values,
+/// sorted by key, joined `k=v&k=v`. Values are taken as they are (URL-decoded).
+pub fn sign_content<'a>(
+    params: impl IntoIterator<Item = (&'a str, &'a str)>,
+    excluded: &[&str],
+) -> String {
+    let sorted: BTreeMap<&str, &str> = params
+        .into_iter()
+        .filter(|(key, value)| !value.is_empty() && !excluded.contains(key))
+        .collect();
+    sorted
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The sign content of a gateway request (everything but `sign`).
+pub fn request_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    sign_content(params, &["sign"])
+}
+
+/// The sign content of a notify (everything but `sign` and `sign_type`).
+pub fn notify_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    sign_content(params, &["sign", "sign_type"])
+}
+
+/// The response node's key for `method`: `alipay.trade.query` → `alipay_trade_query_response`.
+pub fn response_key(method: &str) -> String {
+    format!("{}_response", method.replace('.', "_"))
+}
+
+/// Splits a gateway response into the raw text of its response node (exactly as received, for
+/// signature verification) and its signature. The node is `<method>_response`, or
+/// `error_response` when the gateway refused the call before dispatching it.
+pub fn response_node<'a>(
+    body: &'a str,
+    method: &str,
+) -> Result<(&'a str, Option<String>), ResponseError> {
+    let envelope: HashMap<&'a str, &'a RawValue> =
+        serde_json::from_str(body).map_err(|_| ResponseError("not a JSON object"))?;
+    let node = envelope
+        .get(response_key(method).as_str())
+        .or_else(|| envelope.get("error_response"))
+        .ok_or(ResponseError("no response node"))?;
+    let sign = envelope
+        .get("sign")
+        .map(|raw| {
+            serde_json::from_str::<String>(raw.get())
+                .map_err(|_| ResponseError("sign is not a string"))
+        })
+        .transpose()?;
+    Ok((node.get(), sign))
+}
+
+/// Builds a response body the way the gateway does: `{"<key>":<node>,"sign":"<sign>"}`, with
+/// the node's text exactly as signed.
+pub fn response_body(method: &str, node: &str, sign: &str) -> String {
+    format!(
+        "{{\"{}\":{},\"sign\":{}}}",
+        response_key(method),
+        node,
+        serde_json::Value::String(sign.to_owned())
+    )
+}
+
+/// Beijing time, the channel's clock for timestamps.
+const BEIJING: UtcOffset = match UtcOffset::from_hms(8, 0, 0) {
+    Ok(offset) => offset,
+    Err(_) => UtcOffset::UTC,
+};
+
+/// `yyyy-MM-dd HH:mm:ss` in Beijing time, the gateway's timestamp format.
+pub fn format_timestamp(unix_ms: i64) -> String {
+    let format = format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000))
+        .map(|moment| moment.to_offset(BEIJING))
+        .ok()
+        .and_then(|moment| moment.format(format).ok())
+        .unwrap_or_default()
+}
+
+/// Parses a gateway timestamp (Beijing time) into Unix milliseconds.
+pub fn parse_timestamp(text: &str) -> Option<i64> {
+    let format = format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    time::PrimitiveDateTime::parse(text, format)
+        .ok()
+        .map(|moment| moment.assume_offset(BEIJING).unix_timestamp() * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_content_sorts_skips_empty_and_excluded_values() {
+        let params = [
+            ("b", "2"),
+            ("sign", "x"),
+            ("a", "1"),
+            ("c", ""),
+            ("sign_type", "RSA2"),
+        ];
+        assert_eq!(request_sign_content(params), "a=1&b=2&sign_type=RSA2");
+        assert_eq!(notify_sign_content(params), "a=1&b=2");
+    }
+
+    #[test]
+    fn the_response_node_is_the_raw_text_as_received() {
+        let body = r#"{"alipay_trade_query_response":{"code":"10000","msg":"Success" ,"total_amount":"1.00"},"sign":"abc"}"#;
+        let (node, sign) = response_node(body, "alipay.trade.query").expect("node");
+        assert_eq!(
+            node,
+            r#"{"code":"10000","msg":"Success" ,"total_amount":"1.00"}"#
+        );
+        assert_eq!(sign.as_deref(), Some("abc"));
+        let error = r#"{"error_response":{"code":"40002","msg":"Invalid Arguments","sub_code":"isv.invalid-signature"}}"#;
+        assert!(response_node(error, "alipay.trade.query").is_ok_and(|(_, sign)| sign.is_none()));
+        assert!(response_node("[]", "alipay.trade.query").is_err());
+    }
+
+    #[test]
+    fn timestamps_are_beijing_time() {
+        assert_eq!(format_timestamp(1_764_417_600_000), "2025-11-29 20:00:00");
+        assert_eq!(
+            parse_timestamp("2025-11-29 20:00:00"),
+            Some(1_764_417_600_000)
+        );
+        assert_eq!(parse_timestamp("yesterday"), None);
+    }
+
+    #[test]
+    fn the_notify_schedule_is_eight_deliveries_in_about_a_day() {
+        let gaps: Vec<u64> = NOTIFY_SCHEDULE_SECS
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .collect();
+        assert_eq!(gaps, [240, 600, 600, 3600, 7200, 21600, 54000]);
+    }
+}

@@ -1,0 +1,18 @@
+//! # mideng-channel — the payment channels' protocols
+//!
+//! What the service and the channel simulator must agree on, and nothing else: how Alipay
+//! (open platform, RSA2) and WeChat Pay API v3 sign, verify and encode their messages, and how
+//! amounts convert exactly. The rules follow the channels' public documentation; the tests
+//! check them against vectors computed independently with openssl, so that the service and
+//! the simulator cannot agree on a wrong scheme.
+//!
+//! - [`money`] — fen ↔ yuan strings, exact, no floats.
+//! - [`keys`] — RSA keys, SHA256withRSA signatures, AES-256-GCM.
+//! - [`alipay`] — sign content, response-node extraction over the raw text, notify rules.
+//! - [`wechat`] — request and notify signature messages, the `Authorization` header,
+//!   notification resources.
+
+pub mod alipay;
+pub mod keys;
+pub mod money;
+pub mod wechat;

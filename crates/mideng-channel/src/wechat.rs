@@ -1,0 +1,273 @@
+//! WeChat Pay API v3: request and notify signatures, the `Authorization` header, encrypted
+//! notification resources.
+//!
+//! - Requests: SHA256withRSA with the merchant's key over `METHOD\nURL\ntimestamp\nnonce\nbody\n`
+//!   ([`request_message`]), sent as `Authorization: WECHATPAY2-SHA256-RSA2048 mchid="…",
+//!   nonce_str="…",timestamp="…",serial_no="…",signature="…"`. A timestamp more than five minutes
+//!   off is refused.
+//! - Notifies: SHA256withRSA with the platform key over `timestamp\nnonce\nbody\n`
+//!   ([`notify_message`], raw body bytes) in the `Wechatpay-*` headers; a signature starting
+//!   `WECHATPAY/SIGNTEST/` is a probe and must fail. The `resource` is AES-256-GCM encrypted
+//!   with the 32-byte API v3 key. A 200 or 204 acknowledges; anything else is retried on
+//!   [`NOTIFY_SCHEDULE_SECS`].
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The `Authorization` scheme.
+pub const AUTHORIZATION_SCHEME: &str = "WECHATPAY2-SHA256-RSA2048";
+/// Signatures starting with this are verification probes and must be rejected.
+pub const SIGNTEST_PREFIX: &str = "WECHATPAY/SIGNTEST/";
+/// Largest accepted difference between a request's timestamp and the receiver's clock.
+pub const TIMESTAMP_SKEW_SECS_MAX: i64 = 300;
+/// Notification header: timestamp.
+pub const HEADER_TIMESTAMP: &str = "wechatpay-timestamp";
+/// Notification header: nonce.
+pub const HEADER_NONCE: &str = "wechatpay-nonce";
+/// Notification header: signature.
+pub const HEADER_SIGNATURE: &str = "wechatpay-signature";
+/// Notification header: serial number of the platform certificate.
+pub const HEADER_SERIAL: &str = "wechatpay-serial";
+
+/// Create a native (QR code) transaction.
+pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
+/// Query / close by out-trade-no: this prefix, then the number.
+pub const PATH_OUT_TRADE_NO: &str = "/v3/pay/transactions/out-trade-no/";
+
+/// Paid.
+pub const STATE_SUCCESS: &str = "SUCCESS";
+/// Not paid yet.
+pub const STATE_NOTPAY: &str = "NOTPAY";
+/// Closed.
+pub const STATE_CLOSED: &str = "CLOSED";
+/// Refunded.
+pub const STATE_REFUND: &str = "REFUND";
+
+/// When each notify delivery goes out, in seconds after the event: at once, then 15s, 15s, 30s,
+/// 3m, 10m, 20m, 30m, 30m, 30m, 60m, 3h, 3h, 3h, 6h, 6h — 16 deliveries in about a day.
+pub const NOTIFY_SCHEDULE_SECS: [u64; 16] = {
+    const GAPS: [u64; 15] = [
+        15, 15, 30, 180, 600, 1200, 1800, 1800, 1800, 3600, 10800, 10800, 10800, 21600, 21600,
+    ];
+    let mut schedule = [0_u64; 16];
+    let mut index = 0;
+    while index < GAPS.len() {
+        schedule[index + 1] = schedule[index] + GAPS[index];
+        index += 1;
+    }
+    schedule
+};
+
+/// A malformed `Authorization` header.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("malformed Authorization header: {0}")]
+pub struct AuthorizationError(pub &'static str);
+
+/// The message a request signature covers.
+pub fn request_message(
+    method: &str,
+    url_path_and_query: &str,
+    timestamp: i64,
+    nonce: &str,
+    body: &str,
+) -> String {
+    format!("{method}\n{url_path_and_query}\n{timestamp}\n{nonce}\n{body}\n")
+}
+
+/// The message a notify (or a response) signature covers.
+pub fn notify_message(timestamp: &str, nonce: &str, body: &str) -> String {
+    format!("{timestamp}\n{nonce}\n{body}\n")
+}
+
+/// The parts of an `Authorization` header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Authorization {
+    /// Merchant id.
+    pub mchid: String,
+    /// Nonce.
+    pub nonce: String,
+    /// Unix seconds.
+    pub timestamp: i64,
+    /// Serial number of the merchant certificate.
+    pub serial: String,
+    /// Base64 signature.
+    pub signature: String,
+}
+
+impl Authorization {
+    /// The header value.
+    pub fn to_header(&self) -> String {
+        format!(
+            "{AUTHORIZATION_SCHEME} mchid=\"{}\",nonce_str=\"{}\",timestamp=\"{}\",serial_no=\"{}\",signature=\"{}\"",
+            self.mchid, self.nonce, self.timestamp, self.serial, self.signature
+        )
+    }
+
+    /// Parses a header value.
+    pub fn parse(header: &str) -> Result<Self, AuthorizationError> {
+        let rest = header
+            .strip_prefix(AUTHORIZATION_SCHEME)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .ok_or(AuthorizationError("unknown scheme"))?;
+        let mut fields = std::collections::HashMap::new();
+        for pair in rest.split(',') {
+            let (name, value) = pair
+                .trim()
+                .split_once('=')
+                .ok_or(AuthorizationError("field without value"))?;
+            let value = value
+                .strip_prefix('"')
+                .and_then(|value| value.strip_suffix('"'))
+                .ok_or(AuthorizationError("unquoted value"))?;
+            fields.insert(name, value.to_owned());
+        }
+        let mut take = |name: &'static str| fields.remove(name).ok_or(AuthorizationError(name));
+        Ok(Self {
+            mchid: take("mchid")?,
+            nonce: take("nonce_str")?,
+            timestamp: take("timestamp")?
+                .parse()
+                .map_err(|_| AuthorizationError("timestamp"))?,
+            serial: take("serial_no")?,
+            signature: take("signature")?,
+        })
+    }
+}
+
+/// Amount of a transaction, in fen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Amount {
+    /// Order total.
+    pub total: i64,
+    /// What the payer paid (in notifications and queries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer_total: Option<i64>,
+    /// Currency, `CNY`.
+    #[serde(default = "cny")]
+    pub currency: String,
+}
+
+fn cny() -> String {
+    "CNY".to_owned()
+}
+
+/// The transaction inside a notification (and a query answer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// Merchant id.
+    pub mchid: String,
+    /// App id.
+    pub appid: String,
+    /// The merchant's number for the payment.
+    pub out_trade_no: String,
+    /// The channel's number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_id: Option<String>,
+    /// `SUCCESS`, `NOTPAY`, `CLOSED`, `REFUND`, …
+    pub trade_state: String,
+    /// When it was paid (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_time: Option<String>,
+    /// Amount.
+    pub amount: Amount,
+}
+
+/// The encrypted part of a notification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    /// `AEAD_AES_256_GCM`.
+    pub algorithm: String,
+    /// Base64 ciphertext with the tag appended.
+    pub ciphertext: String,
+    /// Associated data (typically `transaction`).
+    #[serde(default)]
+    pub associated_data: String,
+    /// 12-character nonce.
+    pub nonce: String,
+    /// `transaction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_type: Option<String>,
+}
+
+/// A notification body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notification {
+    /// Notification id (the same on every retry).
+    pub id: String,
+    /// When it was created (RFC 3339).
+    pub create_time: String,
+    /// `TRANSACTION.SUCCESS`.
+    pub event_type: String,
+    /// `encrypt-resource`.
+    pub resource_type: String,
+    /// A human summary.
+    #[serde(default)]
+    pub summary: String,
+    /// The encrypted transaction.
+    pub resource: Resource,
+}
+
+/// RFC 3339 in Beijing time (`2026-11-29T12:05:00+08:00`), the channel's format.
+pub fn format_rfc3339(unix_ms: i64) -> String {
+    let offset = time::UtcOffset::from_hms(8, 0, 0).unwrap_or(time::UtcOffset::UTC);
+    time::OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000))
+        .ok()
+        .map(|moment| moment.to_offset(offset))
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// Parses RFC 3339 into Unix milliseconds.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(|moment| moment.unix_timestamp() * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_headers_round_trip() {
+        let authorization = Authorization {
+            mchid: "1230000109".to_owned(),
+            nonce: "NONCE".to_owned(),
+            timestamp: 1_764_417_600,
+            serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
+            signature: "c2ln/bmF+0dXJl=".to_owned(),
+        };
+        assert_eq!(
+            Authorization::parse(&authorization.to_header()),
+            Ok(authorization)
+        );
+        assert!(Authorization::parse("Bearer x").is_err());
+        assert!(Authorization::parse("WECHATPAY2-SHA256-RSA2048 mchid=\"1\"").is_err());
+    }
+
+    #[test]
+    fn the_notify_schedule_is_sixteen_deliveries_in_about_a_day() {
+        assert_eq!(NOTIFY_SCHEDULE_SECS.len(), 16);
+        assert_eq!(NOTIFY_SCHEDULE_SECS[1], 15);
+        assert_eq!(
+            NOTIFY_SCHEDULE_SECS[15], 86_640,
+            "24 h 4 min after the first"
+        );
+    }
+
+    #[test]
+    fn rfc3339_is_beijing_time_and_parses_back() {
+        assert_eq!(
+            format_rfc3339(1_764_417_600_000),
+            "2025-11-29T20:00:00+08:00"
+        );
+        assert_eq!(
+            parse_rfc3339("2025-11-29T20:00:00+08:00"),
+            Some(1_764_417_600_000)
+        );
+    }
+}
