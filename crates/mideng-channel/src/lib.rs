@@ -11,7 +11,11 @@
 //! - [`alipay`] — sign content, response-node extraction over the raw text, notify rules.
 //! - [`wechat`] — request and notify signature messages, the `Authorization` header,
 //!   notification resources.
+//! - [`adapter`] — the [`adapter::Channel`] trait the service calls, with the Alipay and
+//!   WeChat Pay implementations: they sign requests, verify responses over the raw text, turn
+//!   timeouts and channel errors into an explicit "outcome unknown", and verify notifies.
 
+pub mod adapter;
 pub mod alipay;
 pub mod keys;
 pub mod money;
