@@ -20,3 +20,4 @@ pub mod alipay;
 pub mod keys;
 pub mod money;
 pub mod wechat;
+
