@@ -20,4 +20,3 @@ pub mod alipay;
 pub mod keys;
 pub mod money;
 pub mod wechat;
-

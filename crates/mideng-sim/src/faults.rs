@@ -1,0 +1,191 @@
+//! Armed gateway faults: "the next call of this method fails with this code", optionally after
+//! the call's state change was applied — the channel's *unknown outcome*, which the merchant
+//! can only resolve by querying again.
+//!
+//! Pure rules, no I/O. A fault is consumed by a call that passed authentication and parameter
+//! checks, so that a malformed request never uses up the fault meant for a real one.
+
+use std::collections::HashMap;
+
+use mideng_channel::alipay;
+
+use crate::limits::FAULT_TIMES_MAX;
+
+/// A gateway method that can be made to fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum GatewayMethod {
+    /// `alipay.trade.precreate`.
+    AlipayPrecreate,
+    /// `alipay.trade.query`.
+    AlipayQuery,
+    /// `alipay.trade.close`.
+    AlipayClose,
+    /// `POST /v3/pay/transactions/native`.
+    WechatNative,
+    /// `GET /v3/pay/transactions/out-trade-no/{no}`.
+    WechatQuery,
+    /// `POST /v3/pay/transactions/out-trade-no/{no}/close`.
+    WechatClose,
+}
+
+impl GatewayMethod {
+    /// Every method, with its name in the control API.
+    const ALL: [(GatewayMethod, &'static str); 6] = [
+        (GatewayMethod::AlipayPrecreate, "alipay.trade.precreate"),
+        (GatewayMethod::AlipayQuery, "alipay.trade.query"),
+        (GatewayMethod::AlipayClose, "alipay.trade.close"),
+        (GatewayMethod::WechatNative, "wechat.native"),
+        (GatewayMethod::WechatQuery, "wechat.query"),
+        (GatewayMethod::WechatClose, "wechat.close"),
+    ];
+
+    /// The method named `name` in the control API.
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .find(|(_, known)| *known == name)
+            .map(|(method, _)| *method)
+    }
+
+    /// The method's name in the control API.
+    pub(crate) fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(method, _)| *method == self)
+            .map_or("", |(_, name)| name)
+    }
+
+    /// Whether the method is Alipay's (else WeChat Pay's).
+    pub(crate) fn is_alipay(self) -> bool {
+        matches!(
+            self,
+            GatewayMethod::AlipayPrecreate
+                | GatewayMethod::AlipayQuery
+                | GatewayMethod::AlipayClose
+        )
+    }
+}
+
+/// The failure answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultCode {
+    /// Alipay 20000 `isp.unknow-error`.
+    AlipayUnknown,
+    /// Alipay 40004 `ACQ.SYSTEM_ERROR`.
+    AlipaySystemError,
+    /// WeChat Pay HTTP 500 `SYSTEM_ERROR`.
+    WechatSystemError,
+}
+
+impl FaultCode {
+    /// The code as the control API shows it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FaultCode::AlipayUnknown => alipay::CODE_UNKNOWN,
+            FaultCode::AlipaySystemError => alipay::SUB_SYSTEM_ERROR,
+            FaultCode::WechatSystemError => "SYSTEM_ERROR",
+        }
+    }
+
+    /// Reads the code asked for `method`; no code means the channel's usual unknown-outcome
+    /// answer (Alipay 20000, WeChat Pay SYSTEM_ERROR).
+    pub(crate) fn for_method(method: GatewayMethod, code: Option<&str>) -> Option<Self> {
+        match (method.is_alipay(), code) {
+            (true, None | Some("20000" | "isp.unknow-error")) => Some(FaultCode::AlipayUnknown),
+            (true, Some("40004" | "ACQ.SYSTEM_ERROR")) => Some(FaultCode::AlipaySystemError),
+            (false, None | Some("500" | "SYSTEM_ERROR")) => Some(FaultCode::WechatSystemError),
+            _ => None,
+        }
+    }
+}
+
+/// An armed fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fault {
+    /// What to answer.
+    pub(crate) code: FaultCode,
+    /// Whether to apply the call's state change before answering the failure.
+    pub(crate) apply_anyway: bool,
+    /// How many more calls fail.
+    pub(crate) remaining: u32,
+}
+
+/// The armed faults, at most one per method.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    armed: HashMap<GatewayMethod, Fault>,
+}
+
+impl Faults {
+    /// Arms a fault for the next `times` calls of `method`, replacing any armed before.
+    pub(crate) fn arm(
+        &mut self,
+        method: GatewayMethod,
+        code: FaultCode,
+        apply_anyway: bool,
+        times: u32,
+    ) {
+        let remaining = times.clamp(1, FAULT_TIMES_MAX);
+        self.armed.insert(
+            method,
+            Fault {
+                code,
+                apply_anyway,
+                remaining,
+            },
+        );
+    }
+
+    /// Consumes one failure of `method`, if one is armed.
+    pub(crate) fn take(&mut self, method: GatewayMethod) -> Option<Fault> {
+        let fault = self.armed.get_mut(&method)?;
+        let taken = *fault;
+        fault.remaining = fault.remaining.saturating_sub(1);
+        if fault.remaining == 0 {
+            self.armed.remove(&method);
+        }
+        Some(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_fails_exactly_the_armed_number_of_calls() {
+        let mut faults = Faults::default();
+        faults.arm(
+            GatewayMethod::AlipayClose,
+            FaultCode::AlipayUnknown,
+            true,
+            2,
+        );
+        assert!(faults.take(GatewayMethod::AlipayQuery).is_none());
+        assert!(faults.take(GatewayMethod::AlipayClose).is_some());
+        assert!(faults.take(GatewayMethod::AlipayClose).is_some());
+        assert!(faults.take(GatewayMethod::AlipayClose).is_none());
+    }
+
+    #[test]
+    fn codes_must_belong_to_the_methods_channel() {
+        assert_eq!(
+            FaultCode::for_method(GatewayMethod::AlipayClose, Some("40004")),
+            Some(FaultCode::AlipaySystemError)
+        );
+        assert_eq!(
+            FaultCode::for_method(GatewayMethod::WechatClose, None),
+            Some(FaultCode::WechatSystemError)
+        );
+        assert_eq!(
+            FaultCode::for_method(GatewayMethod::WechatClose, Some("20000")),
+            None
+        );
+        assert_eq!(
+            GatewayMethod::from_name("wechat.query"),
+            Some(GatewayMethod::WechatQuery)
+        );
+        assert_eq!(GatewayMethod::WechatQuery.name(), "wechat.query");
+        assert_eq!(GatewayMethod::from_name("alipay.trade.pay"), None);
+    }
+}

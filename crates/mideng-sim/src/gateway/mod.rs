@@ -1,0 +1,61 @@
+//! The simulated gateways: the merchant-facing HTTP endpoints of each channel.
+//!
+//! - [`alipay`] — the open platform's single `POST /gateway.do`.
+//! - [`wechat`] — WeChat Pay API v3's native create, query and close.
+//!
+//! Both read bounded bodies, verify the merchant before doing anything, answer every client
+//! error the way the channel documents it, and apply state changes through the world's lock.
+
+use axum::body::{Body, Bytes};
+
+use crate::limits::{NOTIFY_URL_BYTES_MAX, OUT_TRADE_NO_BYTES_MAX, REQUEST_BODY_BYTES_MAX};
+
+pub(crate) mod alipay;
+pub(crate) mod wechat;
+
+/// The request body could not be read within [`REQUEST_BODY_BYTES_MAX`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyUnreadable;
+
+/// Reads a request body, refusing more than [`REQUEST_BODY_BYTES_MAX`].
+pub(crate) async fn read_body(body: Body) -> Result<Bytes, BodyUnreadable> {
+    axum::body::to_bytes(body, REQUEST_BODY_BYTES_MAX)
+        .await
+        .map_err(|_| BodyUnreadable)
+}
+
+/// Whether `text` is a merchant order number both channels accept: 1 to 64 letters, digits
+/// and `_ - | *` (the union of the channels' character sets; it also keeps numbers safe in
+/// URL paths).
+pub(crate) fn is_valid_out_trade_no(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= OUT_TRADE_NO_BYTES_MAX
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'|' | b'*'))
+}
+
+/// Whether `text` is a usable notify URL: absolute http or https, at most
+/// [`NOTIFY_URL_BYTES_MAX`] bytes.
+pub(crate) fn is_valid_notify_url(text: &str) -> bool {
+    text.len() <= NOTIFY_URL_BYTES_MAX
+        && reqwest::Url::parse(text)
+            .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_numbers_and_notify_urls_are_checked() {
+        assert!(is_valid_out_trade_no("P20261129000001"));
+        assert!(is_valid_out_trade_no("a_b-c|d*e"));
+        assert!(!is_valid_out_trade_no(""));
+        assert!(!is_valid_out_trade_no("a/b"));
+        assert!(!is_valid_out_trade_no(&"9".repeat(65)));
+        assert!(is_valid_notify_url("http://127.0.0.1:8080/notify"));
+        assert!(!is_valid_notify_url("ftp://127.0.0.1/notify"));
+        assert!(!is_valid_notify_url("/notify"));
+    }
+}

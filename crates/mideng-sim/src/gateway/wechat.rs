@@ -1,0 +1,490 @@
+//! The simulated WeChat Pay API v3: native create, query and close by out-trade-no.
+//!
+//! Every request must carry an `Authorization` header signed by the merchant's key over
+//! [`wechat::request_message`], for this merchant id and certificate serial, with a timestamp
+//! within [`wechat::TIMESTAMP_SKEW_SECS_MAX`] of the channel clock; anything else is 401
+//! `SIGN_ERROR`. Every response, errors included, is signed by the platform key in the
+//! `Wechatpay-*` headers over [`wechat::notify_message`] of its body.
+//!
+//! The timestamp window is also accepted against the host's wall clock: the merchant signs with
+//! its own clock and cannot know that the simulator's runs fast or was advanced, and a fast
+//! clock would otherwise refuse every request seconds after start. A timestamp far from both
+//! is refused.
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use mideng_channel::keys::random_nonce;
+use mideng_channel::{money, wechat};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
+use crate::clock::wall_clock_ms;
+use crate::faults::GatewayMethod;
+use crate::trades::{
+    Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeStatus,
+};
+use crate::{Shared, Simulator};
+
+/// How long a native order stays payable without `time_expire`: its `code_url` is valid 2 h.
+const ORDER_VALIDITY_DEFAULT_MS: i64 = 2 * 60 * 60 * 1000;
+/// Longest description, in characters.
+const DESCRIPTION_CHARS_MAX: usize = 127;
+
+/// A reply before signing.
+struct Reply {
+    status: StatusCode,
+    body: Option<Value>,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Self {
+        Self {
+            status: StatusCode::OK,
+            body: Some(body),
+        }
+    }
+
+    fn no_content() -> Self {
+        Self {
+            status: StatusCode::NO_CONTENT,
+            body: None,
+        }
+    }
+
+    fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: Some(json!({ "code": code, "message": message.into() })),
+        }
+    }
+
+    fn sign_error(message: &str) -> Self {
+        Self::error(StatusCode::UNAUTHORIZED, "SIGN_ERROR", message)
+    }
+
+    fn param_error(message: impl Into<String>) -> Self {
+        Self::error(StatusCode::BAD_REQUEST, "PARAM_ERROR", message)
+    }
+
+    fn system_error() -> Self {
+        Self::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "SYSTEM_ERROR",
+            "系统错误 (simulated failure)",
+        )
+    }
+
+    /// The response with the platform's signature headers.
+    fn into_response(self, shared: &Shared) -> Response {
+        let body = self.body.map(|body| body.to_string()).unwrap_or_default();
+        let timestamp = shared.clock.now_ms().div_euclid(1000).to_string();
+        let nonce = random_nonce(32);
+        let Ok(signature) = shared
+            .config
+            .wechat_platform_key
+            .sign(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())
+        else {
+            tracing::error!("the WeChat Pay platform key failed to sign a response");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let mut response = (self.status, body).into_response();
+        let headers = response.headers_mut();
+        let signed = [
+            (wechat::HEADER_TIMESTAMP, timestamp),
+            (wechat::HEADER_NONCE, nonce),
+            (wechat::HEADER_SIGNATURE, signature),
+            (
+                wechat::HEADER_SERIAL,
+                shared.config.wechat_platform_serial.clone(),
+            ),
+            ("request-id", random_nonce(32)),
+        ];
+        for (name, value) in signed {
+            // Every value is ASCII (digits, base64, validated serials), so this always succeeds.
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(name, value);
+            }
+        }
+        if self.status != StatusCode::NO_CONTENT {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        response
+    }
+}
+
+/// Checks the `Authorization` header of a request with this method, URI and body.
+fn authenticate(
+    shared: &Shared,
+    method: &str,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &str,
+) -> Result<(), Reply> {
+    let config = &shared.config;
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .ok_or_else(|| Reply::sign_error("Http头Authorization值格式错误: missing"))?;
+    let authorization = wechat::Authorization::parse(header)
+        .map_err(|_| Reply::sign_error("Http头Authorization值格式错误"))?;
+    if authorization.mchid != config.wechat_mchid {
+        return Err(Reply::sign_error("mchid does not match"));
+    }
+    if authorization.serial != config.wechat_merchant_serial {
+        return Err(Reply::sign_error("unknown merchant certificate serial"));
+    }
+    let signed_at_ms = authorization.timestamp.saturating_mul(1000);
+    let skew_max_ms = wechat::TIMESTAMP_SKEW_SECS_MAX.saturating_mul(1000);
+    let near = |now_ms: i64| signed_at_ms.abs_diff(now_ms) <= skew_max_ms.unsigned_abs();
+    if !near(shared.clock.now_ms()) && !near(wall_clock_ms()) {
+        return Err(Reply::sign_error("timestamp is more than 5 minutes off"));
+    }
+    let path_and_query = uri
+        .path_and_query()
+        .map_or_else(|| uri.path(), |path_and_query| path_and_query.as_str());
+    let message = wechat::request_message(
+        method,
+        path_and_query,
+        authorization.timestamp,
+        &authorization.nonce,
+        body,
+    );
+    if !config
+        .wechat_merchant_public_key
+        .verify(message.as_bytes(), &authorization.signature)
+    {
+        return Err(Reply::sign_error("签名错误: the signature does not verify"));
+    }
+    Ok(())
+}
+
+/// Reads a body as UTF-8 text.
+async fn read_text(body: Body) -> Result<String, Reply> {
+    let bytes = read_body(body)
+        .await
+        .map_err(|BodyUnreadable| Reply::param_error("body unreadable or larger than 64 KiB"))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| Reply::param_error("body is not UTF-8"))
+}
+
+/// The out-trade-no of the path, checked.
+fn path_out_trade_no(path: Result<Path<String>, PathRejection>) -> Result<String, Reply> {
+    match path {
+        Ok(Path(out_trade_no)) if is_valid_out_trade_no(&out_trade_no) => Ok(out_trade_no),
+        _ => Err(Reply::param_error(
+            "out_trade_no must be 1 to 64 letters, digits or _-|*",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct NativeRequest {
+    appid: String,
+    mchid: String,
+    description: String,
+    out_trade_no: String,
+    time_expire: Option<String>,
+    notify_url: String,
+    amount: NativeAmount,
+}
+
+#[derive(Deserialize)]
+struct NativeAmount {
+    total: i64,
+    currency: Option<String>,
+}
+
+/// `POST /v3/pay/transactions/native`.
+pub(crate) async fn create_native(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply = match read_text(body).await {
+        Ok(body) => native(shared, &uri, &headers, &body).unwrap_or_else(|reply| reply),
+        Err(reply) => reply,
+    };
+    reply.into_response(shared)
+}
+
+fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result<Reply, Reply> {
+    let config = &shared.config;
+    authenticate(shared, "POST", uri, headers, body)?;
+    let request: NativeRequest = serde_json::from_str(body)
+        .map_err(|error| Reply::param_error(format!("invalid request body: {error}")))?;
+    if request.mchid != config.wechat_mchid {
+        return Err(Reply::param_error("mchid does not match the Authorization"));
+    }
+    if request.appid != config.wechat_appid {
+        return Err(Reply::error(
+            StatusCode::BAD_REQUEST,
+            "APPID_MCHID_NOT_MATCH",
+            "appid和mch_id不匹配",
+        ));
+    }
+    if request.description.is_empty() || request.description.chars().count() > DESCRIPTION_CHARS_MAX
+    {
+        return Err(Reply::param_error(
+            "description must be 1 to 127 characters",
+        ));
+    }
+    if !is_valid_out_trade_no(&request.out_trade_no) {
+        return Err(Reply::param_error(
+            "out_trade_no must be 1 to 64 letters, digits or _-|*",
+        ));
+    }
+    if !is_valid_notify_url(&request.notify_url) {
+        return Err(Reply::param_error(
+            "notify_url must be an http or https URL of at most 256 bytes",
+        ));
+    }
+    if !(money::AMOUNT_FEN_MIN..=money::AMOUNT_FEN_MAX).contains(&request.amount.total) {
+        return Err(Reply::param_error("amount.total out of range"));
+    }
+    if request
+        .amount
+        .currency
+        .as_deref()
+        .is_some_and(|currency| currency != "CNY")
+    {
+        return Err(Reply::param_error("amount.currency must be CNY"));
+    }
+    let expiry = match &request.time_expire {
+        Some(text) => Expiry::At(
+            wechat::parse_rfc3339(text)
+                .ok_or_else(|| Reply::param_error("time_expire must be RFC 3339"))?,
+        ),
+        None => Expiry::AfterStart(ORDER_VALIDITY_DEFAULT_MS),
+    };
+    let out_trade_no = request.out_trade_no.clone();
+    let new = NewTrade {
+        channel: Channel::Wechat,
+        out_trade_no: request.out_trade_no,
+        terms: CreateTerms {
+            amount_fen: request.amount.total,
+            subject: request.description,
+            expiry_text: request.time_expire.unwrap_or_default(),
+        },
+        notify_url: Some(request.notify_url),
+        expiry,
+    };
+    let mut world = shared.settled_world();
+    let now_ms = world.now_ms();
+    if let Some(fault) = world.faults.take(GatewayMethod::WechatNative) {
+        if fault.apply_anyway {
+            let _ = world.trades.create_trade(new, now_ms);
+        }
+        return Err(Reply::system_error());
+    }
+    match world.trades.create_trade(new, now_ms) {
+        Ok(_) => Ok(Reply::ok(json!({
+            "code_url": world
+                .trades
+                .find_trade(&out_trade_no)
+                .map(|trade| trade.pay_code.clone()),
+        }))),
+        Err(CreateRefusal::AlreadyPaid) => Err(Reply::error(
+            StatusCode::FORBIDDEN,
+            "ORDERPAID",
+            "订单已支付",
+        )),
+        Err(CreateRefusal::AlreadyClosed) => Err(Reply::error(
+            StatusCode::BAD_REQUEST,
+            "ORDER_CLOSED",
+            "订单已关闭",
+        )),
+        Err(CreateRefusal::OtherTerms) => Err(Reply::error(
+            StatusCode::FORBIDDEN,
+            "OUT_TRADE_NO_USED",
+            "商户订单号重复",
+        )),
+        Err(CreateRefusal::Full) => Err(Reply::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "SYSTEM_ERROR",
+            "the simulator holds its maximum number of trades",
+        )),
+    }
+}
+
+/// `GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=…`.
+pub(crate) async fn query(
+    State(simulator): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply = query_trade(shared, path, &uri, &headers).unwrap_or_else(|reply| reply);
+    reply.into_response(shared)
+}
+
+fn query_trade(
+    shared: &Shared,
+    path: Result<Path<String>, PathRejection>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Reply, Reply> {
+    authenticate(shared, "GET", uri, headers, "")?;
+    let out_trade_no = path_out_trade_no(path)?;
+    let query: Vec<(String, String)> = serde_urlencoded::from_str(uri.query().unwrap_or_default())
+        .map_err(|_| Reply::param_error("malformed query string"))?;
+    let mchid = query
+        .iter()
+        .find(|(key, _)| key == "mchid")
+        .map(|(_, value)| value.as_str())
+        .ok_or_else(|| Reply::param_error("mchid is required"))?;
+    if mchid != shared.config.wechat_mchid {
+        return Err(Reply::param_error("mchid does not match the Authorization"));
+    }
+    let mut world = shared.settled_world();
+    if world.faults.take(GatewayMethod::WechatQuery).is_some() {
+        return Err(Reply::system_error());
+    }
+    let trade = world
+        .trades
+        .find_trade(&out_trade_no)
+        .filter(|trade| trade.channel == Channel::Wechat)
+        .ok_or_else(|| Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在"))?;
+    Ok(Reply::ok(transaction(shared, trade)))
+}
+
+/// A trade as the query answers it.
+fn transaction(shared: &Shared, trade: &Trade) -> Value {
+    let paid = trade.status.was_paid();
+    let mut amount = json!({
+        "total": trade.terms.amount_fen,
+        "currency": "CNY",
+        "payer_currency": "CNY",
+    });
+    let mut transaction = json!({
+        "appid": shared.config.wechat_appid,
+        "mchid": shared.config.wechat_mchid,
+        "out_trade_no": trade.out_trade_no,
+        "trade_type": "NATIVE",
+        "trade_state": trade_state(trade.status),
+        "trade_state_desc": trade_state_description(trade.status),
+        "attach": "",
+    });
+    if paid {
+        if let Value::Object(fields) = &mut amount {
+            fields.insert("payer_total".to_owned(), json!(trade.terms.amount_fen));
+        }
+        if let Value::Object(fields) = &mut transaction {
+            fields.insert("transaction_id".to_owned(), json!(trade.channel_trade_id));
+            fields.insert("bank_type".to_owned(), json!("OTHERS"));
+            fields.insert(
+                "success_time".to_owned(),
+                json!(trade.paid_at_ms.map(wechat::format_rfc3339)),
+            );
+            fields.insert(
+                "payer".to_owned(),
+                json!({ "openid": "oSimulatedPayer000000000000" }),
+            );
+        }
+    }
+    if let Value::Object(fields) = &mut transaction {
+        fields.insert("amount".to_owned(), amount);
+    }
+    transaction
+}
+
+#[derive(Deserialize)]
+struct CloseRequest {
+    mchid: String,
+}
+
+/// `POST /v3/pay/transactions/out-trade-no/{out_trade_no}/close`.
+pub(crate) async fn close(
+    State(simulator): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply = match read_text(body).await {
+        Ok(body) => close_trade(shared, path, &uri, &headers, &body).unwrap_or_else(|reply| reply),
+        Err(reply) => reply,
+    };
+    reply.into_response(shared)
+}
+
+fn close_trade(
+    shared: &Shared,
+    path: Result<Path<String>, PathRejection>,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &str,
+) -> Result<Reply, Reply> {
+    authenticate(shared, "POST", uri, headers, body)?;
+    let out_trade_no = path_out_trade_no(path)?;
+    let request: CloseRequest = serde_json::from_str(body)
+        .map_err(|error| Reply::param_error(format!("invalid request body: {error}")))?;
+    if request.mchid != shared.config.wechat_mchid {
+        return Err(Reply::param_error("mchid does not match the Authorization"));
+    }
+    let mut world = shared.settled_world();
+    let now_ms = world.now_ms();
+    let fault = world.faults.take(GatewayMethod::WechatClose);
+    if fault.is_some_and(|fault| !fault.apply_anyway) {
+        return Err(Reply::system_error());
+    }
+    let is_wechat_trade = world
+        .trades
+        .find_trade(&out_trade_no)
+        .is_some_and(|trade| trade.channel == Channel::Wechat);
+    // Closing an unknown order answers 204 as well (community reports): the merchant confirms
+    // every close with a query.
+    let result = if is_wechat_trade {
+        world
+            .trades
+            .close_trade(&out_trade_no, CloseCause::Merchant, now_ms)
+            .map(|(_, event)| event)
+    } else {
+        Ok(None)
+    };
+    if let Ok(event) = &result {
+        world.publish(&shared.config, event.clone(), now_ms);
+    }
+    if fault.is_some() {
+        return Err(Reply::system_error());
+    }
+    match result {
+        Ok(_) => Ok(Reply::no_content()),
+        Err(Refusal::Paid | Refusal::Closed) => Err(Reply::error(
+            StatusCode::BAD_REQUEST,
+            "ORDERPAID",
+            "订单已支付",
+        )),
+        Err(Refusal::NotFound | Refusal::NotPaid | Refusal::Expired | Refusal::NotSupported) => {
+            Ok(Reply::no_content())
+        }
+    }
+}
+
+/// WeChat Pay's `trade_state` for a trade status.
+pub(crate) fn trade_state(status: TradeStatus) -> &'static str {
+    match status {
+        TradeStatus::Pending => wechat::STATE_NOTPAY,
+        TradeStatus::Paid | TradeStatus::Finished => wechat::STATE_SUCCESS,
+        TradeStatus::Closed => wechat::STATE_CLOSED,
+        TradeStatus::Refunded => wechat::STATE_REFUND,
+    }
+}
+
+fn trade_state_description(status: TradeStatus) -> &'static str {
+    match status {
+        TradeStatus::Pending => "订单未支付",
+        TradeStatus::Paid | TradeStatus::Finished => "支付成功",
+        TradeStatus::Closed => "订单已关闭",
+        TradeStatus::Refunded => "订单发生过退款",
+    }
+}

@@ -1,0 +1,245 @@
+//! # mideng-sim — an Alipay-like and a WeChat-Pay-like gateway for tests and the storm
+//!
+//! The payment service talks to its channels only over HTTP; this crate is a channel on the
+//! other end of that HTTP, speaking the real protocols (`docs/channels.md`, signed and encrypted
+//! with the `mideng-channel` primitives) so that pointing the service at a real gateway is a
+//! configuration change. On top of the protocol it adds what tests need: a clock that runs fast
+//! or jumps, a buyer to scan and pay, notifies that are lost, doubled, delayed or reordered on
+//! request, failures with unknown outcomes, and a ledger of what it charged.
+//!
+//! ## Components
+//!
+//! - [`config`](SimConfig) — identities and keys of both channels and their merchant.
+//! - `clock` — channel time: `clock_speed` × real time plus explicit advances.
+//! - `trades` — trades, their state machine and the ledger (pure).
+//! - `faults` — armed "fail the next call" faults (pure).
+//! - `notify` — the notify queue and policies (pure), the payload of each channel's notify,
+//!   and the dispatcher task that delivers them.
+//! - `world` — all the state above behind one lock, settled to the clock on every access.
+//! - `gateway::alipay` — `POST /gateway.do`: precreate, query, close.
+//! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query and close by out-trade-no.
+//! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
+//!   clock, notify policies, fail-next.
+//!
+//! ## How data flows
+//!
+//! ```text
+//! merchant ──HTTP──► gateway::{alipay,wechat} ─┐            ┌─► responses, signed
+//!                                              ├─► world ───┤
+//! tests, storm ─HTTP─► control ────────────────┘  (one lock)└─► notify queue ──► dispatcher ──HTTP──► merchant
+//!                                                   ▲                                   │
+//!                                  clock (fast, advanceable) ── wakes ──────────────────┘
+//! ```
+//!
+//! A request is verified (signature, ids, timestamp), then applied to the world in one critical
+//! section: the world is settled to the clock (expired trades close), the transition runs, and
+//! its events become notifies in the queue. The dispatcher sleeps until the next due delivery on
+//! the channel clock, sends it (signed at send time), and records the merchant's answer; an
+//! unacknowledged notify is retried on the channel's schedule.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::routing::{get, post};
+use mideng_channel::keys::PublicKey;
+use mideng_channel::{alipay, wechat};
+use thiserror::Error;
+use tokio::sync::watch;
+
+mod clock;
+mod config;
+mod control;
+mod faults;
+mod gateway;
+mod limits;
+mod notify;
+mod trades;
+mod world;
+
+pub use config::{MerchantKeys, SimConfig};
+
+use clock::SimClock;
+use world::{World, WorldGuard};
+
+/// Why the simulator could not be built.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// A configuration value is unusable.
+    #[error("invalid simulator configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// Fresh keys could not be generated.
+    #[error("RSA key generation failed")]
+    KeyGeneration,
+    /// The HTTP client that delivers notifies could not be built.
+    #[error("the notify HTTP client could not be built")]
+    HttpClient,
+}
+
+/// The simulated channels. Cheap to clone: clones share one state.
+#[derive(Clone)]
+pub struct Simulator {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Simulator")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every handler and the dispatcher share.
+pub(crate) struct Shared {
+    pub(crate) config: SimConfig,
+    pub(crate) clock: SimClock,
+    /// All mutable state. A std mutex: critical sections are short and never span an await.
+    world: Mutex<World>,
+    /// Wakes the dispatcher when deliveries may have become due earlier than it planned.
+    pub(crate) wake: tokio::sync::Notify,
+    /// Delivers notifies.
+    pub(crate) client: reqwest::Client,
+}
+
+impl Shared {
+    /// Locks the world and settles it to the clock.
+    pub(crate) fn settled_world(&self) -> WorldGuard<'_> {
+        // A panic while holding the lock would be a bug in a short, panic-free critical
+        // section; keep serving rather than fail every later request.
+        let mut guard = self.world.lock().unwrap_or_else(PoisonError::into_inner);
+        let now_ms = self.clock.now_ms();
+        guard.settle(&self.config, now_ms);
+        WorldGuard {
+            guard,
+            wake: &self.wake,
+            now_ms,
+        }
+    }
+}
+
+impl Simulator {
+    /// A simulator with an empty world, its clock starting at the host's time.
+    pub fn new(config: SimConfig) -> Result<Self, SimError> {
+        config.validate()?;
+        // reqwest is built without a default TLS provider; notifies go over plain HTTP, but
+        // building the client needs one installed. Another part of the process may have
+        // installed one already, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(limits::DELIVERY_TIMEOUT)
+            // Merchants are reached directly: a proxy from the environment would send the
+            // channel's notifies somewhere else.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(limits::DELIVERIES_IN_FLIGHT_MAX)
+            .build()
+            .map_err(|_| SimError::HttpClient)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                clock: SimClock::new(config.clock_speed),
+                config,
+                world: Mutex::new(World::default()),
+                wake: tokio::sync::Notify::new(),
+                client,
+            }),
+        })
+    }
+
+    /// The gateways and the control API. Serving this router alone delivers no notifies; run
+    /// [`Simulator::dispatch_notifies`] beside it, or use [`Simulator::serve`].
+    pub fn router(&self) -> Router {
+        let out_trade_no_path = format!("{}{{out_trade_no}}", wechat::PATH_OUT_TRADE_NO);
+        Router::new()
+            .route(alipay::GATEWAY_PATH, post(gateway::alipay::gateway))
+            .route(wechat::PATH_NATIVE, post(gateway::wechat::create_native))
+            .route(&out_trade_no_path, get(gateway::wechat::query))
+            .route(
+                &format!("{out_trade_no_path}/close"),
+                post(gateway::wechat::close),
+            )
+            .merge(control::routes())
+            .fallback(control::not_found)
+            .with_state(self.clone())
+    }
+
+    /// Serves the router on `listener` and delivers notifies, until `shutdown` completes.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (stop_sender, stop_receiver) = watch::channel(false);
+        let stop_sender = Arc::new(stop_sender);
+        let dispatcher = tokio::spawn(notify::dispatcher::run_dispatcher(
+            Arc::clone(&self.shared),
+            stop_receiver.clone(),
+        ));
+        let trigger = {
+            let stop_sender = Arc::clone(&stop_sender);
+            tokio::spawn(async move {
+                shutdown.await;
+                stop_sender.send_replace(true);
+            })
+        };
+        let mut server_stop = stop_receiver;
+        let result = axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move {
+                // An error means the sender is gone, which also means stop.
+                let _ = server_stop.wait_for(|stop| *stop).await;
+            })
+            .await;
+        // The server may also have ended on an error: stop the dispatcher either way.
+        stop_sender.send_replace(true);
+        trigger.abort();
+        if let Err(error) = dispatcher.await
+            && error.is_panic()
+        {
+            tracing::error!("the notify dispatcher panicked");
+        }
+        result
+    }
+
+    /// Delivers notifies until `shutdown` completes, for callers that serve
+    /// [`Simulator::router`] themselves. Run at most one per simulator.
+    pub async fn dispatch_notifies(self, shutdown: impl Future<Output = ()> + Send + 'static) {
+        let (stop_sender, stop_receiver) = watch::channel(false);
+        let dispatcher =
+            notify::dispatcher::run_dispatcher(Arc::clone(&self.shared), stop_receiver);
+        tokio::pin!(dispatcher);
+        tokio::select! {
+            () = &mut dispatcher => {}
+            () = shutdown => {
+                stop_sender.send_replace(true);
+                dispatcher.await;
+            }
+        }
+    }
+
+    /// The key that verifies Alipay responses and notifies.
+    pub fn alipay_gateway_public_key(&self) -> PublicKey {
+        self.shared.config.alipay_gateway_key.public_key()
+    }
+
+    /// The key that verifies WeChat Pay responses and notifies.
+    pub fn wechat_platform_public_key(&self) -> PublicKey {
+        self.shared.config.wechat_platform_key.public_key()
+    }
+
+    /// Channel time now, Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.shared.clock.now_ms()
+    }
+
+    /// Moves channel time forward by `seconds` (at most 400 days a call; more is clamped).
+    /// Expired trades close and due notifies go out at once.
+    pub fn advance_clock(&self, seconds: u64) {
+        self.shared
+            .clock
+            .advance(seconds.min(limits::CLOCK_ADVANCE_SECONDS_MAX));
+        drop(self.shared.settled_world());
+        self.shared.wake.notify_one();
+    }
+}

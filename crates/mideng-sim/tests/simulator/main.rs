@@ -1,0 +1,10 @@
+//! The simulator over real HTTP on 127.0.0.1, with the `mideng-channel` primitives playing
+//! the merchant: every gateway method of both channels, signatures both ways, races between
+//! close and pay, the full notify retry schedules under a fast clock, notify policies, unknown
+//! outcomes, expiry, and bad input.
+
+mod alipay_gateway;
+mod control_api;
+mod harness;
+mod notify_policies;
+mod wechat_gateway;
