@@ -1,10 +1,12 @@
 //! `mideng`: the one binary.
 //!
-//! Today it applies the toolkit's migrations (`mideng migrate`) and walks through every
-//! mechanism against a store of your choice (`mideng demo`). The payment service, the channel
-//! simulator, the storm and the bench join it as `serve`, `sim`, `storm` and `bench`.
+//! Today it applies the toolkit's migrations (`mideng migrate`), walks through every mechanism
+//! against a store of your choice (`mideng demo`) and runs the channel simulator standalone
+//! (`mideng sim`). The payment service, the storm and the bench join it as `serve`, `storm` and
+//! `bench`.
 
 mod demo;
+mod sim;
 mod store_url;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +41,18 @@ enum Command {
         #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1000))]
         duplicates: u16,
     },
+    /// Run the Alipay- and WeChat-Pay-like channel simulator.
+    Sim {
+        /// Address to listen on.
+        #[arg(long, env = "MIDENG_SIM_LISTEN", default_value = "127.0.0.1:8090")]
+        listen: std::net::SocketAddr,
+        /// Where the simulator keeps its keys and identities (generated on the first start).
+        #[arg(long, env = "MIDENG_SIM_DATA_DIR", default_value = "data/sim")]
+        data_dir: std::path::PathBuf,
+        /// Channel seconds per real second (1 = real time; 600 = ten channel minutes a second).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        clock_speed: u32,
+    },
 }
 
 #[tokio::main]
@@ -68,6 +82,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "migrations applied"
             );
         }
+        Command::Sim {
+            listen,
+            data_dir,
+            clock_speed,
+        } => sim::run(listen, data_dir, clock_speed).await?,
         Command::Demo { store, duplicates } => {
             let stores = store_url::open(&store).await?;
             demo::run(&store_url::display(&store), stores, usize::from(duplicates)).await?;

@@ -3,6 +3,7 @@
 //! close and pay, the full notify retry schedules under a fast clock, notify policies, unknown
 //! outcomes, expiry, and bad input.
 
+mod adapters;
 mod alipay_gateway;
 mod control_api;
 mod harness;

@@ -1,0 +1,171 @@
+//! `mideng sim`: the channel simulator, standalone.
+//!
+//! Its identities and keys live in a data directory so that a merchant configured against it
+//! keeps working across restarts: generated on the first start, loaded afterwards. Private keys
+//! and the WeChat API v3 key are written owner-readable only and never printed; the command
+//! prints where they are.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use mideng_channel::keys::{PrivateKey, PublicKey};
+use mideng_sim::{SimConfig, Simulator};
+use serde::{Deserialize, Serialize};
+
+/// The non-key parts of the simulator's identity, kept in `sim.json`.
+#[derive(Serialize, Deserialize)]
+struct Identity {
+    alipay_app_id: String,
+    wechat_mchid: String,
+    wechat_appid: String,
+    wechat_merchant_serial: String,
+    wechat_platform_serial: String,
+    wechat_api_v3_key: String,
+}
+
+const FILES: [&str; 4] = [
+    "alipay-merchant-private.pem",
+    "alipay-gateway-private.pem",
+    "wechat-merchant-private.pem",
+    "wechat-platform-private.pem",
+];
+
+/// Writes a file readable by its owner only (keys and the API v3 key are secrets).
+fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    Ok(())
+}
+
+fn read_key(directory: &Path, name: &str) -> anyhow::Result<PrivateKey> {
+    let path = directory.join(name);
+    let pem =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    PrivateKey::from_pem(&pem)
+        .with_context(|| format!("{} is not an RSA private key", path.display()))
+}
+
+fn write_public(directory: &Path, name: &str, key: &PublicKey) -> anyhow::Result<()> {
+    let path = directory.join(name);
+    std::fs::write(&path, key.to_pem()?).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Loads the simulator's configuration from `directory`, generating it on the first start.
+fn load_or_generate(directory: &Path, clock_speed: u32) -> anyhow::Result<SimConfig> {
+    std::fs::create_dir_all(directory)
+        .with_context(|| format!("creating {}", directory.display()))?;
+    let identity_path = directory.join("sim.json");
+    if !identity_path.exists() {
+        tracing::info!(directory = %directory.display(), "generating simulator keys (first start)");
+        let (config, merchant) = SimConfig::generate()?;
+        let keys = [
+            &merchant.alipay_private,
+            &config.alipay_gateway_key,
+            &merchant.wechat_private,
+            &config.wechat_platform_key,
+        ];
+        for (name, key) in FILES.iter().zip(keys) {
+            write_secret(&directory.join(name), &key.to_pem()?)?;
+            write_public(
+                directory,
+                &name.replace("private", "public"),
+                &key.public_key(),
+            )?;
+        }
+        let identity = Identity {
+            alipay_app_id: config.alipay_app_id.clone(),
+            wechat_mchid: config.wechat_mchid.clone(),
+            wechat_appid: config.wechat_appid.clone(),
+            wechat_merchant_serial: config.wechat_merchant_serial.clone(),
+            wechat_platform_serial: config.wechat_platform_serial.clone(),
+            wechat_api_v3_key: config.wechat_api_v3_key.clone(),
+        };
+        write_secret(&identity_path, &serde_json::to_string_pretty(&identity)?)?;
+    }
+    let identity: Identity = serde_json::from_str(&std::fs::read_to_string(&identity_path)?)
+        .with_context(|| format!("{} is not a simulator identity", identity_path.display()))?;
+    Ok(SimConfig {
+        alipay_app_id: identity.alipay_app_id,
+        alipay_merchant_public_key: read_key(directory, FILES[0])?.public_key(),
+        alipay_gateway_key: read_key(directory, FILES[1])?,
+        wechat_mchid: identity.wechat_mchid,
+        wechat_appid: identity.wechat_appid,
+        wechat_merchant_public_key: read_key(directory, FILES[2])?.public_key(),
+        wechat_merchant_serial: identity.wechat_merchant_serial,
+        wechat_platform_key: read_key(directory, FILES[3])?,
+        wechat_platform_serial: identity.wechat_platform_serial,
+        wechat_api_v3_key: identity.wechat_api_v3_key,
+        clock_speed,
+    })
+}
+
+/// Runs the simulator until Ctrl-C.
+pub(crate) async fn run(
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    clock_speed: u32,
+) -> anyhow::Result<()> {
+    let config = load_or_generate(&data_dir, clock_speed)?;
+    let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
+    let simulator = Simulator::new(config)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        %address, alipay_app_id = %app_id, wechat_mchid = %mchid, clock_speed,
+        keys = %data_dir.display(),
+        "channel simulator listening: Alipay at /gateway.do, WeChat Pay at /v3/pay/transactions, control at /sim/"
+    );
+    let shutdown = async {
+        // Ctrl-C failing to install leaves no way to stop but a signal; treat it as a stop.
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    simulator.serve(listener, shutdown).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_generated_once_then_loaded_and_secrets_are_private() {
+        let directory =
+            std::env::temp_dir().join(format!("mideng-sim-keys-{}", std::process::id()));
+        let first = load_or_generate(&directory, 1).expect("generated");
+        let second = load_or_generate(&directory, 60).expect("loaded");
+        assert_eq!(
+            first.alipay_gateway_key.public_key(),
+            second.alipay_gateway_key.public_key()
+        );
+        assert_eq!(first.wechat_api_v3_key, second.wechat_api_v3_key);
+        assert_eq!(second.clock_speed, 60);
+        use std::os::unix::fs::PermissionsExt;
+        for secret in [
+            "sim.json",
+            "alipay-gateway-private.pem",
+            "wechat-merchant-private.pem",
+        ] {
+            let mode = std::fs::metadata(directory.join(secret))
+                .expect("exists")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{secret} is readable by its owner only");
+        }
+        assert!(
+            directory.join("alipay-gateway-public.pem").exists(),
+            "the merchant's half is written out"
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+}

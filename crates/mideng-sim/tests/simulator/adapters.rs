@@ -1,0 +1,311 @@
+//! The service's channel adapters against the simulator over real HTTP: every method of both
+//! channels through the `Channel` trait, notifies verified by the adapters, and the scenarios
+//! of docs/channels.md as the merchant sees them (close refused because the buyer paid, query
+//! and close before the scan, duplicate and lost notifies, unknown outcomes).
+
+use std::time::Duration;
+
+use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::{
+    Channel, ChannelError, CreateTrade, NotifiedState, RawNotify, TradeState,
+};
+use serde_json::json;
+
+use crate::harness::{
+    ALIPAY_APP_ID, API_V3_KEY, MERCHANT_SERIAL, Merchant, Received, TestSim, WECHAT_APPID,
+    WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
+};
+
+fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
+    Box::new(
+        AlipayChannel::new(AlipayConfig {
+            gateway_url: format!("{}/gateway.do", sim.base),
+            app_id: ALIPAY_APP_ID.to_owned(),
+            seller_id: None,
+            merchant_key: merchant_key().clone(),
+            gateway_public_key: channel_public_key(),
+            notify_url: merchant.url.clone(),
+        })
+        .expect("adapter"),
+    )
+}
+
+fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
+    Box::new(
+        WechatChannel::new(WechatConfig {
+            base_url: sim.base.clone(),
+            mchid: WECHAT_MCHID.to_owned(),
+            appid: WECHAT_APPID.to_owned(),
+            merchant_serial: MERCHANT_SERIAL.to_owned(),
+            merchant_key: merchant_key().clone(),
+            platform_public_key: channel_public_key(),
+            api_v3_key: API_V3_KEY.to_owned(),
+            notify_url: merchant.url.clone(),
+        })
+        .expect("adapter"),
+    )
+}
+
+fn trade(out_trade_no: &str) -> CreateTrade {
+    CreateTrade {
+        out_trade_no: out_trade_no.to_owned(),
+        amount_fen: 46000,
+        subject: "订单 1001".to_owned(),
+        expires_at_ms: wall_clock_ms() + 30 * 60 * 1000,
+    }
+}
+
+fn raw(received: &Received) -> RawNotify {
+    RawNotify {
+        headers: received
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    value.to_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect(),
+        body: received.body.as_bytes().to_vec(),
+    }
+}
+
+fn paid(state: &TradeState) -> bool {
+    matches!(state, TradeState::Paid(payment) if payment.amount_fen == 46000 && !payment.channel_trade_no.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alipay_round_trip_through_the_adapter() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::alipay_acknowledging().await;
+    let channel = alipay(&sim, &merchant);
+
+    let created = channel
+        .create_trade(&trade("PA1"))
+        .await
+        .expect("precreate");
+    assert!(!created.pay_url.is_empty());
+    assert_eq!(
+        channel
+            .create_trade(&trade("PA1"))
+            .await
+            .expect("same parameters again"),
+        created,
+        "idempotent at the channel"
+    );
+    // Scenario 3: before the buyer scans, the channel has no such trade; a close cannot close it.
+    assert_eq!(
+        channel.query_trade("PA1").await.expect("query"),
+        TradeState::NotFound
+    );
+    assert_eq!(
+        channel.close_trade("PA1").await.expect("close"),
+        TradeState::NotFound
+    );
+
+    sim.pay("PA1").await;
+    assert!(paid(&channel.query_trade("PA1").await.expect("query")));
+    let notify = &merchant.wait_for(1).await[0];
+    let verified = channel
+        .verify_notify(&raw(notify))
+        .expect("the adapter accepts the simulator's notify");
+    assert_eq!(
+        (verified.out_trade_no.as_str(), verified.amount_fen),
+        ("PA1", 46000)
+    );
+    assert!(matches!(verified.state, NotifiedState::Paid(_)));
+    assert_eq!(verified.check_against(Some(46000)), Ok(()));
+
+    // Scenario 1: a close after the buyer paid reports the payment, never a closed trade.
+    assert!(paid(&channel.close_trade("PA1").await.expect("close")));
+
+    channel
+        .create_trade(&trade("PA2"))
+        .await
+        .expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PA2/scan", None)
+        .await;
+    assert_eq!(
+        channel.query_trade("PA2").await.expect("query"),
+        TradeState::Pending
+    );
+    assert_eq!(
+        channel.close_trade("PA2").await.expect("close"),
+        TradeState::Closed
+    );
+    assert_eq!(
+        channel.query_trade("PA2").await.expect("query"),
+        TradeState::Closed
+    );
+    let rejected = channel.create_trade(&trade("PA2")).await;
+    assert!(
+        matches!(rejected, Err(ChannelError::Rejected { ref sub_code, .. }) if sub_code == "ACQ.TRADE_HAS_CLOSE"),
+        "{rejected:?}"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wechat_round_trip_through_the_adapter() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let channel = wechat(&sim, &merchant);
+
+    assert!(
+        channel
+            .create_trade(&trade("PW1"))
+            .await
+            .expect("native")
+            .pay_url
+            .starts_with("weixin://")
+    );
+    assert_eq!(
+        channel.query_trade("PW1").await.expect("query"),
+        TradeState::Pending
+    );
+    assert_eq!(
+        channel
+            .close_trade("PW1")
+            .await
+            .expect("close, confirmed by a query"),
+        TradeState::Closed
+    );
+    assert_eq!(
+        channel.query_trade("NEVER-CREATED").await.expect("query"),
+        TradeState::NotFound
+    );
+
+    channel.create_trade(&trade("PW2")).await.expect("native");
+    sim.pay("PW2").await;
+    let notify = &merchant.wait_for(1).await[0];
+    let verified = channel
+        .verify_notify(&raw(notify))
+        .expect("the adapter accepts and decrypts the notify");
+    assert_eq!(
+        (verified.out_trade_no.as_str(), verified.amount_fen),
+        ("PW2", 46000)
+    );
+    assert!(matches!(verified.state, NotifiedState::Paid(_)));
+    assert!(paid(&channel.query_trade("PW2").await.expect("query")));
+    // ORDERPAID: the close lost the race; the adapter reports the payment.
+    assert!(paid(&channel.close_trade("PW2").await.expect("close")));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_outcomes_are_reported_as_unknown_and_resolved_by_a_query() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::alipay_acknowledging().await;
+    let channel = alipay(&sim, &merchant);
+    channel
+        .create_trade(&trade("PU1"))
+        .await
+        .expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PU1/scan", None)
+        .await;
+
+    // Scenario 6: the channel closed the trade but the answer was lost.
+    sim.fail_next(json!({ "method": "alipay.trade.close", "code": "20000", "apply_anyway": true }))
+        .await;
+    let lost = channel.close_trade("PU1").await;
+    assert!(
+        matches!(lost, Err(ChannelError::OutcomeUnknown(_))),
+        "{lost:?}"
+    );
+    assert_eq!(
+        channel.query_trade("PU1").await.expect("query"),
+        TradeState::Closed,
+        "the query finds what happened"
+    );
+
+    channel
+        .create_trade(&trade("PU2"))
+        .await
+        .expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PU2/scan", None)
+        .await;
+    sim.fail_next(
+        json!({ "method": "alipay.trade.close", "code": "40004", "apply_anyway": false }),
+    )
+    .await;
+    assert!(
+        matches!(
+            channel.close_trade("PU2").await,
+            Err(ChannelError::OutcomeUnknown(_))
+        ),
+        "ACQ.SYSTEM_ERROR is unknown too"
+    );
+    assert_eq!(
+        channel.query_trade("PU2").await.expect("query"),
+        TradeState::Pending,
+        "this time nothing was applied"
+    );
+
+    let wechat_merchant = Merchant::wechat_acknowledging().await;
+    let wechat = wechat(&sim, &wechat_merchant);
+    wechat.create_trade(&trade("PU3")).await.expect("native");
+    sim.fail_next(json!({ "method": "wechat.query" })).await;
+    assert!(
+        matches!(
+            wechat.query_trade("PU3").await,
+            Err(ChannelError::OutcomeUnknown(_))
+        ),
+        "a 5xx is unknown"
+    );
+    assert_eq!(
+        wechat.query_trade("PU3").await.expect("query"),
+        TradeState::Pending
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_notifies_carry_one_id_and_a_lost_one_is_found_by_query() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::alipay_acknowledging().await;
+    let channel = alipay(&sim, &merchant);
+
+    // Scenario 4: the same notify twice, at once.
+    channel
+        .create_trade(&trade("PD1"))
+        .await
+        .expect("precreate");
+    sim.set_policy(json!({ "mode": "concurrent", "out_trade_no": "PD1" }))
+        .await;
+    sim.pay("PD1").await;
+    let copies = merchant.wait_for(2).await;
+    let ids: Vec<String> = copies
+        .iter()
+        .map(|copy| {
+            channel
+                .verify_notify(&raw(copy))
+                .expect("each copy verifies")
+                .notify_id
+        })
+        .collect();
+    assert_eq!(
+        ids[0], ids[1],
+        "duplicates share the notify id: the channel key to deduplicate on"
+    );
+
+    // Scenario 5: a notify lost for good; only a query finds the payment.
+    channel
+        .create_trade(&trade("PD2"))
+        .await
+        .expect("precreate");
+    sim.set_policy(json!({ "mode": "drop", "out_trade_no": "PD2" }))
+        .await;
+    sim.pay("PD2").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        merchant
+            .received()
+            .iter()
+            .all(|notify| !notify.body.contains("PD2")),
+        "nothing arrived"
+    );
+    assert!(paid(&channel.query_trade("PD2").await.expect("query")));
+    sim.stop().await;
+}
