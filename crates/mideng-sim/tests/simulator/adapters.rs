@@ -309,3 +309,62 @@ async fn duplicate_notifies_carry_one_id_and_a_lost_one_is_found_by_query() {
     assert!(paid(&channel.query_trade("PD2").await.expect("query")));
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_takes_payment_until_its_own_expiry_and_a_late_notify_still_verifies() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::alipay_acknowledging().await;
+    let channel = alipay(&sim, &merchant);
+
+    // Scenario 2: the merchant gave up on the payment locally after 45 s, but the channel's
+    // expiry is 60 s: a buyer paying at 50 s is charged, and the success arrives "late".
+    let mut late = trade("PL1");
+    late.expires_at_ms = sim.simulator.now_ms() + 60_000;
+    channel.create_trade(&late).await.expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PL1/scan", None)
+        .await;
+    sim.advance(50).await;
+    sim.pay("PL1").await;
+    let notify = &merchant.wait_for(1).await[0];
+    assert!(matches!(
+        channel.verify_notify(&raw(notify)).expect("verifies").state,
+        NotifiedState::Paid(_)
+    ));
+
+    // Past the channel's own expiry the buyer can no longer pay: the trade closed itself.
+    let mut expired = trade("PL2");
+    expired.expires_at_ms = sim.simulator.now_ms() + 60_000;
+    channel.create_trade(&expired).await.expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PL2/scan", None)
+        .await;
+    sim.advance(61).await;
+    let (status, _) = sim
+        .control(reqwest::Method::POST, "/sim/trades/PL2/pay", None)
+        .await;
+    assert_eq!(status, 409, "an expired trade cannot be paid");
+    assert_eq!(
+        channel.query_trade("PL2").await.expect("query"),
+        TradeState::Closed
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notify_can_arrive_after_a_query_already_settled_the_payment() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let channel = wechat(&sim, &merchant);
+    channel.create_trade(&trade("PQ1")).await.expect("native");
+    sim.set_policy(json!({ "mode": "delay", "out_trade_no": "PQ1", "delay_seconds": 120 }))
+        .await;
+    sim.pay("PQ1").await;
+    // The merchant's reconciliation queries first and settles the payment …
+    assert!(paid(&channel.query_trade("PQ1").await.expect("query")));
+    assert!(merchant.received().is_empty(), "the notify is still held");
+    // … and the notify comes afterwards, still genuine: the consumer must treat it as a duplicate.
+    sim.advance(121).await;
+    let notify = &merchant.wait_for(1).await[0];
+    let verified = channel.verify_notify(&raw(notify)).expect("verifies");
+    assert_eq!(verified.out_trade_no, "PQ1");
+    sim.stop().await;
+}
