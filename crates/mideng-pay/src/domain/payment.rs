@@ -1,0 +1,121 @@
+//! Payment attempts: one per call to a channel for an order, and their state machine.
+//!
+//! ```text
+//! PENDING ─► PAID
+//!    ├─────► CLOSED
+//!    └─────► FAILED
+//! ```
+//!
+//! At most one attempt per order is PENDING at any time and at most one is ever PAID; the
+//! database enforces the first with a partial unique constraint and the second with a unique
+//! paid-order key, whatever races the application loses. The success flow moves the payment
+//! and its order together, in one local transaction.
+
+use mideng::state::StateMachine;
+use serde::Serialize;
+use thiserror::Error;
+
+/// A payment attempt's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentStatus {
+    /// Created at the channel, waiting for the buyer.
+    Pending,
+    /// Paid: the channel charged the buyer.
+    Paid,
+    /// Closed unpaid (by the merchant, by expiry or by reconciliation).
+    Closed,
+    /// The channel refused the attempt.
+    Failed,
+}
+
+impl StateMachine for PaymentStatus {
+    const KIND: &'static str = "payment";
+    const TRANSITIONS: &'static [(Self, Self)] = &[
+        (PaymentStatus::Pending, PaymentStatus::Paid),
+        (PaymentStatus::Pending, PaymentStatus::Closed),
+        (PaymentStatus::Pending, PaymentStatus::Failed),
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            PaymentStatus::Pending => "PENDING",
+            PaymentStatus::Paid => "PAID",
+            PaymentStatus::Closed => "CLOSED",
+            PaymentStatus::Failed => "FAILED",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [
+            PaymentStatus::Pending,
+            PaymentStatus::Paid,
+            PaymentStatus::Closed,
+            PaymentStatus::Failed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+}
+
+/// The channels a payment can go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelName {
+    /// Alipay.
+    Alipay,
+    /// WeChat Pay.
+    Wechat,
+}
+
+/// A channel name that is not one of ours.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("channel must be alipay or wechat")]
+pub struct ChannelNameError;
+
+impl ChannelName {
+    /// Parses `alipay` or `wechat`.
+    pub fn parse(text: &str) -> Result<Self, ChannelNameError> {
+        match text {
+            "alipay" => Ok(ChannelName::Alipay),
+            "wechat" => Ok(ChannelName::Wechat),
+            _ => Err(ChannelNameError),
+        }
+    }
+
+    /// `alipay` or `wechat`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelName::Alipay => "alipay",
+            ChannelName::Wechat => "wechat",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pending_payment_moves() {
+        use PaymentStatus::*;
+        for to in [Paid, Closed, Failed] {
+            assert!(PaymentStatus::allows(Pending, to));
+        }
+        for from in [Paid, Closed, Failed] {
+            for to in [Pending, Paid, Closed, Failed] {
+                assert!(!PaymentStatus::allows(from, to), "{from:?} -> {to:?}");
+            }
+        }
+        for status in [Pending, Paid, Closed, Failed] {
+            assert_eq!(PaymentStatus::parse(status.as_str()), Some(status));
+        }
+    }
+
+    #[test]
+    fn channels_are_named_exactly() {
+        assert_eq!(ChannelName::parse("alipay"), Ok(ChannelName::Alipay));
+        assert_eq!(ChannelName::parse("wechat"), Ok(ChannelName::Wechat));
+        assert_eq!(ChannelName::parse("Alipay"), Err(ChannelNameError));
+    }
+}
