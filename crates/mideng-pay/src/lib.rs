@@ -8,5 +8,7 @@
 //!
 //! - [`domain`] — the rules, without I/O: money, identifiers, the order and payment state
 //!   machines, wallet arithmetic, payment numbers.
+//! - [`db`] — the schema per SQL dialect, holding the invariants a database can hold.
 
+pub mod db;
 pub mod domain;

@@ -934,20 +934,37 @@ macro_rules! on_conflict_statements {
 }
 pub(crate) use on_conflict_statements;
 
-/// Builds the toolkit's migrator for one dialect. Its bookkeeping table is `mideng_migrations`,
-/// so it never mixes with an application's own sqlx migrations in the same database.
-pub(crate) fn migrator(sql: &'static str) -> sqlx::migrate::Migrator {
+/// Builds a migrator from versioned SQL scripts, keeping its bookkeeping in `table` so that it
+/// never mixes with another migrator's in the same database (the toolkit uses
+/// `mideng_migrations`; an application on the toolkit picks its own). Each script is
+/// `(version, description, sql)`.
+pub fn versioned_migrator(
+    table: &'static str,
+    scripts: &[(i64, &'static str, &'static str)],
+) -> sqlx::migrate::Migrator {
     use sqlx::SqlSafeStr;
     use sqlx::migrate::{Migration, MigrationType, Migrator};
-    let mut migrator = Migrator::with_migrations(vec![Migration::new(
-        1,
-        "toolkit".into(),
-        MigrationType::Simple,
-        sql.into_sql_str(),
-        false,
-    )]);
-    migrator.dangerous_set_table_name("mideng_migrations");
+    let mut migrator = Migrator::with_migrations(
+        scripts
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    );
+    migrator.dangerous_set_table_name(table);
     migrator
+}
+
+/// The toolkit's own migrator for one dialect.
+pub(crate) fn migrator(sql: &'static str) -> sqlx::migrate::Migrator {
+    versioned_migrator("mideng_migrations", &[(1, "toolkit", sql)])
 }
 
 /// Pool settings shared by the SQL stores.

@@ -1,0 +1,62 @@
+//! Storage of the service, per SQL dialect.
+//!
+//! The schema lives in `migrations/<dialect>/`. Each dialect holds the invariants of
+//! `docs/design.md` §5 that a database can hold: one PENDING and at most one PAID payment per
+//! order (partial unique indexes; on MySQL, generated flags under unique indexes), balances
+//! never negative (CHECK), one debit per user + order, one grant per payment. The service's
+//! bookkeeping table is `mideng_pay_migrations`, apart from the toolkit's.
+
+use mideng::store::sql::versioned_migrator;
+use mideng::{StoreError, sqlx};
+
+/// Where the service records which of its migrations ran.
+const MIGRATIONS_TABLE: &str = "mideng_pay_migrations";
+
+fn failed(error: sqlx::migrate::MigrateError) -> StoreError {
+    StoreError::Backend(Box::new(error))
+}
+
+/// Creates or upgrades the service's tables on PostgreSQL.
+pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
+    versioned_migrator(
+        MIGRATIONS_TABLE,
+        &[(
+            1,
+            "service",
+            include_str!("../../migrations/postgres/0001_service.sql"),
+        )],
+    )
+    .run(pool)
+    .await
+    .map_err(failed)
+}
+
+/// Creates or upgrades the service's tables on MySQL or MariaDB.
+pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
+    versioned_migrator(
+        MIGRATIONS_TABLE,
+        &[(
+            1,
+            "service",
+            include_str!("../../migrations/mysql/0001_service.sql"),
+        )],
+    )
+    .run(pool)
+    .await
+    .map_err(failed)
+}
+
+/// Creates or upgrades the service's tables on SQLite.
+pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
+    versioned_migrator(
+        MIGRATIONS_TABLE,
+        &[(
+            1,
+            "service",
+            include_str!("../../migrations/sqlite/0001_service.sql"),
+        )],
+    )
+    .run(pool)
+    .await
+    .map_err(failed)
+}
