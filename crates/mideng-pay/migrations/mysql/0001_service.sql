@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS pay_orders (
     currency             VARCHAR(3)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     status               VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     entitlement_sku      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    entitlement_quantity INT         NULL CHECK (entitlement_quantity > 0),
+    entitlement_quantity BIGINT      NULL CHECK (entitlement_quantity > 0),
     fingerprint          CHAR(64)    CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     version              BIGINT      NOT NULL DEFAULT 0,
     created_at           BIGINT      NOT NULL,
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS pay_grants (
     payment_no VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL UNIQUE,
     order_id   VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     sku        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    quantity   INT         NOT NULL CHECK (quantity > 0),
+    quantity   BIGINT      NOT NULL CHECK (quantity > 0),
     created_at BIGINT      NOT NULL,
     KEY pay_grants_user (tenant_id, user_id)
 ) ENGINE = InnoDB;

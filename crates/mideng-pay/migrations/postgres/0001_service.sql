@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS pay_orders (
     currency             VARCHAR(3)  NOT NULL,
     status               VARCHAR(16) NOT NULL,
     entitlement_sku      VARCHAR(64),
-    entitlement_quantity INTEGER     CHECK (entitlement_quantity > 0),
+    entitlement_quantity BIGINT      CHECK (entitlement_quantity > 0),
     fingerprint          VARCHAR(64) NOT NULL,
     version              BIGINT      NOT NULL DEFAULT 0,
     created_at           BIGINT      NOT NULL,
@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS pay_grants (
     payment_no VARCHAR(64) NOT NULL UNIQUE,
     order_id   VARCHAR(64) NOT NULL,
     sku        VARCHAR(64) NOT NULL,
-    quantity   INTEGER     NOT NULL CHECK (quantity > 0),
+    quantity   BIGINT      NOT NULL CHECK (quantity > 0),
     created_at BIGINT      NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pay_grants_user ON pay_grants (tenant_id, user_id);

@@ -6,6 +6,11 @@
 //! never negative (CHECK), one debit per user + order, one grant per payment. The service's
 //! bookkeeping table is `mideng_pay_migrations`, apart from the toolkit's.
 
+pub mod payments;
+mod statements;
+
+pub use statements::{PayDialect, PayStatements};
+
 use mideng::store::sql::versioned_migrator;
 use mideng::{StoreError, sqlx};
 
@@ -31,19 +36,19 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
     .map_err(failed)
 }
 
-/// Creates or upgrades the service's tables on MySQL or MariaDB.
+/// Creates or upgrades the service's tables on MySQL or MariaDB, serialised across instances
+/// (see `mideng::store::sql::mysql::migrate_serialized`: sqlx's own lock does not hold on
+/// MariaDB).
 pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
-    versioned_migrator(
+    let migrator = versioned_migrator(
         MIGRATIONS_TABLE,
         &[(
             1,
             "service",
             include_str!("../../migrations/mysql/0001_service.sql"),
         )],
-    )
-    .run(pool)
-    .await
-    .map_err(failed)
+    );
+    mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
 }
 
 /// Creates or upgrades the service's tables on SQLite.

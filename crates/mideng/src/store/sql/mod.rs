@@ -47,27 +47,40 @@ use crate::record::{
 use crate::state::StateStore;
 use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
 
-/// A bound parameter.
+/// A bound parameter of the dialect-generic port. Applications on the toolkit may use the port
+/// ([`SqlConn`], [`SqlRow`], [`Arg`]) to write their own storage once for every dialect.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Arg<'a> {
+pub enum Arg<'a> {
+    /// An integer.
     Int(i64),
+    /// Text.
     Text(&'a str),
+    /// A nullable integer.
     OptInt(Option<i64>),
+    /// Nullable text.
     OptText(Option<&'a str>),
+    /// Nullable bytes.
     OptBytes(Option<&'a [u8]>),
 }
 
 /// Typed access to a result row by column position.
-pub(crate) trait SqlRow: Send {
+pub trait SqlRow: Send {
+    /// A non-null integer column.
     fn int(&self, index: usize) -> Result<i64, sqlx::Error>;
+    /// A non-null text column.
     fn text(&self, index: usize) -> Result<String, sqlx::Error>;
+    /// A nullable integer column.
     fn opt_int(&self, index: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// A nullable text column.
     fn opt_text(&self, index: usize) -> Result<Option<String>, sqlx::Error>;
+    /// A nullable bytes column.
     fn opt_bytes(&self, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
 }
 
-/// The two operations the engine needs from a connection.
-pub(crate) trait SqlConn: Send {
+/// The two operations the engine needs from a connection, implemented for the connection type
+/// of every dialect (so also for a transaction, through `&mut *transaction`).
+pub trait SqlConn: Send {
+    /// The driver's row type.
     type Row: SqlRow;
     /// Runs a statement; returns the affected-row count as the driver reports it.
     fn run<'a>(
@@ -218,7 +231,6 @@ pub struct Statements {
 /// What differs between PostgreSQL, MySQL/MariaDB and SQLite.
 pub trait Dialect: Send + Sync + 'static {
     /// The sqlx driver.
-    #[allow(private_bounds)]
     type Db: Database<Connection: SqlConn>;
     /// Name for logs.
     const NAME: &'static str;
@@ -256,7 +268,9 @@ impl<D: Dialect> std::fmt::Debug for SqlStore<D> {
     }
 }
 
-pub(crate) fn store_error<D: Dialect>(error: sqlx::Error) -> StoreError {
+/// Classifies a driver error of dialect `D`: conflicts (deadlocks, serialization failures, a
+/// busy file) and unreachable servers become the transient [`StoreError`] variants.
+pub fn store_error<D: Dialect>(error: sqlx::Error) -> StoreError {
     match D::classify(&error) {
         Failure::Conflict => StoreError::Conflict(error.to_string()),
         Failure::Unavailable => StoreError::Unavailable(error.to_string()),

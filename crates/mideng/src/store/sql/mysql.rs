@@ -98,9 +98,46 @@ impl MySqlStore {
 
     /// Creates or upgrades the toolkit's tables; safe to run concurrently from many instances.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(include_str!("../../../migrations/mysql/0001_toolkit.sql"))
-            .run(self.pool())
-            .await
-            .map_err(|error| StoreError::Backend(Box::new(error)))
+        migrate_serialized(
+            self.pool(),
+            super::migrator(include_str!("../../../migrations/mysql/0001_toolkit.sql")),
+        )
+        .await
     }
+}
+
+/// Name of the lock that serialises migrations of every migrator of this project.
+const MIGRATION_LOCK: &str = "mideng.migrations";
+/// How long a starting instance waits for another one's migrations.
+const MIGRATION_LOCK_WAIT_SECS: i64 = 120;
+
+/// Runs `migrator` on MySQL or MariaDB so that concurrent runs (instances starting together)
+/// take turns. sqlx's own lock asks `GET_LOCK(name, -1)`, which MySQL reads as "wait forever"
+/// but MariaDB answers with NULL at once, so two first starts would both apply the same
+/// migration. Here the lock has a positive timeout, is checked, and the migrator runs on the
+/// connection that holds it.
+pub async fn migrate_serialized(
+    pool: &sqlx::MySqlPool,
+    mut migrator: sqlx::migrate::Migrator,
+) -> Result<(), StoreError> {
+    migrator.set_locking(false);
+    let mut connection = pool.acquire().await.map_err(store_error::<MySqlDialect>)?;
+    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+        .bind(MIGRATION_LOCK)
+        .bind(MIGRATION_LOCK_WAIT_SECS)
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(store_error::<MySqlDialect>)?;
+    if locked != Some(1) {
+        return Err(StoreError::Conflict(format!(
+            "another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECS} s"
+        )));
+    }
+    let outcome = migrator.run(&mut *connection).await;
+    // Released on disconnect too; an explicit release lets the next instance go at once.
+    let _released = sqlx::query("SELECT RELEASE_LOCK(?)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *connection)
+        .await;
+    outcome.map_err(|error| StoreError::Backend(Box::new(error)))
 }

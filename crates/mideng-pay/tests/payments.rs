@@ -1,0 +1,358 @@
+//! The service's storage under races, on every SQL dialect: many concurrent creations for one
+//! order make one pending payment; many concurrent success notifies make one PAID transition and
+//! move the order once; a wrong amount or a closed payment changes nothing.
+
+use std::time::Duration;
+
+use mideng::StoreError;
+use mideng::clock::now_ms;
+use mideng::store::sql::{PoolSettings, SqlStore};
+use mideng_pay::db::PayDialect;
+use mideng_pay::db::payments::{
+    OrderInsert, OrderRow, PaymentInsert, PaymentRow, SuccessOutcome, apply_success, find_order,
+    find_payment, insert_order, insert_pending_payment, transition_order,
+};
+use mideng_pay::domain::order::OrderStatus;
+use mideng_pay::domain::payment::PaymentStatus;
+
+const TASKS: usize = 16;
+
+fn unique(prefix: &str) -> String {
+    let mut bytes = [0_u8; 6];
+    getrandom::fill(&mut bytes).expect("random");
+    format!("{prefix}-{}", hex::encode(bytes))
+}
+
+/// Runs `$work` (using `$connection`) in a write transaction, retrying transient conflicts as
+/// the service does.
+macro_rules! in_transaction {
+    ($store:expr, |$connection:ident| $work:expr) => {{
+        let mut attempt = 0;
+        loop {
+            let outcome = async {
+                let mut transaction = $store.begin_write().await?;
+                let $connection = &mut *transaction;
+                let value = $work.await?;
+                transaction
+                    .commit()
+                    .await
+                    .map_err(|error| StoreError::Backend(Box::new(error)))?;
+                Ok::<_, StoreError>(value)
+            }
+            .await;
+            match outcome {
+                Err(StoreError::Conflict(_)) if attempt < 20 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(2 * attempt)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+fn order(tenant: &str, order_id: &str) -> OrderRow {
+    OrderRow {
+        tenant_id: tenant.to_owned(),
+        order_id: order_id.to_owned(),
+        user_id: "u1".to_owned(),
+        amount_fen: 46000,
+        currency: "CNY".to_owned(),
+        status: OrderStatus::Created,
+        entitlement_sku: Some("vip-30d".to_owned()),
+        entitlement_quantity: Some(1),
+        fingerprint: "f".repeat(64),
+        version: 0,
+    }
+}
+
+fn payment(tenant: &str, order_id: &str) -> PaymentRow {
+    PaymentRow {
+        payment_no: unique("P"),
+        tenant_id: tenant.to_owned(),
+        order_id: order_id.to_owned(),
+        channel: "alipay".to_owned(),
+        amount_fen: 46000,
+        currency: "CNY".to_owned(),
+        status: PaymentStatus::Pending,
+        pay_url: Some("https://qr.example/abc".to_owned()),
+        expires_at_ms: now_ms() + 30 * 60 * 1000,
+        channel_trade_no: None,
+        paid_at_ms: None,
+        created_at_ms: now_ms(),
+    }
+}
+
+async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: SqlStore<D>) {
+    let tenant = unique("t");
+    let created = in_transaction!(store, |connection| insert_order::<D>(
+        connection,
+        &order(&tenant, "o1"),
+        now_ms()
+    ))
+    .expect("order");
+    assert_eq!(created, OrderInsert::Created);
+    let again = in_transaction!(store, |connection| insert_order::<D>(
+        connection,
+        &order(&tenant, "o1"),
+        now_ms()
+    ))
+    .expect("order");
+    assert!(
+        matches!(again, OrderInsert::Existing(ref existing) if existing.fingerprint == "f".repeat(64))
+    );
+
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (store, attempt) = (store.clone(), payment(&tenant, "o1"));
+            tokio::spawn(async move {
+                let outcome = in_transaction!(store, |connection| insert_pending_payment::<D>(
+                    connection,
+                    &attempt,
+                    now_ms()
+                ));
+                (attempt.payment_no, outcome)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut returned = Vec::new();
+    for task in tasks {
+        let (payment_no, outcome) = task.await.expect("task");
+        match outcome.expect("never an error, duplicates included") {
+            PaymentInsert::Created => winners.push(payment_no),
+            PaymentInsert::ExistingPending(existing) => returned.push(existing.payment_no),
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one pending payment for {TASKS} concurrent creations"
+    );
+    assert!(
+        returned.iter().all(|number| *number == winners[0]),
+        "every loser gets the winner's payment"
+    );
+}
+
+async fn concurrent_success_notifies_pay_once<D: PayDialect>(store: SqlStore<D>) {
+    let tenant = unique("t");
+    let attempt = payment(&tenant, "o1");
+    in_transaction!(store, |connection| insert_order::<D>(
+        connection,
+        &order(&tenant, "o1"),
+        now_ms()
+    ))
+    .expect("order");
+    in_transaction!(store, |connection| insert_pending_payment::<D>(
+        connection,
+        &attempt,
+        now_ms()
+    ))
+    .expect("payment");
+
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (store, payment_no) = (store.clone(), attempt.payment_no.clone());
+            tokio::spawn(async move {
+                in_transaction!(store, |connection| apply_success::<D>(
+                    connection,
+                    &payment_no,
+                    "2026112922001400000000000001",
+                    46000,
+                    now_ms(),
+                    now_ms()
+                ))
+            })
+        })
+        .collect();
+    let mut paid = 0;
+    for task in tasks {
+        match task.await.expect("task").expect("no errors") {
+            SuccessOutcome::Paid { order_moved } => {
+                assert!(order_moved);
+                paid += 1;
+            }
+            SuccessOutcome::AlreadyPaid => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        paid, 1,
+        "one PAID transition for {TASKS} concurrent notifies"
+    );
+    let stored = in_transaction!(store, |connection| find_payment::<D>(
+        connection,
+        &attempt.payment_no,
+        false
+    ))
+    .expect("find")
+    .expect("exists");
+    assert_eq!(stored.status, PaymentStatus::Paid);
+    assert_eq!(
+        stored.channel_trade_no.as_deref(),
+        Some("2026112922001400000000000001")
+    );
+    let order = in_transaction!(store, |connection| find_order::<D>(
+        connection, &tenant, "o1", false
+    ))
+    .expect("find")
+    .expect("exists");
+    assert_eq!(
+        (order.status, order.version),
+        (OrderStatus::Paid, 1),
+        "the order moved once, with its payment"
+    );
+}
+
+async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: PayDialect>(
+    store: SqlStore<D>,
+) {
+    let tenant = unique("t");
+    let attempt = payment(&tenant, "o1");
+    in_transaction!(store, |connection| insert_order::<D>(
+        connection,
+        &order(&tenant, "o1"),
+        now_ms()
+    ))
+    .expect("order");
+    in_transaction!(store, |connection| insert_pending_payment::<D>(
+        connection,
+        &attempt,
+        now_ms()
+    ))
+    .expect("payment");
+
+    let cheap = in_transaction!(store, |connection| apply_success::<D>(
+        connection,
+        &attempt.payment_no,
+        "T",
+        1,
+        now_ms(),
+        now_ms()
+    ))
+    .expect("apply");
+    assert_eq!(cheap, SuccessOutcome::AmountMismatch);
+    let unknown = in_transaction!(store, |connection| apply_success::<D>(
+        connection,
+        "P-none",
+        "T",
+        46000,
+        now_ms(),
+        now_ms()
+    ))
+    .expect("apply");
+    assert_eq!(unknown, SuccessOutcome::UnknownPayment);
+    let stored = in_transaction!(store, |connection| find_payment::<D>(
+        connection,
+        &attempt.payment_no,
+        false
+    ))
+    .expect("find")
+    .expect("exists");
+    assert_eq!(stored.status, PaymentStatus::Pending, "nothing changed");
+
+    // A canceled order's payment: the payment records the charge, the order stays canceled.
+    let moved = in_transaction!(store, |connection| transition_order::<D>(
+        connection,
+        &tenant,
+        "o1",
+        OrderStatus::Created,
+        OrderStatus::Canceled,
+        now_ms()
+    ))
+    .expect("cancel");
+    assert!(moved);
+    let late = in_transaction!(store, |connection| apply_success::<D>(
+        connection,
+        &attempt.payment_no,
+        "T",
+        46000,
+        now_ms(),
+        now_ms()
+    ))
+    .expect("apply");
+    assert_eq!(
+        late,
+        SuccessOutcome::Paid { order_moved: false },
+        "the charge is recorded; the order needs a refund"
+    );
+}
+
+macro_rules! dialect_suite {
+    ($backend:ident, $open:expr) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_creations_make_one_pending_payment() {
+                super::concurrent_creations_make_one_pending_payment($open.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_success_notifies_pay_once() {
+                super::concurrent_success_notifies_pay_once($open.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing() {
+                super::wrong_amounts_closed_payments_and_unknown_numbers_change_nothing(
+                    $open.await,
+                )
+                .await;
+            }
+        }
+    };
+}
+
+fn settings() -> PoolSettings {
+    PoolSettings {
+        connections_max: 8,
+        ..PoolSettings::default()
+    }
+}
+
+fn url(variable: &str, default: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| default.to_owned())
+}
+
+dialect_suite!(sqlite, async {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}.db", unique("payments")));
+    let store = mideng::store::sql::sqlite::SqliteStore::connect(
+        &format!("sqlite://{}", path.display()),
+        settings(),
+    )
+    .await
+    .expect("sqlite");
+    mideng_pay::db::migrate_sqlite(store.pool())
+        .await
+        .expect("migrate");
+    store
+});
+dialect_suite!(postgres, async {
+    let url = url(
+        "MIDENG_TEST_POSTGRES_URL",
+        "postgres://mideng:mideng@127.0.0.1:5432/mideng_test",
+    );
+    let store = mideng::store::sql::postgres::PostgresStore::connect(&url, settings())
+        .await
+        .unwrap_or_else(|error| panic!("postgres at {url} (scripts/services up): {error}"));
+    mideng_pay::db::migrate_postgres(store.pool())
+        .await
+        .expect("migrate");
+    store
+});
+dialect_suite!(mysql, async {
+    let url = url(
+        "MIDENG_TEST_MYSQL_URL",
+        "mysql://mideng:mideng@127.0.0.1:3306/mideng_test",
+    );
+    let store = mideng::store::sql::mysql::MySqlStore::connect(&url, settings())
+        .await
+        .unwrap_or_else(|error| panic!("mysql at {url} (scripts/services up): {error}"));
+    mideng_pay::db::migrate_mysql(store.pool())
+        .await
+        .expect("migrate");
+    store
+});
