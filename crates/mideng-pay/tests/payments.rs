@@ -2,11 +2,10 @@
 //! order make one pending payment; many concurrent success notifies make one PAID transition and
 //! move the order once; a wrong amount or a closed payment changes nothing.
 
-use std::time::Duration;
+mod support;
 
-use mideng::StoreError;
 use mideng::clock::now_ms;
-use mideng::store::sql::{PoolSettings, SqlStore};
+use mideng::store::sql::SqlStore;
 use mideng_pay::db::PayDialect;
 use mideng_pay::db::payments::{
     OrderInsert, OrderRow, PaymentInsert, PaymentRow, SuccessOutcome, apply_success, find_order,
@@ -15,41 +14,9 @@ use mideng_pay::db::payments::{
 use mideng_pay::domain::order::OrderStatus;
 use mideng_pay::domain::payment::PaymentStatus;
 
+use support::unique;
+
 const TASKS: usize = 16;
-
-fn unique(prefix: &str) -> String {
-    let mut bytes = [0_u8; 6];
-    getrandom::fill(&mut bytes).expect("random");
-    format!("{prefix}-{}", hex::encode(bytes))
-}
-
-/// Runs `$work` (using `$connection`) in a write transaction, retrying transient conflicts as
-/// the service does.
-macro_rules! in_transaction {
-    ($store:expr, |$connection:ident| $work:expr) => {{
-        let mut attempt = 0;
-        loop {
-            let outcome = async {
-                let mut transaction = $store.begin_write().await?;
-                let $connection = &mut *transaction;
-                let value = $work.await?;
-                transaction
-                    .commit()
-                    .await
-                    .map_err(|error| StoreError::Backend(Box::new(error)))?;
-                Ok::<_, StoreError>(value)
-            }
-            .await;
-            match outcome {
-                Err(StoreError::Conflict(_)) if attempt < 20 => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(2 * attempt)).await;
-                }
-                other => break other,
-            }
-        }
-    }};
-}
 
 fn order(tenant: &str, order_id: &str) -> OrderRow {
     OrderRow {
@@ -279,80 +246,8 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Pay
     );
 }
 
-macro_rules! dialect_suite {
-    ($backend:ident, $open:expr) => {
-        mod $backend {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn concurrent_creations_make_one_pending_payment() {
-                super::concurrent_creations_make_one_pending_payment($open.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn concurrent_success_notifies_pay_once() {
-                super::concurrent_success_notifies_pay_once($open.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing() {
-                super::wrong_amounts_closed_payments_and_unknown_numbers_change_nothing(
-                    $open.await,
-                )
-                .await;
-            }
-        }
-    };
-}
-
-fn settings() -> PoolSettings {
-    PoolSettings {
-        connections_max: 8,
-        ..PoolSettings::default()
-    }
-}
-
-fn url(variable: &str, default: &str) -> String {
-    std::env::var(variable).unwrap_or_else(|_| default.to_owned())
-}
-
-dialect_suite!(sqlite, async {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{}.db", unique("payments")));
-    let store = mideng::store::sql::sqlite::SqliteStore::connect(
-        &format!("sqlite://{}", path.display()),
-        settings(),
-    )
-    .await
-    .expect("sqlite");
-    mideng_pay::db::migrate_sqlite(store.pool())
-        .await
-        .expect("migrate");
-    store
-});
-dialect_suite!(postgres, async {
-    let url = url(
-        "MIDENG_TEST_POSTGRES_URL",
-        "postgres://mideng:mideng@127.0.0.1:5432/mideng_test",
-    );
-    let store = mideng::store::sql::postgres::PostgresStore::connect(&url, settings())
-        .await
-        .unwrap_or_else(|error| panic!("postgres at {url} (scripts/services up): {error}"));
-    mideng_pay::db::migrate_postgres(store.pool())
-        .await
-        .expect("migrate");
-    store
-});
-dialect_suite!(mysql, async {
-    let url = url(
-        "MIDENG_TEST_MYSQL_URL",
-        "mysql://mideng:mideng@127.0.0.1:3306/mideng_test",
-    );
-    let store = mideng::store::sql::mysql::MySqlStore::connect(&url, settings())
-        .await
-        .unwrap_or_else(|error| panic!("mysql at {url} (scripts/services up): {error}"));
-    mideng_pay::db::migrate_mysql(store.pool())
-        .await
-        .expect("migrate");
-    store
-});
+dialect_suite!(
+    concurrent_creations_make_one_pending_payment,
+    concurrent_success_notifies_pay_once,
+    wrong_amounts_closed_payments_and_unknown_numbers_change_nothing,
+);

@@ -18,6 +18,11 @@ pub struct PayStatements {
     pub(crate) payment_select: &'static str,
     pub(crate) payment_select_locked: &'static str,
     pub(crate) payment_mark_paid: &'static str,
+    pub(crate) wallet_insert: &'static str,
+    pub(crate) wallet_select_locked: &'static str,
+    pub(crate) wallet_set_balance: &'static str,
+    pub(crate) entry_insert: &'static str,
+    pub(crate) entry_select_debit: &'static str,
 }
 
 /// A toolkit dialect with the service's statements.
@@ -59,6 +64,22 @@ macro_rules! statements {
             payment_mark_paid: concat!(
                 "UPDATE pay_payments SET status = 'PAID', channel_trade_no = ", $p1, ", paid_at = ", $p2, ", updated_at = ", $p3,
                 " WHERE payment_no = ", $p4, " AND status = 'PENDING'"
+            ),
+            wallet_insert: concat!(
+                $insert, " pay_wallets (tenant_id, user_id, balance, currency, updated_at) VALUES (",
+                $p1, ", ", $p2, ", 0, 'CNY', ", $p3, ")", $conflict
+            ),
+            wallet_select_locked: concat!("SELECT balance FROM pay_wallets WHERE tenant_id = ", $p1, " AND user_id = ", $p2, $locked),
+            wallet_set_balance: concat!(
+                "UPDATE pay_wallets SET balance = ", $p1, ", updated_at = ", $p2, " WHERE tenant_id = ", $p3, " AND user_id = ", $p4
+            ),
+            entry_insert: concat!(
+                $insert, " pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) VALUES (",
+                $p1, ", ", $p2, ", ", $p3, ", ", $p4, ", ", $p5, ", ", $p6, ", ", $p7, ", ", $p8, ", ", $p9, ")", $conflict
+            ),
+            entry_select_debit: concat!(
+                "SELECT entry_no, amount, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
+                " AND user_id = ", $p2, " AND order_id = ", $p3, " AND kind = 'DEBIT'"
             ),
         }
     };

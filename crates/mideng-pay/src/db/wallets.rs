@@ -1,0 +1,257 @@
+//! Wallets in storage: credits and deducts that can never overdraw, whatever the concurrency.
+//!
+//! Both run in the caller's write transaction (with the request's idempotency record, so that
+//! a retried request replays instead of moving money again). The wallet row is locked for the
+//! whole operation, the new balance is computed with checked arithmetic
+//! ([`crate::domain::money::Balance`]), and the database's CHECK refuses a negative balance
+//! should anything get past that. A deduct for an order that was debited already (under
+//! another key) finds that debit instead: the unique debit-per-order key decides.
+
+use mideng::StoreError;
+use mideng::sqlx::Database;
+use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
+
+use super::statements::PayDialect;
+use crate::domain::money::{Amount, Balance, MoneyError};
+
+/// A debit as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Debit {
+    /// The ledger entry (the deduction number).
+    pub entry_no: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// Balance right after it.
+    pub balance_after_fen: i64,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+}
+
+/// What a deduct did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeductOutcome {
+    /// Debited.
+    Debited(Debit),
+    /// The balance is too small; nothing changed.
+    InsufficientFunds {
+        /// The balance found.
+        balance_fen: i64,
+    },
+    /// This order was debited before (under another key): that debit.
+    AlreadyDeducted(Debit),
+}
+
+fn read(error: mideng::sqlx::Error) -> StoreError {
+    StoreError::Corrupt(format!("unreadable row: {error}"))
+}
+
+/// Locks the wallet (creating it empty if needed) and returns its balance.
+async fn lock_wallet<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    now_ms: i64,
+) -> Result<Balance, StoreError> {
+    let statements = D::pay_statements();
+    connection
+        .run(
+            statements.wallet_insert,
+            &[Arg::Text(tenant_id), Arg::Text(user_id), Arg::Int(now_ms)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let row = connection
+        .row(
+            statements.wallet_select_locked,
+            &[Arg::Text(tenant_id), Arg::Text(user_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .ok_or_else(|| StoreError::Conflict("wallet vanished".to_owned()))?;
+    let stored = row.int(0).map_err(read)?;
+    Balance::from_stored(stored)
+        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
+}
+
+async fn set_balance<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    balance: Balance,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    connection
+        .run(
+            D::pay_statements().wallet_set_balance,
+            &[
+                Arg::Int(balance.fen()),
+                Arg::Int(now_ms),
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(())
+}
+
+/// One ledger entry to write.
+struct Entry<'a> {
+    entry_no: &'a str,
+    tenant_id: &'a str,
+    user_id: &'a str,
+    kind: &'static str,
+    amount: Amount,
+    reference: &'a str,
+    order_id: Option<&'a str>,
+    balance_after: Balance,
+    now_ms: i64,
+}
+
+/// Inserts an entry; false when the debit-per-order key (or the entry number) exists already.
+async fn insert_entry<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    entry: &Entry<'_>,
+) -> Result<bool, StoreError> {
+    let inserted = connection
+        .run(
+            D::pay_statements().entry_insert,
+            &[
+                Arg::Text(entry.entry_no),
+                Arg::Text(entry.tenant_id),
+                Arg::Text(entry.user_id),
+                Arg::Text(entry.kind),
+                Arg::Int(entry.amount.fen()),
+                Arg::Text(entry.reference),
+                Arg::OptText(entry.order_id),
+                Arg::Int(entry.balance_after.fen()),
+                Arg::Int(entry.now_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(inserted == 1)
+}
+
+/// Credits `amount` to the user's wallet; the balance after.
+pub async fn credit<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    amount: Amount,
+    reference: &str,
+    entry_no: &str,
+    now_ms: i64,
+) -> Result<Result<Balance, MoneyError>, StoreError> {
+    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    let after = match balance.credit(amount) {
+        Ok(after) => after,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let entry = Entry {
+        entry_no,
+        tenant_id,
+        user_id,
+        kind: "CREDIT",
+        amount,
+        reference,
+        order_id: None,
+        balance_after: after,
+        now_ms,
+    };
+    if !insert_entry::<D>(connection, &entry).await? {
+        return Err(StoreError::Conflict("entry number taken".to_owned()));
+    }
+    set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
+    Ok(Ok(after))
+}
+
+/// The debit recorded for the user's order, if any.
+pub async fn find_debit<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    order_id: &str,
+) -> Result<Option<Debit>, StoreError> {
+    let row = connection
+        .row(
+            D::pay_statements().entry_select_debit,
+            &[
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+                Arg::Text(order_id),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    row.map(|row| {
+        Ok(Debit {
+            entry_no: row.text(0).map_err(read)?,
+            amount_fen: row.int(1).map_err(read)?,
+            balance_after_fen: row.int(2).map_err(read)?,
+            created_at_ms: row.int(3).map_err(read)?,
+        })
+    })
+    .transpose()
+}
+
+/// Deducts `amount` from the user's wallet for `order_id`: at most one debit per user and
+/// order, never below zero.
+pub async fn deduct<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    order_id: &str,
+    amount: Amount,
+    entry_no: &str,
+    now_ms: i64,
+) -> Result<DeductOutcome, StoreError> {
+    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    // Under the wallet lock no other deduct of this user runs, so an existing debit for the
+    // order is final and a missing one cannot appear before ours.
+    if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
+        return Ok(DeductOutcome::AlreadyDeducted(existing));
+    }
+    let after = match balance.debit(amount) {
+        Ok(after) => after,
+        Err(_) => {
+            return Ok(DeductOutcome::InsufficientFunds {
+                balance_fen: balance.fen(),
+            });
+        }
+    };
+    let entry = Entry {
+        entry_no,
+        tenant_id,
+        user_id,
+        kind: "DEBIT",
+        amount,
+        reference: order_id,
+        order_id: Some(order_id),
+        balance_after: after,
+        now_ms,
+    };
+    if !insert_entry::<D>(connection, &entry).await? {
+        return Err(StoreError::Conflict(
+            "debit key taken under the wallet lock".to_owned(),
+        ));
+    }
+    set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
+    Ok(DeductOutcome::Debited(Debit {
+        entry_no: entry_no.to_owned(),
+        amount_fen: amount.fen(),
+        balance_after_fen: after.fen(),
+        created_at_ms: now_ms,
+    }))
+}
+
+/// The wallet's balance (zero for a wallet never credited), locking the wallet until the
+/// transaction ends.
+pub async fn balance<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    now_ms: i64,
+) -> Result<Balance, StoreError> {
+    lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await
+}

@@ -1,0 +1,156 @@
+//! Wallets under races, on every SQL dialect: concurrent deducts never overdraw and money is
+//! conserved; concurrent deducts for one order debit once; refusals change nothing.
+
+mod support;
+
+use mideng::clock::now_ms;
+use mideng::store::sql::SqlStore;
+use mideng_pay::db::PayDialect;
+use mideng_pay::db::wallets::{DeductOutcome, balance, credit, deduct};
+use mideng_pay::domain::money::Amount;
+use support::unique;
+
+fn fen(amount: i64) -> Amount {
+    Amount::new(amount).expect("valid amount")
+}
+
+async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(store: SqlStore<D>) {
+    let tenant = unique("t");
+    let credited = in_transaction!(store, |connection| credit::<D>(
+        connection,
+        &tenant,
+        "u1",
+        fen(1000),
+        "top-up",
+        &unique("E"),
+        now_ms()
+    ))
+    .expect("credit")
+    .expect("within bounds");
+    assert_eq!(credited.fen(), 1000);
+
+    let tasks: Vec<_> = (0..100)
+        .map(|index| {
+            let (store, tenant) = (store.clone(), tenant.clone());
+            tokio::spawn(async move {
+                let (order, entry) = (format!("o{index}"), unique("D"));
+                in_transaction!(store, |connection| deduct::<D>(
+                    connection,
+                    &tenant,
+                    "u1",
+                    &order,
+                    fen(30),
+                    &entry,
+                    now_ms()
+                ))
+            })
+        })
+        .collect();
+    let (mut debited, mut refused) = (0_i64, 0);
+    for task in tasks {
+        match task.await.expect("task").expect("no store errors") {
+            DeductOutcome::Debited(debit) => {
+                assert!(debit.balance_after_fen >= 0);
+                debited += debit.amount_fen;
+            }
+            DeductOutcome::InsufficientFunds { balance_fen } => {
+                assert!(balance_fen < 30);
+                refused += 1;
+            }
+            DeductOutcome::AlreadyDeducted(_) => panic!("every order is distinct"),
+        }
+    }
+    assert_eq!(
+        debited,
+        33 * 30,
+        "as many deducts as the balance allows, no more"
+    );
+    assert_eq!(refused, 67);
+    let left = in_transaction!(store, |connection| balance::<D>(
+        connection,
+        &tenant,
+        "u1",
+        now_ms()
+    ))
+    .expect("balance");
+    assert_eq!(left.fen() + debited, 1000, "money is conserved");
+}
+
+async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlStore<D>) {
+    let tenant = unique("t");
+    in_transaction!(store, |connection| credit::<D>(
+        connection,
+        &tenant,
+        "u1",
+        fen(500),
+        "top-up",
+        &unique("E"),
+        now_ms()
+    ))
+    .expect("credit")
+    .expect("bounded");
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (store, tenant) = (store.clone(), tenant.clone());
+            tokio::spawn(async move {
+                let entry = unique("D");
+                in_transaction!(store, |connection| deduct::<D>(
+                    connection,
+                    &tenant,
+                    "u1",
+                    "o1001",
+                    fen(100),
+                    &entry,
+                    now_ms()
+                ))
+            })
+        })
+        .collect();
+    let mut debits = Vec::new();
+    let mut found = Vec::new();
+    for task in tasks {
+        match task.await.expect("task").expect("no store errors") {
+            DeductOutcome::Debited(debit) => debits.push(debit),
+            DeductOutcome::AlreadyDeducted(existing) => found.push(existing),
+            DeductOutcome::InsufficientFunds { .. } => panic!("the balance covers one debit"),
+        }
+    }
+    assert_eq!(debits.len(), 1, "one debit per user and order");
+    assert!(
+        found.iter().all(|existing| *existing == debits[0]),
+        "the others are shown that debit"
+    );
+    let left = in_transaction!(store, |connection| balance::<D>(
+        connection,
+        &tenant,
+        "u1",
+        now_ms()
+    ))
+    .expect("balance");
+    assert_eq!(left.fen(), 400);
+
+    let broke = in_transaction!(store, |connection| deduct::<D>(
+        connection,
+        &tenant,
+        "u1",
+        "o1002",
+        fen(401),
+        &unique("D"),
+        now_ms()
+    ))
+    .expect("deduct");
+    assert_eq!(broke, DeductOutcome::InsufficientFunds { balance_fen: 400 });
+    let left = in_transaction!(store, |connection| balance::<D>(
+        connection,
+        &tenant,
+        "u1",
+        now_ms()
+    ))
+    .expect("balance");
+    assert_eq!(left.fen(), 400, "a refused deduct changes nothing");
+}
+
+dialect_suite!(
+    concurrent_deducts_never_overdraw_and_conserve_money,
+    concurrent_deducts_for_one_order_debit_once
+);
