@@ -41,11 +41,10 @@ use crate::world::World;
 pub(crate) fn routes() -> Router<Simulator> {
     Router::new()
         .route("/sim/trades/{out_trade_no}", get(show_trade))
-        .route("/sim/trades/{out_trade_no}/scan", post(scan))
-        .route("/sim/trades/{out_trade_no}/pay", post(pay))
-        .route("/sim/trades/{out_trade_no}/close", post(close))
-        .route("/sim/trades/{out_trade_no}/refund", post(refund))
-        .route("/sim/trades/{out_trade_no}/finish", post(finish))
+        .route(
+            "/sim/trades/{out_trade_no}/{operation}",
+            post(transition_trade),
+        )
         .route("/sim/ledger", get(ledger))
         .route("/sim/clock", get(clock))
         .route("/sim/clock/advance", post(advance_clock))
@@ -236,6 +235,17 @@ enum Operation {
 }
 
 impl Operation {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "scan" => Some(Operation::Scan),
+            "pay" => Some(Operation::Pay),
+            "close" => Some(Operation::Close),
+            "refund" => Some(Operation::Refund),
+            "finish" => Some(Operation::Finish),
+            _ => None,
+        }
+    }
+
     fn outcome(self, applied: Applied) -> &'static str {
         match (self, applied) {
             (Operation::Scan, Applied::Changed) => "scanned",
@@ -291,39 +301,20 @@ fn transition(
     }
 }
 
-async fn scan(
+/// `POST /sim/trades/{out_trade_no}/{scan|pay|close|refund|finish}`. Any other operation is
+/// an unknown path, answered like every other one.
+async fn transition_trade(
     State(simulator): State<Simulator>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
-    transition(&simulator, path, Operation::Scan)
-}
-
-async fn pay(
-    State(simulator): State<Simulator>,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    transition(&simulator, path, Operation::Pay)
-}
-
-async fn close(
-    State(simulator): State<Simulator>,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    transition(&simulator, path, Operation::Close)
-}
-
-async fn refund(
-    State(simulator): State<Simulator>,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    transition(&simulator, path, Operation::Refund)
-}
-
-async fn finish(
-    State(simulator): State<Simulator>,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    transition(&simulator, path, Operation::Finish)
+    let Ok(Path((out_trade_no, operation))) = path else {
+        return Problem::invalid("out_trade_no must be 1 to 64 letters, digits or _-|*")
+            .into_response();
+    };
+    let Some(operation) = Operation::parse(&operation) else {
+        return not_found().await;
+    };
+    transition(&simulator, Ok(Path(out_trade_no)), operation)
 }
 
 /// `GET /sim/ledger`.
