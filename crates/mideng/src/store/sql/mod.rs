@@ -94,6 +94,12 @@ pub trait SqlConn: Send {
         sql: &'static str,
         args: &'a [Arg<'a>],
     ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+    /// Runs a query and returns all its rows (bound the query with `LIMIT`).
+    fn rows<'a>(
+        &'a mut self,
+        sql: &'static str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
 }
 
 /// Stamps out [`SqlConn`] and [`SqlRow`] for one sqlx driver; the bodies are identical, only the
@@ -144,6 +150,17 @@ macro_rules! sql_port {
                 async move {
                     bind_all(sqlx::query::<$database>(sql), args)
                         .fetch_optional(self)
+                        .await
+                }
+            }
+            fn rows<'a>(
+                &'a mut self,
+                sql: &'static str,
+                args: &'a [$crate::store::sql::Arg<'a>],
+            ) -> impl std::future::Future<Output = Result<Vec<$row>, sqlx::Error>> + Send + 'a {
+                async move {
+                    bind_all(sqlx::query::<$database>(sql), args)
+                        .fetch_all(self)
                         .await
                 }
             }
