@@ -1,11 +1,12 @@
 //! `mideng`: the one binary.
 //!
-//! Today it applies the toolkit's migrations (`mideng migrate`), walks through every mechanism
-//! against a store of your choice (`mideng demo`) and runs the channel simulator standalone
-//! (`mideng sim`). The payment service, the storm and the bench join it as `serve`, `storm` and
-//! `bench`.
+//! It runs the payment service (`mideng serve`), applies the toolkit's migrations (`mideng
+//! migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
+//! runs the channel simulator standalone (`mideng sim`) and makes tenant API keys (`mideng
+//! api-key`).
 
 mod demo;
+mod serve;
 mod sim;
 mod store_url;
 
@@ -22,6 +23,28 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the payment service (embedded by default: SQLite, in-process stores, the simulator).
+    Serve {
+        /// Configuration file (default: `mideng.toml` when present).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Address of the API (default 127.0.0.1:8080).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Address of the embedded simulator (default 127.0.0.1:8090).
+        #[arg(long)]
+        sim_listen: Option<std::net::SocketAddr>,
+        /// Where the embedded database and the simulator's keys live (default `.mideng`).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// A fixed API key for the demo tenant (otherwise one is generated and printed).
+        #[arg(long, env = "MIDENG_DEMO_API_KEY")]
+        demo_api_key: Option<String>,
+    },
+    /// Print a new tenant API key and the hash to put in `[[tenants]]`.
+    ApiKey,
+    /// Print the service's OpenAPI document.
+    Openapi,
     /// Create or upgrade the toolkit's tables in a SQL database.
     Migrate {
         /// `sqlite://file.db`, `postgres://…` or `mysql://…`.
@@ -75,6 +98,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            sim_listen,
+            data_dir,
+            demo_api_key,
+        } => {
+            let overrides = mideng_pay::config::Overrides {
+                listen,
+                data_dir,
+                sim_listen,
+                demo_api_key,
+            };
+            serve::run(config, overrides).await?;
+        }
+        Command::ApiKey => serve::api_key()?,
+        Command::Openapi => serve::openapi()?,
         Command::Migrate { database_url } => {
             store_url::migrate(&database_url).await?;
             tracing::info!(

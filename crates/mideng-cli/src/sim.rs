@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use mideng_channel::keys::{PrivateKey, PublicKey};
-use mideng_sim::{SimConfig, Simulator};
+use mideng_sim::{MerchantKeys, SimConfig, Simulator};
 use serde::{Deserialize, Serialize};
 
 /// The non-key parts of the simulator's identity, kept in `sim.json`.
@@ -59,8 +59,12 @@ fn write_public(directory: &Path, name: &str, key: &PublicKey) -> anyhow::Result
     std::fs::write(&path, key.to_pem()?).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Loads the simulator's configuration from `directory`, generating it on the first start.
-fn load_or_generate(directory: &Path, clock_speed: u32) -> anyhow::Result<SimConfig> {
+/// Loads the simulator's configuration and the merchant's keys from `directory`, generating
+/// them on the first start.
+pub(crate) fn load_or_generate(
+    directory: &Path,
+    clock_speed: u32,
+) -> anyhow::Result<(SimConfig, MerchantKeys)> {
     std::fs::create_dir_all(directory)
         .with_context(|| format!("creating {}", directory.display()))?;
     let identity_path = directory.join("sim.json");
@@ -93,19 +97,24 @@ fn load_or_generate(directory: &Path, clock_speed: u32) -> anyhow::Result<SimCon
     }
     let identity: Identity = serde_json::from_str(&std::fs::read_to_string(&identity_path)?)
         .with_context(|| format!("{} is not a simulator identity", identity_path.display()))?;
-    Ok(SimConfig {
+    let merchant = MerchantKeys {
+        alipay_private: read_key(directory, FILES[0])?,
+        wechat_private: read_key(directory, FILES[2])?,
+    };
+    let config = SimConfig {
         alipay_app_id: identity.alipay_app_id,
-        alipay_merchant_public_key: read_key(directory, FILES[0])?.public_key(),
+        alipay_merchant_public_key: merchant.alipay_private.public_key(),
         alipay_gateway_key: read_key(directory, FILES[1])?,
         wechat_mchid: identity.wechat_mchid,
         wechat_appid: identity.wechat_appid,
-        wechat_merchant_public_key: read_key(directory, FILES[2])?.public_key(),
+        wechat_merchant_public_key: merchant.wechat_private.public_key(),
         wechat_merchant_serial: identity.wechat_merchant_serial,
         wechat_platform_key: read_key(directory, FILES[3])?,
         wechat_platform_serial: identity.wechat_platform_serial,
         wechat_api_v3_key: identity.wechat_api_v3_key,
         clock_speed,
-    })
+    };
+    Ok((config, merchant))
 }
 
 /// Runs the simulator until Ctrl-C.
@@ -114,7 +123,7 @@ pub(crate) async fn run(
     data_dir: PathBuf,
     clock_speed: u32,
 ) -> anyhow::Result<()> {
-    let config = load_or_generate(&data_dir, clock_speed)?;
+    let (config, _) = load_or_generate(&data_dir, clock_speed)?;
     let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
     let simulator = Simulator::new(config)?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -142,8 +151,12 @@ mod tests {
     fn keys_are_generated_once_then_loaded_and_secrets_are_private() {
         let directory =
             std::env::temp_dir().join(format!("mideng-sim-keys-{}", std::process::id()));
-        let first = load_or_generate(&directory, 1).expect("generated");
-        let second = load_or_generate(&directory, 60).expect("loaded");
+        let (first, _) = load_or_generate(&directory, 1).expect("generated");
+        let (second, merchant) = load_or_generate(&directory, 60).expect("loaded");
+        assert_eq!(
+            merchant.alipay_private.public_key(),
+            second.alipay_merchant_public_key
+        );
         assert_eq!(
             first.alipay_gateway_key.public_key(),
             second.alipay_gateway_key.public_key()

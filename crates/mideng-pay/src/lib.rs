@@ -4,11 +4,22 @@
 //! attempts through Alipay- and WeChat-Pay-style channels, channel callbacks, a wallet and
 //! entitlement grants, behind the v1 API of `docs/design.md` §5.
 //!
-//! This crate grows in layers, pure rules first:
+//! Layers, pure rules first:
 //!
 //! - [`domain`] — the rules, without I/O: money, identifiers, the order and payment state
 //!   machines, wallet arithmetic, payment numbers.
-//! - [`db`] — the schema per SQL dialect, holding the invariants a database can hold.
+//! - [`db`] — the schema per SQL dialect, holding the invariants a database can hold, and the
+//!   statements written once over the toolkit's SQL port.
+//! - [`store`] — each operation of the service as one local transaction ([`store::PayStore`]).
+//! - [`api`] — the v1 HTTP API, with the toolkit's idempotency layer on its routes.
+//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve.
+//! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
 
+pub mod api;
+pub mod app;
+pub mod config;
 pub mod db;
 pub mod domain;
+pub mod store;
+
+pub use app::{Application, BuildError, Settings, TenantSeed};

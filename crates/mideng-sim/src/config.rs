@@ -152,6 +152,46 @@ impl SimConfig {
     }
 }
 
+/// Merchant-side adapters configured against a simulator at `sim_base_url` (e.g.
+/// `http://127.0.0.1:8090`), sending notifies to the service at `service_base_url`: what the
+/// embedded service and the tests use instead of real channel credentials.
+pub fn merchant_channels(
+    config: &SimConfig,
+    merchant: &MerchantKeys,
+    sim_base_url: &str,
+    service_base_url: &str,
+) -> Result<
+    (
+        mideng_channel::adapter::alipay::AlipayChannel,
+        mideng_channel::adapter::wechat::WechatChannel,
+    ),
+    mideng_channel::adapter::ChannelError,
+> {
+    use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+    use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+    let sim = sim_base_url.trim_end_matches('/');
+    let service = service_base_url.trim_end_matches('/');
+    let alipay = AlipayChannel::new(AlipayConfig {
+        gateway_url: format!("{sim}{}", mideng_channel::alipay::GATEWAY_PATH),
+        app_id: config.alipay_app_id.clone(),
+        seller_id: None,
+        merchant_key: merchant.alipay_private.clone(),
+        gateway_public_key: config.alipay_gateway_key.public_key(),
+        notify_url: format!("{service}/v1/channels/alipay/notify"),
+    })?;
+    let wechat = WechatChannel::new(WechatConfig {
+        base_url: sim.to_owned(),
+        mchid: config.wechat_mchid.clone(),
+        appid: config.wechat_appid.clone(),
+        merchant_serial: config.wechat_merchant_serial.clone(),
+        merchant_key: merchant.wechat_private.clone(),
+        platform_public_key: config.wechat_platform_key.public_key(),
+        api_v3_key: config.wechat_api_v3_key.clone(),
+        notify_url: format!("{service}/v1/channels/wechat/notify"),
+    })?;
+    Ok((alipay, wechat))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

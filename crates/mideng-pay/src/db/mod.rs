@@ -8,6 +8,7 @@
 
 pub mod payments;
 mod statements;
+pub mod tenants;
 pub mod wallets;
 
 pub use statements::{PayDialect, PayStatements};

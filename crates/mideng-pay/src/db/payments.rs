@@ -361,3 +361,80 @@ pub async fn apply_success<D: PayDialect>(
     .await?;
     Ok(SuccessOutcome::Paid { order_moved })
 }
+
+/// The order's payments, oldest first (at most 100).
+pub async fn payments_for_order<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    order_id: &str,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    connection
+        .rows(
+            D::pay_statements().payment_select_by_order,
+            &[Arg::Text(tenant_id), Arg::Text(order_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .iter()
+        .map(decode_payment)
+        .collect()
+}
+
+/// The order's PAID payment, if any (there is at most one).
+pub async fn paid_payment_for_order<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    order_id: &str,
+) -> Result<Option<PaymentRow>, StoreError> {
+    connection
+        .row(
+            D::pay_statements().payment_select_paid_for_order,
+            &[Arg::Text(tenant_id), Arg::Text(order_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .as_ref()
+        .map(decode_payment)
+        .transpose()
+}
+
+/// Records the channel's pay URL on a payment that is still pending.
+pub async fn set_pay_url<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment_no: &str,
+    pay_url: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let changed = connection
+        .run(
+            D::pay_statements().payment_set_pay_url,
+            &[Arg::Text(pay_url), Arg::Int(now_ms), Arg::Text(payment_no)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(changed == 1)
+}
+
+/// Moves the payment from `from` to `to` if it is in `from`; true for exactly one of racing
+/// callers. The caller checks the transition table first.
+pub async fn transition_payment<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment_no: &str,
+    from: PaymentStatus,
+    to: PaymentStatus,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let changed = connection
+        .run(
+            D::pay_statements().payment_compare_and_set,
+            &[
+                Arg::Text(to.as_str()),
+                Arg::Int(now_ms),
+                Arg::Text(payment_no),
+                Arg::Text(from.as_str()),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(changed == 1)
+}

@@ -23,6 +23,15 @@ pub struct PayStatements {
     pub(crate) wallet_set_balance: &'static str,
     pub(crate) entry_insert: &'static str,
     pub(crate) entry_select_debit: &'static str,
+    pub(crate) tenant_insert: &'static str,
+    pub(crate) tenant_set_key: &'static str,
+    pub(crate) tenant_select_by_key: &'static str,
+    pub(crate) payment_select_by_order: &'static str,
+    pub(crate) payment_select_paid_for_order: &'static str,
+    pub(crate) payment_set_pay_url: &'static str,
+    pub(crate) payment_compare_and_set: &'static str,
+    pub(crate) wallet_select: &'static str,
+    pub(crate) entries_select: &'static str,
 }
 
 /// A toolkit dialect with the service's statements.
@@ -80,6 +89,29 @@ macro_rules! statements {
             entry_select_debit: concat!(
                 "SELECT entry_no, amount, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
                 " AND user_id = ", $p2, " AND order_id = ", $p3, " AND kind = 'DEBIT'"
+            ),
+            tenant_insert: concat!(
+                $insert, " pay_tenants (tenant_id, api_key_hash, created_at) VALUES (", $p1, ", ", $p2, ", ", $p3, ")", $conflict
+            ),
+            tenant_set_key: concat!("UPDATE pay_tenants SET api_key_hash = ", $p1, " WHERE tenant_id = ", $p2),
+            tenant_select_by_key: concat!("SELECT tenant_id FROM pay_tenants WHERE api_key_hash = ", $p1),
+            payment_select_by_order: concat!(
+                "SELECT ", payment_columns!(), " FROM pay_payments WHERE tenant_id = ", $p1, " AND order_id = ", $p2,
+                " ORDER BY created_at, payment_no LIMIT 100"
+            ),
+            payment_select_paid_for_order: concat!(
+                "SELECT ", payment_columns!(), " FROM pay_payments WHERE tenant_id = ", $p1, " AND order_id = ", $p2, " AND status = 'PAID'"
+            ),
+            payment_set_pay_url: concat!(
+                "UPDATE pay_payments SET pay_url = ", $p1, ", updated_at = ", $p2, " WHERE payment_no = ", $p3, " AND status = 'PENDING'"
+            ),
+            payment_compare_and_set: concat!(
+                "UPDATE pay_payments SET status = ", $p1, ", updated_at = ", $p2, " WHERE payment_no = ", $p3, " AND status = ", $p4
+            ),
+            wallet_select: concat!("SELECT balance FROM pay_wallets WHERE tenant_id = ", $p1, " AND user_id = ", $p2),
+            entries_select: concat!(
+                "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
+                " AND user_id = ", $p2, " ORDER BY created_at DESC, entry_no DESC LIMIT 100"
             ),
         }
     };

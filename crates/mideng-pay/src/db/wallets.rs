@@ -53,21 +53,27 @@ async fn lock_wallet<D: PayDialect>(
     now_ms: i64,
 ) -> Result<Balance, StoreError> {
     let statements = D::pay_statements();
-    connection
-        .run(
-            statements.wallet_insert,
-            &[Arg::Text(tenant_id), Arg::Text(user_id), Arg::Int(now_ms)],
-        )
+    let key = [Arg::Text(tenant_id), Arg::Text(user_id)];
+    // Lock first and create only when missing: on MySQL an insert that finds the row takes a
+    // shared lock, and many transactions upgrading it to the exclusive one deadlock each other.
+    let mut row = connection
+        .row(statements.wallet_select_locked, &key)
         .await
         .map_err(store_error::<D>)?;
-    let row = connection
-        .row(
-            statements.wallet_select_locked,
-            &[Arg::Text(tenant_id), Arg::Text(user_id)],
-        )
-        .await
-        .map_err(store_error::<D>)?
-        .ok_or_else(|| StoreError::Conflict("wallet vanished".to_owned()))?;
+    if row.is_none() {
+        connection
+            .run(
+                statements.wallet_insert,
+                &[Arg::Text(tenant_id), Arg::Text(user_id), Arg::Int(now_ms)],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+        row = connection
+            .row(statements.wallet_select_locked, &key)
+            .await
+            .map_err(store_error::<D>)?;
+    }
+    let row = row.ok_or_else(|| StoreError::Conflict("wallet vanished".to_owned()))?;
     let stored = row.int(0).map_err(read)?;
     Balance::from_stored(stored)
         .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
@@ -254,4 +260,60 @@ pub async fn balance<D: PayDialect>(
     now_ms: i64,
 ) -> Result<Balance, StoreError> {
     lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await
+}
+
+/// A ledger entry as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryRow {
+    /// Entry number.
+    pub entry_no: String,
+    /// `CREDIT` or `DEBIT`.
+    pub kind: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// The credit's reference, or the debited order.
+    pub reference: String,
+    /// The debited order, for debits.
+    pub order_id: Option<String>,
+    /// Balance right after it.
+    pub balance_after_fen: i64,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+}
+
+/// The wallet's balance (zero if it never existed) and its latest entries (at most 100,
+/// newest first), without locking.
+pub async fn statement<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+) -> Result<(i64, Vec<EntryRow>), StoreError> {
+    let statements = D::pay_statements();
+    let args = [Arg::Text(tenant_id), Arg::Text(user_id)];
+    let balance = match connection
+        .row(statements.wallet_select, &args)
+        .await
+        .map_err(store_error::<D>)?
+    {
+        Some(row) => row.int(0).map_err(read)?,
+        None => 0,
+    };
+    let entries = connection
+        .rows(statements.entries_select, &args)
+        .await
+        .map_err(store_error::<D>)?
+        .iter()
+        .map(|row| {
+            Ok(EntryRow {
+                entry_no: row.text(0).map_err(read)?,
+                kind: row.text(1).map_err(read)?,
+                amount_fen: row.int(2).map_err(read)?,
+                reference: row.text(3).map_err(read)?,
+                order_id: row.opt_text(4).map_err(read)?,
+                balance_after_fen: row.int(5).map_err(read)?,
+                created_at_ms: row.int(6).map_err(read)?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((balance, entries))
 }

@@ -69,6 +69,19 @@ identifier!(
     "sku"
 );
 
+/// A fresh number for a ledger entry or grant: `prefix`, the UTC time to the second, and 48
+/// random bits (27 characters).
+pub fn new_number(prefix: char, unix_ms: i64) -> String {
+    let format = time::macros::format_description!("[year][month][day][hour][minute][second]");
+    let stamp = time::OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000))
+        .ok()
+        .and_then(|moment| moment.format(format).ok())
+        .unwrap_or_else(|| "00000000000000".to_owned());
+    let mut random = [0_u8; PAYMENT_NO_RANDOM_BYTES];
+    getrandom::fill(&mut random).expect("the OS random number generator is available");
+    format!("{prefix}{stamp}{}", hex::encode(random))
+}
+
 /// A payment attempt's number, which is also the channel's `out_trade_no`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
@@ -81,14 +94,7 @@ const PAYMENT_NO_RANDOM_BYTES: usize = 6;
 impl PaymentNo {
     /// A fresh number for a payment created at `unix_ms`.
     pub fn generate(unix_ms: i64) -> Self {
-        let format = time::macros::format_description!("[year][month][day][hour][minute][second]");
-        let stamp = time::OffsetDateTime::from_unix_timestamp(unix_ms.div_euclid(1000))
-            .ok()
-            .and_then(|moment| moment.format(format).ok())
-            .unwrap_or_else(|| "00000000000000".to_owned());
-        let mut random = [0_u8; PAYMENT_NO_RANDOM_BYTES];
-        getrandom::fill(&mut random).expect("the OS random number generator is available");
-        Self(format!("P{stamp}{}", hex::encode(random)))
+        Self(new_number('P', unix_ms))
     }
 
     /// Validates a payment number presented by a client or a channel (any identifier shape is

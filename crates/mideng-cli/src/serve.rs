@@ -1,0 +1,154 @@
+//! `mideng serve`: the payment service. With no configuration it runs embedded (SQLite in the
+//! data directory, in-process tokens and locks, the channel simulator in-process with notifies
+//! pointing back at the service, a demo tenant); `mideng.toml`, `MIDENG__*` variables and flags
+//! turn it into a production deployment (see `mideng_pay::config`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use mideng_channel::adapter::Channel;
+use mideng_pay::api::{api_key_hash, generate_api_key};
+use mideng_pay::config::{Overrides, ServeConfig};
+use mideng_pay::{Application, Settings, TenantSeed};
+use mideng_sim::Simulator;
+
+/// Runs the service until Ctrl-C.
+pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let api_address = listener.local_addr()?;
+    let configured = config.channels()?;
+    let (mut alipay, mut wechat) = (configured.alipay, configured.wechat);
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut simulator_task = None;
+    let mut sim_address = None;
+    if config.simulator_enabled() {
+        let (sim_config, merchant) = crate::sim::load_or_generate(&config.data_dir.join("sim"), 1)?;
+        let sim_listener = tokio::net::TcpListener::bind(config.simulator.listen)
+            .await
+            .with_context(|| format!("binding the simulator to {}", config.simulator.listen))?;
+        let address = sim_listener.local_addr()?;
+        let (sim_alipay, sim_wechat) = mideng_sim::merchant_channels(
+            &sim_config,
+            &merchant,
+            &format!("http://{address}"),
+            &format!("http://{api_address}"),
+        )?;
+        alipay.get_or_insert_with(|| Arc::new(sim_alipay) as Arc<dyn Channel>);
+        wechat.get_or_insert_with(|| Arc::new(sim_wechat) as Arc<dyn Channel>);
+        let simulator = Simulator::new(sim_config)?;
+        let mut sim_stop = stopped.clone();
+        simulator_task = Some(tokio::spawn(simulator.serve(sim_listener, async move {
+            let _ = sim_stop.wait_for(|stop| *stop).await;
+        })));
+        sim_address = Some(address);
+    }
+
+    let mut tenants: Vec<TenantSeed> = config
+        .tenants
+        .iter()
+        .map(|tenant| TenantSeed {
+            tenant_id: tenant.id.clone(),
+            api_key_sha256: tenant.api_key_sha256.to_ascii_lowercase(),
+        })
+        .collect();
+    let demo_key = config
+        .demo
+        .enabled
+        .then(|| config.demo.api_key.clone().unwrap_or_else(generate_api_key));
+    if let Some(key) = &demo_key {
+        tenants.push(TenantSeed {
+            tenant_id: config.demo.tenant_id.clone(),
+            api_key_sha256: api_key_hash(key),
+        });
+    }
+    let settings = Settings {
+        database_url: config.database_url(),
+        database_connections_max: config.database.connections_max,
+        redis_url: config.redis.url.clone(),
+        redis_prefix: config.redis.prefix.clone(),
+        alipay,
+        wechat,
+        payments: config.payment_settings(),
+        tenants,
+    };
+    tracing::info!(?settings, "starting");
+    let application = Application::build(settings, listener).await?;
+    banner(api_address, sim_address, demo_key.as_deref())?;
+
+    let mut api_stop = stopped.clone();
+    let served = application.run_until(async move {
+        let _ = api_stop.wait_for(|stop| *stop).await;
+    });
+    let signal = async {
+        // Ctrl-C failing to install leaves no way to stop but a signal; treat it as a stop.
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping");
+    };
+    tokio::pin!(served);
+    tokio::select! {
+        result = &mut served => result?,
+        () = signal => {
+            stop.send_replace(true);
+            served.await?;
+        }
+    }
+    stop.send_replace(true);
+    if let Some(task) = simulator_task {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// What a newcomer needs: where things listen, the demo key, a first command.
+fn banner(
+    api: std::net::SocketAddr,
+    sim: Option<std::net::SocketAddr>,
+    demo_key: Option<&str>,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "mideng payment service listening on http://{api}")?;
+    if let Some(sim) = sim {
+        writeln!(
+            out,
+            "channel simulator (Alipay + WeChat Pay) on http://{sim}"
+        )?;
+    }
+    if let Some(key) = demo_key {
+        writeln!(out, "demo tenant API key: {key}")?;
+        writeln!(out, "try:")?;
+        writeln!(
+            out,
+            "  curl -s -X POST http://{api}/v1/orders -H 'Authorization: Bearer {key}' \
+             -H 'Content-Type: application/json' \
+             -d '{{\"order_id\":\"o-1\",\"user_id\":\"u-1\",\"amount\":1999,\"currency\":\"CNY\"}}'"
+        )?;
+    }
+    out.flush()
+}
+
+/// `mideng api-key`: a new tenant key and the hash that goes into `[[tenants]]`.
+pub(crate) fn api_key() -> std::io::Result<()> {
+    let key = generate_api_key();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "api_key        = {key}")?;
+    writeln!(out, "api_key_sha256 = {}", api_key_hash(&key))?;
+    out.flush()
+}
+
+/// `mideng openapi`: the OpenAPI document of the v1 API.
+pub(crate) fn openapi() -> anyhow::Result<()> {
+    use utoipa::OpenApi;
+    let document = mideng_pay::api::ApiDoc::openapi().to_pretty_json()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{document}")?;
+    out.flush()?;
+    Ok(())
+}

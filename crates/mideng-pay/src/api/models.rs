@@ -1,0 +1,283 @@
+//! The API's request and response bodies (JSON, snake_case). Amounts are integer fen; times
+//! are RFC 3339 in UTC.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::db::payments::{OrderRow, PaymentRow};
+use crate::db::wallets::EntryRow;
+
+/// RFC 3339 (UTC, milliseconds) for a Unix-ms instant.
+pub fn rfc3339(unix_ms: i64) -> String {
+    let nanos = i128::from(unix_ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// `POST /v1/orders`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrder {
+    /// Unique per tenant: the business key that makes creation idempotent.
+    pub order_id: String,
+    /// The buyer.
+    pub user_id: String,
+    /// Fen, 1 ..= 10^10.
+    pub amount: i64,
+    /// `CNY`.
+    pub currency: String,
+    /// What paying the order grants.
+    #[serde(default)]
+    pub entitlement: Option<EntitlementBody>,
+}
+
+/// An entitlement: `quantity` units of `sku`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EntitlementBody {
+    /// Stock-keeping unit.
+    pub sku: String,
+    /// 1 ..= 1000.
+    pub quantity: u32,
+}
+
+/// An order with its payment attempts.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct OrderView {
+    /// Order id.
+    pub order_id: String,
+    /// Buyer.
+    pub user_id: String,
+    /// Fen.
+    pub amount: i64,
+    /// `CNY`.
+    pub currency: String,
+    /// CREATED, PAID, SHIPPED, DELIVERED, COMPLETED, CANCELED, REFUNDING or REFUNDED.
+    pub status: String,
+    /// What paying grants.
+    pub entitlement: Option<EntitlementBody>,
+    /// Bumped by every transition.
+    pub version: i64,
+    /// Attempts, oldest first.
+    pub payments: Vec<PaymentView>,
+}
+
+impl OrderView {
+    /// From stored rows.
+    pub fn of(order: &OrderRow, payments: &[PaymentRow]) -> Self {
+        use mideng::state::StateMachine;
+        Self {
+            order_id: order.order_id.clone(),
+            user_id: order.user_id.clone(),
+            amount: order.amount_fen,
+            currency: order.currency.clone(),
+            status: order.status.as_str().to_owned(),
+            entitlement: order
+                .entitlement_sku
+                .clone()
+                .zip(order.entitlement_quantity)
+                .map(|(sku, quantity)| EntitlementBody {
+                    sku,
+                    quantity: u32::try_from(quantity).unwrap_or(0),
+                }),
+            version: order.version,
+            payments: payments.iter().map(PaymentView::of).collect(),
+        }
+    }
+}
+
+/// `POST /v1/orders/{order_id}/transitions`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransitionBody {
+    /// The target status.
+    pub to: String,
+}
+
+/// `POST /v1/orders/{order_id}/payments`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePayment {
+    /// `alipay` or `wechat`.
+    pub channel: String,
+}
+
+/// A payment attempt.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct PaymentView {
+    /// The channel's `out_trade_no`.
+    pub payment_no: String,
+    /// Order id.
+    pub order_id: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// Fen.
+    pub amount: i64,
+    /// `CNY`.
+    pub currency: String,
+    /// PENDING, PAID, CLOSED or FAILED.
+    pub status: String,
+    /// What the buyer scans (absent until the channel answered).
+    pub pay_url: Option<String>,
+    /// When the channel stops accepting payment.
+    pub expires_at: String,
+    /// The channel's trade number, once paid.
+    pub channel_trade_no: Option<String>,
+    /// When it was paid.
+    pub paid_at: Option<String>,
+    /// When the attempt was created.
+    pub created_at: String,
+}
+
+impl PaymentView {
+    /// From a stored row.
+    pub fn of(payment: &PaymentRow) -> Self {
+        use mideng::state::StateMachine;
+        Self {
+            payment_no: payment.payment_no.clone(),
+            order_id: payment.order_id.clone(),
+            channel: payment.channel.clone(),
+            amount: payment.amount_fen,
+            currency: payment.currency.clone(),
+            status: payment.status.as_str().to_owned(),
+            pay_url: payment.pay_url.clone(),
+            expires_at: rfc3339(payment.expires_at_ms),
+            channel_trade_no: payment.channel_trade_no.clone(),
+            paid_at: payment.paid_at_ms.map(rfc3339),
+            created_at: rfc3339(payment.created_at_ms),
+        }
+    }
+}
+
+/// `POST /v1/tokens` answer.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct TokenView {
+    /// Send it once as `Idempotency-Token` when creating a payment.
+    pub token: String,
+    /// When it stops being accepted.
+    pub expires_at: String,
+}
+
+/// `POST /v1/wallets/{user_id}/credit`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreditBody {
+    /// Fen, 1 ..= 10^10.
+    pub amount: i64,
+    /// The caller's reference (top-up id).
+    pub reference: String,
+}
+
+/// A credit's answer.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct CreditView {
+    /// Ledger entry.
+    pub entry_no: String,
+    /// Balance after the credit, fen.
+    pub balance: i64,
+}
+
+/// `POST /v1/wallets/{user_id}/deduct`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeductBody {
+    /// The order paid from the wallet: at most one debit per user and order.
+    pub order_id: String,
+    /// Fen, 1 ..= 10^10.
+    pub amount: i64,
+}
+
+/// A deduction.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct DeductionView {
+    /// The debit's ledger entry.
+    pub deduction_no: String,
+    /// Fen.
+    pub amount: i64,
+    /// Balance right after it, fen.
+    pub balance_after: i64,
+}
+
+/// A wallet.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct WalletView {
+    /// Owner.
+    pub user_id: String,
+    /// Fen.
+    pub balance: i64,
+    /// `CNY`.
+    pub currency: String,
+    /// Latest entries, newest first (at most 100).
+    pub entries: Vec<EntryView>,
+}
+
+/// A ledger entry.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct EntryView {
+    /// Entry number.
+    pub entry_no: String,
+    /// CREDIT or DEBIT.
+    pub kind: String,
+    /// Fen.
+    pub amount: i64,
+    /// The credit's reference or the debited order.
+    pub reference: String,
+    /// Balance after it.
+    pub balance_after: i64,
+    /// When.
+    pub created_at: String,
+}
+
+impl EntryView {
+    /// From a stored row.
+    pub fn of(entry: &EntryRow) -> Self {
+        Self {
+            entry_no: entry.entry_no.clone(),
+            kind: entry.kind.clone(),
+            amount: entry.amount_fen,
+            reference: entry.reference.clone(),
+            balance_after: entry.balance_after_fen,
+            created_at: rfc3339(entry.created_at_ms),
+        }
+    }
+}
+
+/// An idempotency record, as its tenant may inspect it.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct RecordView {
+    /// The operation (`payment.create`, `wallet.deduct`, …).
+    pub operation: String,
+    /// in_progress, completed or abandoned.
+    pub state: String,
+    /// SHA-256 of the request, hex.
+    pub fingerprint: String,
+    /// Fence of the current owner.
+    pub fence: u64,
+    /// Status of the stored response, once completed.
+    pub response_status: Option<u16>,
+    /// When the current owner began.
+    pub created_at: String,
+    /// When the record may be purged.
+    pub expires_at: String,
+}
+
+/// `GET /v1/idempotency-keys/{key}` query.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordQuery {
+    /// The operation the key was used for.
+    pub operation: String,
+}
+
+/// Liveness and readiness answers.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct HealthView {
+    /// `ok`, or what is not ready.
+    pub status: String,
+}

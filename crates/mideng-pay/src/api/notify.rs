@@ -1,0 +1,162 @@
+//! Channel callbacks. A notify is accepted only after its signature, merchant identity, our
+//! payment number and the amount all check out; then it is deduplicated by the channel's
+//! notify id and applied through the one success flow, in one transaction. Anything that cannot
+//! be processed now is answered with the channel's failure answer, so that it is sent again.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mideng::clock;
+use mideng_channel::adapter::{Channel, NotifiedState, NotifyAnswer, RawNotify};
+
+use super::{AppState, decision, operation};
+use crate::db::payments::SuccessOutcome;
+use crate::store::{NotifyEffect, NotifyEvent, NotifyOutcome};
+
+fn answer(reply: NotifyAnswer) -> Response {
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, reply.body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    response
+}
+
+async fn handle(
+    state: &AppState,
+    channel: Option<&Arc<dyn Channel>>,
+    operation: &'static str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(channel) = channel else {
+        return (StatusCode::NOT_FOUND, "channel not configured").into_response();
+    };
+    let raw = RawNotify {
+        headers: headers
+            .iter()
+            .filter_map(|(name, value)| {
+                value
+                    .to_str()
+                    .ok()
+                    .map(|value| (name.as_str().to_owned(), value.to_owned()))
+            })
+            .collect(),
+        body: body.to_vec(),
+    };
+    let verified = match channel.verify_notify(&raw) {
+        Ok(verified) => verified,
+        Err(rejection) => {
+            tracing::warn!(%rejection, "notify refused");
+            decision("signature", operation, "-", "-", "refused");
+            return answer(channel.answer(false));
+        }
+    };
+    let event = match &verified.state {
+        NotifiedState::Paid(payment) => NotifyEvent::Paid {
+            channel_trade_no: payment.channel_trade_no.clone(),
+            paid_at_ms: payment.paid_at_ms.unwrap_or_else(clock::now_ms),
+        },
+        NotifiedState::Closed => NotifyEvent::Closed,
+        NotifiedState::Other(_) => NotifyEvent::Other,
+    };
+    let effect = NotifyEffect {
+        operation,
+        notify_id: verified.notify_id.clone(),
+        payment_no: verified.out_trade_no.clone(),
+        amount_fen: verified.amount_fen,
+        event,
+    };
+    let subject = verified.out_trade_no.as_str();
+    let outcome = match state.store.apply_notify(&effect).await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
+            return answer(channel.answer(false));
+        }
+    };
+    let (layer, label, accepted) = match &outcome {
+        NotifyOutcome::Duplicate => ("dedup", "duplicate", true),
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: true })) => {
+            ("cas", "paid", true)
+        }
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
+            tracing::warn!(
+                payment_no = subject,
+                "paid, but the order had moved on: refund case"
+            );
+            ("cas", "paid_order_not_created", true)
+        }
+        NotifyOutcome::Applied(Some(SuccessOutcome::AlreadyPaid)) => ("cas", "already_paid", true),
+        NotifyOutcome::Applied(Some(_)) => ("cas", "refused", false),
+        NotifyOutcome::Applied(None) => ("cas", "acknowledged", true),
+        NotifyOutcome::Rejected(why) => {
+            tracing::warn!(
+                payment_no = subject,
+                why,
+                "notify does not match our payment"
+            );
+            ("signature", "not_ours", false)
+        }
+        NotifyOutcome::LateSuccess(status) => {
+            tracing::warn!(
+                payment_no = subject, status = ?status,
+                "success for a payment that is not pending: not acknowledged, left for reconciliation"
+            );
+            ("cas", "late_success", false)
+        }
+        NotifyOutcome::Busy => ("dedup", "busy", false),
+    };
+    decision(layer, operation, "-", subject, label);
+    answer(channel.answer(accepted))
+}
+
+/// Alipay's asynchronous notification (form body, RSA2). Answers `success` or `failure`.
+#[utoipa::path(
+    post, path = "/v1/channels/alipay/notify", tag = "channels",
+    request_body(content = String, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 200, description = "`success`, or `failure` to be sent again", body = String))
+)]
+pub(super) async fn alipay(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(
+        &state,
+        state.alipay.as_ref(),
+        operation::NOTIFY_ALIPAY,
+        &headers,
+        body,
+    )
+    .await
+}
+
+/// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204, or
+/// 500 `{"code": "FAIL"}` to be sent again.
+#[utoipa::path(
+    post, path = "/v1/channels/wechat/notify", tag = "channels",
+    request_body(content = String, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Accepted"),
+        (status = 500, description = "`{\"code\":\"FAIL\"}`: not accepted, send again"),
+    )
+)]
+pub(super) async fn wechat(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(
+        &state,
+        state.wechat.as_ref(),
+        operation::NOTIFY_WECHAT,
+        &headers,
+        body,
+    )
+    .await
+}

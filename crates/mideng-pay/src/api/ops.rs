@@ -1,0 +1,187 @@
+//! Tokens, record inspection and the operational endpoints.
+
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mideng::http::Tenant;
+use mideng::{IdempotencyKey, Scope};
+use utoipa::OpenApi;
+
+use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
+use super::{ApiError, AppState, operation};
+
+/// How long an issued token is accepted.
+const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// The OpenAPI document of the v1 API, generated from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, channel callbacks, wallets."),
+    paths(
+        issue_token, inspect_key, healthz, readyz,
+        super::orders::create, super::orders::show, super::orders::transition,
+        super::payments::create, super::payments::show, super::payments::close,
+        super::notify::alipay, super::notify::wechat,
+        super::wallets::credit, super::wallets::deduct, super::wallets::show,
+    ),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// Issues a one-time submit token for creating a payment.
+#[utoipa::path(
+    post, path = "/v1/tokens", tag = "tokens",
+    responses((status = 201, body = TokenView), (status = 503, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn issue_token(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+) -> Result<Response, ApiError> {
+    let scope = Scope::new(&tenant, operation::PAYMENT_CREATE)
+        .map_err(|error| ApiError::bad_request("tenant-invalid", error.to_string()))?;
+    let issued = state
+        .tokens
+        .issue_token(&scope, TOKEN_TTL)
+        .await
+        .map_err(|error| {
+            tracing::warn!(%error, "token store unavailable");
+            ApiError::unavailable("token-store-unavailable", "cannot issue tokens now", 1)
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(TokenView {
+            token: issued.token.as_str().to_owned(),
+            expires_at: rfc3339(issued.expires_at_ms),
+        }),
+    )
+        .into_response())
+}
+
+/// An idempotency record of the caller's tenant.
+#[utoipa::path(
+    get, path = "/v1/idempotency-keys/{key}", tag = "idempotency",
+    params(
+        ("key" = String, Path, description = "The Idempotency-Key"),
+        ("operation" = String, Query, description = "payment.create, wallet.credit, wallet.deduct"),
+    ),
+    responses((status = 200, body = RecordView), (status = 404, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn inspect_key(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(key): Path<String>,
+    query: Result<Query<RecordQuery>, QueryRejection>,
+) -> Result<axum::Json<RecordView>, ApiError> {
+    let Query(query) = query?;
+    let key = IdempotencyKey::parse(&key)
+        .map_err(|error| ApiError::bad_request("idempotency-key-malformed", error.to_string()))?;
+    let scope = Scope::new(&tenant, &query.operation)
+        .map_err(|error| ApiError::bad_request("invalid-query", error.to_string()))?;
+    let record = state
+        .records
+        .find_record(&scope, &key)
+        .await?
+        .ok_or_else(|| ApiError::not_found("idempotency record"))?;
+    Ok(axum::Json(RecordView {
+        operation: query.operation,
+        state: record.state.as_str().to_owned(),
+        fingerprint: record.fingerprint.to_hex(),
+        fence: record.fence,
+        response_status: record.response.as_ref().map(|response| response.status),
+        created_at: rfc3339(record.created_at_ms),
+        expires_at: rfc3339(record.expires_at_ms),
+    }))
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = HealthView)))]
+pub(super) async fn healthz() -> axum::Json<HealthView> {
+    axum::Json(HealthView {
+        status: "ok".to_owned(),
+    })
+}
+
+/// Readiness: the database answers.
+#[utoipa::path(
+    get, path = "/readyz", tag = "ops",
+    responses((status = 200, body = HealthView), (status = 503, body = HealthView))
+)]
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (
+            StatusCode::OK,
+            axum::Json(HealthView {
+                status: "ok".to_owned(),
+            }),
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "not ready");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(HealthView {
+                    status: "database unavailable".to_owned(),
+                }),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// Prometheus text exposition.
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state
+        .metrics
+        .as_ref()
+        .map(metrics_exporter_prometheus::PrometheusHandle::render)
+        .unwrap_or_default();
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+/// The OpenAPI document.
+pub(super) async fn openapi() -> Response {
+    match ApiDoc::openapi().to_pretty_json() {
+        Ok(json) => {
+            let mut response = json.into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(_) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal-error",
+            "the document could not be rendered",
+        )
+        .into_response(),
+    }
+}
+
+/// Unknown paths.
+pub(super) async fn not_found() -> ApiError {
+    ApiError::not_found("resource")
+}

@@ -1,0 +1,391 @@
+//! Payment attempts. Creation stacks every layer of the seeds: the one-time token and the
+//! `Idempotency-Key` (the route's layer), the per-order lock (Redis in production), the order's
+//! row lock and the one-pending-payment constraint in the database, and the channel's own
+//! idempotency by `out_trade_no`.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
+use mideng::lock::LockGuard;
+use mideng::{Name, clock};
+use mideng_channel::adapter::{ChannelError, CreateTrade, TradeState};
+
+use super::models::{CreatePayment, PaymentView};
+use super::{ApiError, ApiJson, AppState, decision, operation};
+use crate::db::payments::{PaymentRow, SuccessOutcome};
+use crate::domain::ids::{OrderId, PaymentNo};
+use crate::domain::payment::{ChannelName, PaymentStatus};
+use crate::store::{LocalClose, OpenPayment};
+
+/// How long the order lock is held at most (a channel call is bounded well below it).
+const ORDER_LOCK_TTL: Duration = Duration::from_secs(30);
+
+fn order_lock_name(tenant: &str, order_id: &str) -> Option<Name> {
+    Name::parse(&format!("order:{tenant}:{order_id}")).ok()
+}
+
+/// Takes the order's lock, waiting briefly. `Ok(None)` when the wait ran out; when the lock
+/// store itself fails, the request goes on without it (the database still decides) and the
+/// degradation is logged and counted.
+async fn lock_order(
+    state: &AppState,
+    operation: &'static str,
+    tenant: &str,
+    order_id: &str,
+) -> Result<Option<Option<LockGuard>>, ApiError> {
+    let Some(name) = order_lock_name(tenant, order_id) else {
+        return Ok(Some(None));
+    };
+    match state
+        .locks
+        .acquire(&name, ORDER_LOCK_TTL, state.payments.lock_wait)
+        .await
+    {
+        Ok(Some(guard)) => {
+            decision("lock", operation, tenant, order_id, "acquired");
+            Ok(Some(Some(guard)))
+        }
+        Ok(None) => {
+            decision("lock", operation, tenant, order_id, "busy");
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "lock store unavailable; going on under the database's guard");
+            decision("lock", operation, tenant, order_id, "degraded");
+            Ok(Some(None))
+        }
+    }
+}
+
+async fn unlock(state: &AppState, guard: Option<LockGuard>) {
+    if let Some(guard) = guard
+        && let Err(error) = state.locks.release(&guard).await
+    {
+        tracing::warn!(%error, "releasing an order lock failed; it expires by itself");
+    }
+}
+
+fn payment_answer(status: StatusCode, payment: &PaymentRow, replayed: bool) -> Response {
+    let mut response = (status, axum::Json(PaymentView::of(payment))).into_response();
+    if replayed {
+        response.headers_mut().insert(
+            IDEMPOTENT_REPLAYED,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    response
+}
+
+fn already_paid(code: &'static str, payment: &PaymentRow) -> ApiError {
+    ApiError::conflict(code, "the order is paid").with_existing(PaymentView::of(payment))
+}
+
+fn channel_unavailable(error: &ChannelError) -> ApiError {
+    tracing::warn!(%error, "channel call without a definite answer");
+    ApiError::unavailable(
+        "channel-unavailable",
+        "the channel did not answer; retry (the payment number stays the same)",
+        2,
+    )
+}
+
+/// Creates the trade at the channel for a pending payment that has no pay URL yet, and
+/// records the URL. The channel is idempotent by `out_trade_no`, so a retry after an unknown
+/// outcome is safe.
+async fn create_at_channel(state: &AppState, payment: &PaymentRow) -> Result<PaymentRow, ApiError> {
+    if payment.pay_url.is_some() {
+        return Ok(payment.clone());
+    }
+    let name = ChannelName::parse(&payment.channel)
+        .map_err(|_| ApiError::unprocessable("channel-unavailable", "unknown channel"))?;
+    let channel = state
+        .channel(name)
+        .ok_or_else(|| ApiError::unprocessable("channel-unavailable", "channel not configured"))?;
+    let trade = CreateTrade {
+        out_trade_no: payment.payment_no.clone(),
+        amount_fen: payment.amount_fen,
+        subject: format!("order {}", payment.order_id),
+        expires_at_ms: payment.expires_at_ms,
+    };
+    match channel.create_trade(&trade).await {
+        Ok(created) => {
+            state
+                .store
+                .set_pay_url(&payment.payment_no, &created.pay_url)
+                .await?;
+            Ok(PaymentRow {
+                pay_url: Some(created.pay_url),
+                ..payment.clone()
+            })
+        }
+        Err(error @ ChannelError::OutcomeUnknown(_)) => Err(channel_unavailable(&error)),
+        Err(error) => {
+            // Refused, or not sendable: the attempt failed and frees the order for another.
+            tracing::warn!(%error, payment_no = %payment.payment_no, "channel refused the trade");
+            state.store.fail_payment(&payment.payment_no).await?;
+            Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "channel-rejected",
+                "the channel refused the payment; create another attempt",
+            ))
+        }
+    }
+}
+
+/// Creates a payment attempt for an order, or answers the order's pending one.
+#[utoipa::path(
+    post, path = "/v1/orders/{order_id}/payments", tag = "payments",
+    params(
+        ("order_id" = String, Path, description = "Order id"),
+        ("Idempotency-Token" = Option<String>, Header, description = "One-time token from POST /v1/tokens (required unless disabled)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Client key: a retry replays the first answer"),
+    ),
+    request_body = CreatePayment,
+    responses(
+        (status = 201, description = "New pending payment", body = PaymentView),
+        (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
+        (status = 409, description = "order-already-paid, in-progress, duplicate-submission, order-not-payable", body = super::ProblemBody),
+        (status = 404, body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn create(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(order_id): Path<String>,
+    ApiJson(body): ApiJson<CreatePayment>,
+) -> Result<Response, ApiError> {
+    let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
+    let channel = ChannelName::parse(&body.channel).map_err(|_| {
+        ApiError::unprocessable("invalid-request", "channel must be alipay or wechat")
+    })?;
+    if state.channel(channel).is_none() {
+        return Err(ApiError::unprocessable(
+            "channel-unavailable",
+            format!("{} is not configured", channel.as_str()),
+        ));
+    }
+    let op = operation::PAYMENT_CREATE;
+    let Some(guard) = lock_order(&state, op, &tenant, order_id.as_str()).await? else {
+        // Someone else is creating a payment for this order right now: re-check instead of
+        // failing.
+        return recheck(&state, &tenant, order_id.as_str()).await;
+    };
+    let result = open(&state, &tenant, &order_id, channel).await;
+    unlock(&state, guard).await;
+    result
+}
+
+async fn open(
+    state: &AppState,
+    tenant: &str,
+    order_id: &OrderId,
+    channel: ChannelName,
+) -> Result<Response, ApiError> {
+    let op = operation::PAYMENT_CREATE;
+    let now_ms = clock::now_ms();
+    let expire_ms = i64::try_from(state.payments.expire_after.as_millis()).unwrap_or(i64::MAX);
+    let candidate = PaymentRow {
+        payment_no: PaymentNo::generate(now_ms).as_str().to_owned(),
+        tenant_id: tenant.to_owned(),
+        order_id: order_id.as_str().to_owned(),
+        channel: channel.as_str().to_owned(),
+        amount_fen: 0,
+        currency: String::new(),
+        status: PaymentStatus::Pending,
+        pay_url: None,
+        expires_at_ms: now_ms.saturating_add(expire_ms),
+        channel_trade_no: None,
+        paid_at_ms: None,
+        created_at_ms: now_ms,
+    };
+    match state.store.open_payment(&candidate).await? {
+        OpenPayment::NoOrder => Err(ApiError::not_found("order")),
+        OpenPayment::OrderPaid(paid) => {
+            decision("constraint", op, tenant, order_id.as_str(), "order_paid");
+            Err(already_paid("order-already-paid", &paid))
+        }
+        OpenPayment::NotPayable(status) => {
+            use mideng::state::StateMachine;
+            Err(ApiError::conflict(
+                "order-not-payable",
+                format!("the order is {}", status.as_str()),
+            ))
+        }
+        OpenPayment::Created(payment) => {
+            decision("constraint", op, tenant, order_id.as_str(), "inserted");
+            let payment = create_at_channel(state, &payment).await?;
+            Ok(payment_answer(StatusCode::CREATED, &payment, false))
+        }
+        OpenPayment::ExistingPending(payment) => {
+            decision(
+                "constraint",
+                op,
+                tenant,
+                order_id.as_str(),
+                "existing_pending",
+            );
+            let payment = create_at_channel(state, &payment).await?;
+            Ok(payment_answer(StatusCode::OK, &payment, true))
+        }
+    }
+}
+
+/// After the lock wait ran out: answer what the order has now.
+async fn recheck(state: &AppState, tenant: &str, order_id: &str) -> Result<Response, ApiError> {
+    let (_, payments) = state
+        .store
+        .order(tenant, order_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("order"))?;
+    if let Some(paid) = payments.iter().find(|p| p.status == PaymentStatus::Paid) {
+        return Err(already_paid("order-already-paid", paid));
+    }
+    if let Some(pending) = payments.iter().find(|p| p.status == PaymentStatus::Pending) {
+        return Ok(payment_answer(StatusCode::OK, pending, true));
+    }
+    Err(ApiError::conflict(
+        "in-progress",
+        "a payment for this order is being created; retry",
+    )
+    .retry_after(1))
+}
+
+async fn own_payment(
+    state: &AppState,
+    tenant: &str,
+    payment_no: &str,
+) -> Result<PaymentRow, ApiError> {
+    let payment_no = PaymentNo::parse(payment_no).map_err(|_| ApiError::not_found("payment"))?;
+    match state.store.payment(payment_no.as_str()).await? {
+        Some(payment) if payment.tenant_id == tenant => Ok(payment),
+        _ => Err(ApiError::not_found("payment")),
+    }
+}
+
+/// A payment attempt.
+#[utoipa::path(
+    get, path = "/v1/payments/{payment_no}", tag = "payments",
+    params(("payment_no" = String, Path, description = "Payment number")),
+    responses((status = 200, body = PaymentView), (status = 404, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn show(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(payment_no): Path<String>,
+) -> Result<axum::Json<PaymentView>, ApiError> {
+    let payment = own_payment(&state, &tenant, &payment_no).await?;
+    Ok(axum::Json(PaymentView::of(&payment)))
+}
+
+/// Closes a pending payment: at the channel first, then locally. Closing a closed payment
+/// answers 200 again.
+#[utoipa::path(
+    post, path = "/v1/payments/{payment_no}/close", tag = "payments",
+    params(("payment_no" = String, Path, description = "Payment number")),
+    responses(
+        (status = 200, description = "Closed (now or before)", body = PaymentView),
+        (status = 409, description = "already-paid: the buyer paid first", body = super::ProblemBody),
+        (status = 404, body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn close(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(payment_no): Path<String>,
+) -> Result<Response, ApiError> {
+    let op = operation::PAYMENT_CLOSE;
+    let payment = own_payment(&state, &tenant, &payment_no).await?;
+    match payment.status {
+        PaymentStatus::Closed => return Ok(payment_answer(StatusCode::OK, &payment, false)),
+        PaymentStatus::Paid => return Err(already_paid("already-paid", &payment)),
+        PaymentStatus::Failed => {
+            return Err(ApiError::conflict(
+                "payment-not-pending",
+                "the payment failed at creation; there is nothing to close",
+            ));
+        }
+        PaymentStatus::Pending => {}
+    }
+    let name = ChannelName::parse(&payment.channel)
+        .map_err(|_| ApiError::unprocessable("channel-unavailable", "unknown channel"))?;
+    let channel = state
+        .channel(name)
+        .ok_or_else(|| ApiError::unprocessable("channel-unavailable", "channel not configured"))?
+        .clone();
+    let Some(guard) = lock_order(&state, op, &tenant, &payment.order_id).await? else {
+        return Err(ApiError::conflict("in-progress", "the order is busy; retry").retry_after(1));
+    };
+    let result = async {
+        match channel.close_trade(&payment.payment_no).await {
+            // Closed there, or never scanned (the simulator, like a precreate that was closed,
+            // accepts no payment for it afterwards).
+            Ok(TradeState::Closed | TradeState::NotFound) => {
+                match state.store.close_payment(&payment.payment_no).await? {
+                    LocalClose::Closed(closed) => {
+                        decision("cas", op, &tenant, &payment.payment_no, "closed");
+                        Ok(payment_answer(StatusCode::OK, &closed, false))
+                    }
+                    LocalClose::AlreadyClosed(closed) => {
+                        decision("cas", op, &tenant, &payment.payment_no, "already_closed");
+                        Ok(payment_answer(StatusCode::OK, &closed, false))
+                    }
+                    LocalClose::Paid(paid) => {
+                        decision("cas", op, &tenant, &payment.payment_no, "paid_first");
+                        Err(already_paid("already-paid", &paid))
+                    }
+                    LocalClose::Failed(_) | LocalClose::Unknown => Err(ApiError::conflict(
+                        "payment-not-pending",
+                        "the payment is not pending",
+                    )),
+                }
+            }
+            // The buyer paid before the close: the one success flow, then tell the caller.
+            Ok(TradeState::Paid(paid)) => {
+                let outcome = state
+                    .store
+                    .apply_success(
+                        &payment.payment_no,
+                        &paid.channel_trade_no,
+                        paid.amount_fen,
+                        paid.paid_at_ms.unwrap_or_else(clock::now_ms),
+                    )
+                    .await?;
+                let label = match outcome {
+                    SuccessOutcome::Paid { .. } => "paid_by_close",
+                    SuccessOutcome::AlreadyPaid => "already_paid",
+                    _ => "mismatch",
+                };
+                decision("cas", op, &tenant, &payment.payment_no, label);
+                let current = own_payment(&state, &tenant, &payment.payment_no).await?;
+                Err(already_paid("already-paid", &current))
+            }
+            Ok(TradeState::Refunded) => {
+                let current = own_payment(&state, &tenant, &payment.payment_no).await?;
+                Err(already_paid("already-paid", &current))
+            }
+            Ok(TradeState::Pending) => Err(ApiError::unavailable(
+                "channel-unavailable",
+                "the channel has not confirmed the close; retry",
+                2,
+            )),
+            Err(error @ ChannelError::OutcomeUnknown(_)) => Err(channel_unavailable(&error)),
+            Err(error) => {
+                tracing::warn!(%error, "channel refused the close");
+                Err(ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "channel-rejected",
+                    "the channel refused to close the trade",
+                ))
+            }
+        }
+    }
+    .await;
+    unlock(&state, guard).await;
+    result
+}

@@ -1,0 +1,295 @@
+//! Wallets: credit and deduct under a required `Idempotency-Key`, each in one transaction with
+//! its idempotency record, so that the money moves and the answer is stored together or not at
+//! all. Refusals a retry would repeat (insufficient funds, the order already debited) are
+//! stored and replayed like successes.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use axum::response::IntoResponse;
+use mideng::Lease;
+use mideng::clock;
+use mideng::http::{IdempotencyDecision, Tenant};
+use mideng::record::{Decision, StoredResponse};
+
+use super::models::{CreditBody, CreditView, DeductBody, DeductionView, EntryView, WalletView};
+use super::{ApiError, AppState, decision, operation};
+use crate::db::wallets::{Debit, DeductOutcome};
+use crate::domain::ids::{OrderId, UserId, new_number};
+use crate::domain::money::Amount;
+use crate::store::CreditOutcome;
+
+fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
+    StoredResponse {
+        status: status.as_u16(),
+        headers: vec![(
+            header::CONTENT_TYPE.as_str().to_owned(),
+            "application/json".to_owned(),
+        )],
+        body: serde_json::to_vec(body).unwrap_or_default(),
+    }
+}
+
+fn stored_problem(error: &ApiError) -> StoredResponse {
+    StoredResponse {
+        status: error.status().as_u16(),
+        headers: vec![(
+            header::CONTENT_TYPE.as_str().to_owned(),
+            "application/problem+json".to_owned(),
+        )],
+        body: serde_json::to_vec(&error.body()).unwrap_or_default(),
+    }
+}
+
+fn send(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::try_from(name),
+            HeaderValue::try_from(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// The lease to act under, or the answer for a duplicate.
+fn lease_of(decided: &IdempotencyDecision) -> Result<Lease, Box<Response<Body>>> {
+    match &decided.decision {
+        Decision::Proceed(lease) => Ok(lease.clone()),
+        _ => Err(Box::new(decided.standard_response().unwrap_or_else(|| {
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }))),
+    }
+}
+
+/// A client mistake found after the key was taken: stored like any other answer below 500, so
+/// that the retry of the same bad request gets the same answer.
+async fn refuse(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> Response<Body> {
+    let stored = stored_problem(&error);
+    if let Err(failure) = decided.records().complete(lease, &stored).await {
+        tracing::warn!(%failure, "could not store a refusal; the key stays leased until it expires");
+    }
+    send(stored)
+}
+
+/// A failure of ours: the key is freed for the retry.
+async fn fail(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> Response<Body> {
+    if let Err(failure) = decided.records().abandon(lease).await {
+        tracing::warn!(%failure, "could not free the key; it frees itself when the lease expires");
+    }
+    error.into_response()
+}
+
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|error| {
+        if error.is_syntax() || error.is_eof() {
+            ApiError::bad_request("malformed-json", error.to_string())
+        } else {
+            ApiError::unprocessable("invalid-request", error.to_string())
+        }
+    })
+}
+
+/// Credits a wallet.
+#[utoipa::path(
+    post, path = "/v1/wallets/{user_id}/credit", tag = "wallets",
+    params(
+        ("user_id" = String, Path, description = "Wallet owner"),
+        ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
+    ),
+    request_body = CreditBody,
+    responses(
+        (status = 200, body = CreditView),
+        (status = 422, description = "invalid, or the balance would exceed its bound", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn credit(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(user_id): Path<String>,
+    decided: IdempotencyDecision,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let lease = match lease_of(&decided) {
+        Ok(lease) => lease,
+        Err(answer) => return *answer,
+    };
+    let checked = (|| {
+        let user_id = UserId::parse(&user_id)
+            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
+        let body: CreditBody = parse_body(&body)?;
+        let amount = Amount::new(body.amount)
+            .map_err(|error| ApiError::unprocessable("invalid-amount", error.to_string()))?;
+        if body.reference.is_empty() || body.reference.len() > 64 {
+            return Err(ApiError::unprocessable(
+                "invalid-request",
+                "reference must be 1 to 64 bytes",
+            ));
+        }
+        Ok((user_id, amount, body.reference))
+    })();
+    let (user_id, amount, reference) = match checked {
+        Ok(checked) => checked,
+        Err(error) => return refuse(&decided, &lease, error).await,
+    };
+    let entry_no = new_number('C', clock::now_ms());
+    let respond = |outcome: &CreditOutcome| match outcome {
+        CreditOutcome::Credited {
+            entry_no,
+            balance_fen,
+        } => stored_json(
+            StatusCode::OK,
+            &CreditView {
+                entry_no: entry_no.clone(),
+                balance: *balance_fen,
+            },
+        ),
+        CreditOutcome::TooLarge => stored_problem(&ApiError::unprocessable(
+            "balance-limit",
+            "the balance would exceed its bound",
+        )),
+    };
+    match state
+        .store
+        .credit(
+            &lease,
+            user_id.as_str(),
+            amount,
+            &reference,
+            &entry_no,
+            &respond,
+        )
+        .await
+    {
+        Ok(stored) => {
+            decision(
+                "constraint",
+                operation::WALLET_CREDIT,
+                &tenant,
+                user_id.as_str(),
+                "credited",
+            );
+            send(stored)
+        }
+        Err(error) => fail(&decided, &lease, ApiError::from(error)).await,
+    }
+}
+
+/// Deducts from a wallet for an order.
+#[utoipa::path(
+    post, path = "/v1/wallets/{user_id}/deduct", tag = "wallets",
+    params(
+        ("user_id" = String, Path, description = "Wallet owner"),
+        ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
+    ),
+    request_body = DeductBody,
+    responses(
+        (status = 200, body = DeductionView),
+        (status = 422, description = "insufficient-funds (stored and replayed), or invalid", body = super::ProblemBody),
+        (status = 409, description = "already-deducted: the order was debited under another key", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn deduct(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(user_id): Path<String>,
+    decided: IdempotencyDecision,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let lease = match lease_of(&decided) {
+        Ok(lease) => lease,
+        Err(answer) => return *answer,
+    };
+    let checked = (|| {
+        let user_id = UserId::parse(&user_id)
+            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
+        let body: DeductBody = parse_body(&body)?;
+        let order_id = OrderId::parse(&body.order_id)
+            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
+        let amount = Amount::new(body.amount)
+            .map_err(|error| ApiError::unprocessable("invalid-amount", error.to_string()))?;
+        Ok((user_id, order_id, amount))
+    })();
+    let (user_id, order_id, amount) = match checked {
+        Ok(checked) => checked,
+        Err(error) => return refuse(&decided, &lease, error).await,
+    };
+    let entry_no = new_number('D', clock::now_ms());
+    let view = |debit: &Debit| DeductionView {
+        deduction_no: debit.entry_no.clone(),
+        amount: debit.amount_fen,
+        balance_after: debit.balance_after_fen,
+    };
+    let respond = |outcome: &DeductOutcome| match outcome {
+        DeductOutcome::Debited(debit) => stored_json(StatusCode::OK, &view(debit)),
+        DeductOutcome::InsufficientFunds { balance_fen } => {
+            stored_problem(&ApiError::unprocessable(
+                "insufficient-funds",
+                format!("the balance is {balance_fen} fen"),
+            ))
+        }
+        DeductOutcome::AlreadyDeducted(debit) => stored_problem(
+            &ApiError::conflict(
+                "already-deducted",
+                "this order was debited under another key",
+            )
+            .with_existing(view(debit)),
+        ),
+    };
+    match state
+        .store
+        .deduct(
+            &lease,
+            user_id.as_str(),
+            order_id.as_str(),
+            amount,
+            &entry_no,
+            &respond,
+        )
+        .await
+    {
+        Ok(stored) => {
+            let label = match stored.status {
+                200 => "debited",
+                409 => "already_deducted",
+                _ => "insufficient_funds",
+            };
+            decision(
+                "constraint",
+                operation::WALLET_DEDUCT,
+                &tenant,
+                order_id.as_str(),
+                label,
+            );
+            send(stored)
+        }
+        Err(error) => fail(&decided, &lease, ApiError::from(error)).await,
+    }
+}
+
+/// The wallet's balance and latest entries.
+#[utoipa::path(
+    get, path = "/v1/wallets/{user_id}", tag = "wallets",
+    params(("user_id" = String, Path, description = "Wallet owner")),
+    responses((status = 200, body = WalletView), (status = 404, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn show(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(user_id): Path<String>,
+) -> Result<axum::Json<WalletView>, ApiError> {
+    let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("wallet"))?;
+    let wallet = state.store.wallet(&tenant, user_id.as_str()).await?;
+    Ok(axum::Json(WalletView {
+        user_id: user_id.as_str().to_owned(),
+        balance: wallet.balance_fen,
+        currency: "CNY".to_owned(),
+        entries: wallet.entries.iter().map(EntryView::of).collect(),
+    }))
+}

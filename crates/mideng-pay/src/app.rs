@@ -1,0 +1,221 @@
+//! The running service: [`Application::build`] connects and migrates the database, connects
+//! Redis (or uses in-process stores), provisions tenants and assembles the router on a listener
+//! the caller bound (port 0 in tests).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use mideng::lock::LockStore;
+use mideng::store::memory::MemoryStore;
+use mideng::store::redis::RedisStore;
+use mideng::store::sql::PoolSettings;
+use mideng::store::sql::mysql::MySqlStore;
+use mideng::store::sql::postgres::PostgresStore;
+use mideng::store::sql::sqlite::SqliteStore;
+use mideng::token::TokenStore;
+use mideng::{InvalidInput, StoreError};
+use mideng_channel::adapter::Channel;
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState, PaymentSettings};
+use crate::db;
+use crate::store::{PayStore, SqlPay};
+
+/// A tenant to provision at start: its id and the SHA-256 (hex) of its API key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantSeed {
+    /// Tenant id (1–64 visible ASCII).
+    pub tenant_id: String,
+    /// `api::api_key_hash(key)`.
+    pub api_key_sha256: String,
+}
+
+/// Everything the service needs, already validated.
+#[derive(Clone)]
+pub struct Settings {
+    /// `sqlite://path`, `postgres://…` or `mysql://…` (MariaDB too).
+    pub database_url: String,
+    /// Pool size.
+    pub database_connections_max: u32,
+    /// `redis://…` for tokens and locks; `None`: in-process stores (one instance only).
+    pub redis_url: Option<String>,
+    /// Key prefix in Redis.
+    pub redis_prefix: Option<String>,
+    /// The Alipay adapter, if the service takes Alipay.
+    pub alipay: Option<Arc<dyn Channel>>,
+    /// The WeChat Pay adapter, if the service takes WeChat Pay.
+    pub wechat: Option<Arc<dyn Channel>>,
+    /// Payment behaviour.
+    pub payments: PaymentSettings,
+    /// Tenants to create (or re-key) at start.
+    pub tenants: Vec<TenantSeed>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // URLs may carry passwords: only their schemes are shown.
+        let scheme = |url: &str| url.split(':').next().unwrap_or_default().to_owned();
+        formatter
+            .debug_struct("Settings")
+            .field("database", &scheme(&self.database_url))
+            .field("redis", &self.redis_url.as_deref().map(scheme))
+            .field("alipay", &self.alipay.is_some())
+            .field("wechat", &self.wechat.is_some())
+            .field("payments", &self.payments)
+            .field("tenants", &self.tenants.len())
+            .finish()
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    /// The database URL names no supported database.
+    #[error("unsupported database URL (use sqlite://, postgres:// or mysql://)")]
+    UnsupportedDatabase,
+    /// The database could not be reached or migrated.
+    #[error("database: {0}")]
+    Database(StoreError),
+    /// Redis could not be reached.
+    #[error("redis: {0}")]
+    Redis(StoreError),
+    /// A setting is out of range.
+    #[error("settings: {0}")]
+    Invalid(#[from] InvalidInput),
+    /// The listener has no address.
+    #[error("listener: {0}")]
+    Listener(#[from] std::io::Error),
+}
+
+/// The process-wide Prometheus recorder, installed on first use. `None` when another recorder
+/// was installed first (the service then exports nothing itself).
+pub fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok().map(|()| handle)
+        })
+        .clone()
+}
+
+async fn open_store(settings: &Settings) -> Result<Arc<dyn PayStore>, BuildError> {
+    let url = settings.database_url.as_str();
+    let pool = PoolSettings {
+        connections_max: settings.database_connections_max,
+        ..PoolSettings::default()
+    };
+    let failed = BuildError::Database;
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = PostgresStore::connect(url, pool).await.map_err(failed)?;
+        store.migrate().await.map_err(failed)?;
+        db::migrate_postgres(store.pool()).await.map_err(failed)?;
+        Ok(Arc::new(SqlPay::new(store)))
+    } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        let store = MySqlStore::connect(&url, pool).await.map_err(failed)?;
+        store.migrate().await.map_err(failed)?;
+        db::migrate_mysql(store.pool()).await.map_err(failed)?;
+        Ok(Arc::new(SqlPay::new(store)))
+    } else if url.starts_with("sqlite:") {
+        let store = SqliteStore::connect(url, pool).await.map_err(failed)?;
+        store.migrate().await.map_err(failed)?;
+        db::migrate_sqlite(store.pool()).await.map_err(failed)?;
+        Ok(Arc::new(SqlPay::new(store)))
+    } else {
+        Err(BuildError::UnsupportedDatabase)
+    }
+}
+
+type Guards = (Arc<dyn TokenStore>, Arc<dyn LockStore>);
+
+async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
+    match &settings.redis_url {
+        Some(url) => {
+            let mut store = RedisStore::connect(url).await.map_err(BuildError::Redis)?;
+            if let Some(prefix) = &settings.redis_prefix {
+                store = store.with_prefix(prefix)?;
+            }
+            let store = Arc::new(store);
+            Ok((store.clone(), store))
+        }
+        None => {
+            let store = Arc::new(MemoryStore::new());
+            Ok((store.clone(), store))
+        }
+    }
+}
+
+/// The service, built and bound, not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    address: SocketAddr,
+    router: Router,
+    state: AppState,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Application")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Application {
+    /// Connects, migrates, provisions the tenants and builds the router on `listener`.
+    pub async fn build(settings: Settings, listener: TcpListener) -> Result<Self, BuildError> {
+        let address = listener.local_addr()?;
+        let store = open_store(&settings).await?;
+        for seed in &settings.tenants {
+            store
+                .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
+                .await
+                .map_err(BuildError::Database)?;
+        }
+        let (tokens, locks) = open_guards(&settings).await?;
+        let state = AppState {
+            records: store.records(),
+            store,
+            tokens,
+            locks,
+            alipay: settings.alipay.clone(),
+            wechat: settings.wechat.clone(),
+            payments: settings.payments.clone(),
+            metrics: metrics_handle(),
+        };
+        let router = api::router(state.clone())?;
+        Ok(Self {
+            listener,
+            address,
+            router,
+            state,
+        })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The shared state (for workers beside the API).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}

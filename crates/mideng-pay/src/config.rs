@@ -1,0 +1,515 @@
+//! Configuration of `mideng serve`: defaults, then `mideng.toml` (or `--config`), then
+//! `MIDENG__*` environment variables (`MIDENG__DATABASE__URL` sets `database.url`), then
+//! command-line flags. With nothing set, the service runs embedded: SQLite in the data
+//! directory, in-process tokens and locks, the channel simulator in-process, a demo tenant.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! data_dir = ".mideng"
+//!
+//! [database]
+//! url = "postgres://mideng:secret@db.internal:5432/mideng"   # or mysql://…, sqlite://…
+//! connections_max = 16
+//!
+//! [redis]
+//! url = "redis://cache.internal:6379/"
+//!
+//! [payments]
+//! token_required = true
+//! expire_after_secs = 900
+//! lock_wait_ms = 2000
+//!
+//! [[tenants]]
+//! id = "shop-1"
+//! api_key_sha256 = "…"            # `mideng api-key` prints a key and its hash
+//!
+//! [channels.alipay]
+//! gateway_url = "https://openapi.alipay.com/gateway.do"
+//! app_id = "2021…"
+//! merchant_private_key_file = "/etc/mideng/alipay-merchant-private.pem"
+//! gateway_public_key_file = "/etc/mideng/alipay-public.pem"
+//! notify_url = "https://pay.example.com/v1/channels/alipay/notify"
+//! ```
+//!
+//! Secrets (the WeChat API v3 key, database passwords) are best given by environment
+//! (`MIDENG__CHANNELS__WECHAT__API_V3_KEY`); they are never logged.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use mideng_channel::adapter::Channel;
+use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::keys::{PrivateKey, PublicKey};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::api::PaymentSettings;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// Where the embedded database and the simulator's keys live.
+    pub data_dir: PathBuf,
+    /// The database.
+    pub database: DatabaseConfig,
+    /// Redis, for tokens and locks.
+    pub redis: RedisConfig,
+    /// The in-process channel simulator.
+    pub simulator: SimulatorConfig,
+    /// Payment behaviour.
+    pub payments: PaymentsConfig,
+    /// The demo tenant.
+    pub demo: DemoConfig,
+    /// Tenants provisioned at start.
+    pub tenants: Vec<TenantConfig>,
+    /// Real channel endpoints and keys.
+    pub channels: ChannelsConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from(".mideng"),
+            database: DatabaseConfig::default(),
+            redis: RedisConfig::default(),
+            simulator: SimulatorConfig::default(),
+            payments: PaymentsConfig::default(),
+            demo: DemoConfig::default(),
+            tenants: Vec::new(),
+            channels: ChannelsConfig::default(),
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://…`, `postgres://…` or `mysql://…`; unset: `sqlite://<data_dir>/mideng.db`.
+    pub url: Option<String>,
+    /// Pool size.
+    pub connections_max: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            connections_max: 16,
+        }
+    }
+}
+
+/// `[redis]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://…`; unset: in-process tokens and locks (a single instance only).
+    pub url: Option<String>,
+    /// Key prefix (default `mideng`).
+    pub prefix: Option<String>,
+}
+
+/// `[simulator]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimulatorConfig {
+    /// Run it; unset: run it when no channel is configured.
+    pub enabled: Option<bool>,
+    /// Where it listens.
+    pub listen: SocketAddr,
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        Self {
+            enabled: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+        }
+    }
+}
+
+/// `[payments]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaymentsConfig {
+    /// Creating a payment needs a one-time `Idempotency-Token`.
+    pub token_required: bool,
+    /// How long an attempt accepts payment, seconds (60 ..= 86400).
+    pub expire_after_secs: u64,
+    /// How long a request waits for an order's lock, ms (0 ..= 10000).
+    pub lock_wait_ms: u64,
+}
+
+impl Default for PaymentsConfig {
+    fn default() -> Self {
+        let defaults = PaymentSettings::default();
+        Self {
+            token_required: defaults.token_required,
+            expire_after_secs: defaults.expire_after.as_secs(),
+            lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
+        }
+    }
+}
+
+/// `[demo]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoConfig {
+    /// Provision the demo tenant.
+    pub enabled: bool,
+    /// Its id.
+    pub tenant_id: String,
+    /// Its API key; unset: a fresh key at every start, printed.
+    pub api_key: Option<String>,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            tenant_id: "demo".to_owned(),
+            api_key: None,
+        }
+    }
+}
+
+/// `[[tenants]]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant id.
+    pub id: String,
+    /// SHA-256 (hex) of its API key.
+    pub api_key_sha256: String,
+}
+
+/// `[channels]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsConfig {
+    /// Alipay.
+    pub alipay: Option<AlipayFile>,
+    /// WeChat Pay.
+    pub wechat: Option<WechatFile>,
+}
+
+/// `[channels.alipay]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AlipayFile {
+    /// Gateway URL.
+    pub gateway_url: String,
+    /// App id.
+    pub app_id: String,
+    /// Seller id, checked on notifies.
+    pub seller_id: Option<String>,
+    /// PEM file of the merchant's private key.
+    pub merchant_private_key_file: PathBuf,
+    /// PEM file of Alipay's public key.
+    pub gateway_public_key_file: PathBuf,
+    /// Our notify URL, as the channel reaches it.
+    pub notify_url: String,
+}
+
+/// `[channels.wechat]`.
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WechatFile {
+    /// API base URL.
+    pub base_url: String,
+    /// Merchant id.
+    pub mchid: String,
+    /// App id.
+    pub appid: String,
+    /// Serial of the merchant certificate.
+    pub merchant_serial: String,
+    /// PEM file of the merchant's private key.
+    pub merchant_private_key_file: PathBuf,
+    /// PEM file of the platform's public key.
+    pub platform_public_key_file: PathBuf,
+    /// The 32-byte API v3 key (give it by environment).
+    pub api_v3_key: String,
+    /// Our notify URL, as the channel reaches it.
+    pub notify_url: String,
+}
+
+impl std::fmt::Debug for WechatFile {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("WechatFile")
+            .field("base_url", &self.base_url)
+            .field("mchid", &self.mchid)
+            .field("api_v3_key", &"redacted")
+            .finish_non_exhaustive()
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// Unparsable file or variable, unknown key, wrong type.
+    #[error("configuration: {0}")]
+    Parse(#[from] Box<figment::Error>),
+    /// A value out of range or a file that cannot be used.
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+/// Flags given on the command line; they win over everything else.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Overrides {
+    /// `--listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// `--data-dir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// `--sim-listen`.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "simulator.listen")]
+    pub sim_listen: Option<SocketAddr>,
+    /// `--demo-api-key`.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "demo.api_key")]
+    pub demo_api_key: Option<String>,
+}
+
+impl ServeConfig {
+    /// Defaults, then `file` (an explicit file must exist; `mideng.toml` is read if present),
+    /// then `MIDENG__*` variables, then `overrides`.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(ServeConfig::default()));
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Invalid(format!(
+                        "{} does not exist",
+                        path.display()
+                    )));
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None => figment = figment.merge(Toml::file("mideng.toml")),
+        }
+        Self::from_figment(
+            figment
+                .merge(Env::prefixed("MIDENG__").split("__"))
+                .merge(overrides_provider(overrides)),
+        )
+    }
+
+    /// Extracts and checks a configuration from any figment (tests use strings).
+    pub fn from_figment(figment: Figment) -> Result<Self, ConfigError> {
+        let config: ServeConfig = figment.extract().map_err(Box::new)?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |what: &str| Err(ConfigError::Invalid(what.to_owned()));
+        if !(60..=86_400).contains(&self.payments.expire_after_secs) {
+            return invalid("payments.expire_after_secs must be 60 to 86400");
+        }
+        if self.payments.lock_wait_ms > 10_000 {
+            return invalid("payments.lock_wait_ms must be at most 10000");
+        }
+        if !(1..=1_000).contains(&self.database.connections_max) {
+            return invalid("database.connections_max must be 1 to 1000");
+        }
+        if let Some(key) = &self.demo.api_key
+            && !(16..=256).contains(&key.len())
+        {
+            return invalid("demo.api_key must be 16 to 256 characters");
+        }
+        if let Some(wechat) = &self.channels.wechat
+            && wechat.api_v3_key.len() != 32
+        {
+            return invalid("channels.wechat.api_v3_key must be 32 bytes");
+        }
+        Ok(())
+    }
+
+    /// The database URL: the configured one, or SQLite in the data directory.
+    pub fn database_url(&self) -> String {
+        self.database
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mideng.db").display()))
+    }
+
+    /// Whether the in-process simulator runs.
+    pub fn simulator_enabled(&self) -> bool {
+        self.simulator
+            .enabled
+            .unwrap_or(self.channels.alipay.is_none() && self.channels.wechat.is_none())
+    }
+
+    /// Payment settings.
+    pub fn payment_settings(&self) -> PaymentSettings {
+        PaymentSettings {
+            token_required: self.payments.token_required,
+            expire_after: Duration::from_secs(self.payments.expire_after_secs),
+            lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
+            ..PaymentSettings::default()
+        }
+    }
+
+    /// The adapters of the configured channels (keys read from their files).
+    pub fn channels(&self) -> Result<ConfiguredChannels, ConfigError> {
+        let alipay = self
+            .channels
+            .alipay
+            .as_ref()
+            .map(|file| -> Result<Arc<dyn Channel>, ConfigError> {
+                let channel = AlipayChannel::new(AlipayConfig {
+                    gateway_url: file.gateway_url.clone(),
+                    app_id: file.app_id.clone(),
+                    seller_id: file.seller_id.clone(),
+                    merchant_key: private_key(&file.merchant_private_key_file)?,
+                    gateway_public_key: public_key(&file.gateway_public_key_file)?,
+                    notify_url: file.notify_url.clone(),
+                })
+                .map_err(|error| ConfigError::Invalid(format!("alipay: {error}")))?;
+                Ok(Arc::new(channel))
+            })
+            .transpose()?;
+        let wechat = self
+            .channels
+            .wechat
+            .as_ref()
+            .map(|file| -> Result<Arc<dyn Channel>, ConfigError> {
+                let channel = WechatChannel::new(WechatConfig {
+                    base_url: file.base_url.clone(),
+                    mchid: file.mchid.clone(),
+                    appid: file.appid.clone(),
+                    merchant_serial: file.merchant_serial.clone(),
+                    merchant_key: private_key(&file.merchant_private_key_file)?,
+                    platform_public_key: public_key(&file.platform_public_key_file)?,
+                    api_v3_key: file.api_v3_key.clone(),
+                    notify_url: file.notify_url.clone(),
+                })
+                .map_err(|error| ConfigError::Invalid(format!("wechat: {error}")))?;
+                Ok(Arc::new(channel))
+            })
+            .transpose()?;
+        Ok(ConfiguredChannels { alipay, wechat })
+    }
+}
+
+/// Channel adapters built from the configuration.
+#[derive(Clone, Default)]
+pub struct ConfiguredChannels {
+    /// Alipay.
+    pub alipay: Option<Arc<dyn Channel>>,
+    /// WeChat Pay.
+    pub wechat: Option<Arc<dyn Channel>>,
+}
+
+fn overrides_provider(overrides: &Overrides) -> Serialized<figment::value::Dict> {
+    let mut dict = figment::value::Dict::new();
+    if let Some(listen) = overrides.listen {
+        dict.insert("listen".into(), listen.to_string().into());
+    }
+    if let Some(data_dir) = &overrides.data_dir {
+        dict.insert("data_dir".into(), data_dir.display().to_string().into());
+    }
+    let mut simulator = figment::value::Dict::new();
+    if let Some(listen) = overrides.sim_listen {
+        simulator.insert("listen".into(), listen.to_string().into());
+    }
+    if !simulator.is_empty() {
+        dict.insert("simulator".into(), simulator.into());
+    }
+    let mut demo = figment::value::Dict::new();
+    if let Some(key) = &overrides.demo_api_key {
+        demo.insert("api_key".into(), key.clone().into());
+    }
+    if !demo.is_empty() {
+        dict.insert("demo".into(), demo.into());
+    }
+    Serialized::defaults(dict)
+}
+
+fn private_key(path: &Path) -> Result<PrivateKey, ConfigError> {
+    let pem = std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::Invalid(format!("{}: {error}", path.display())))?;
+    PrivateKey::from_pem(&pem)
+        .map_err(|_| ConfigError::Invalid(format!("{} is not an RSA private key", path.display())))
+}
+
+fn public_key(path: &Path) -> Result<PublicKey, ConfigError> {
+    let pem = std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::Invalid(format!("{}: {error}", path.display())))?;
+    PublicKey::from_pem(&pem)
+        .map_err(|_| ConfigError::Invalid(format!("{} is not an RSA public key", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml: &str, overrides: &Overrides) -> Result<ServeConfig, ConfigError> {
+        ServeConfig::from_figment(
+            Figment::from(Serialized::defaults(ServeConfig::default()))
+                .merge(Toml::string(toml))
+                .merge(overrides_provider(overrides)),
+        )
+    }
+
+    #[test]
+    fn nothing_configured_is_the_embedded_default() {
+        let config = parse("", &Overrides::default()).expect("defaults");
+        assert_eq!(config.database_url(), "sqlite://.mideng/mideng.db");
+        assert!(config.simulator_enabled());
+        assert!(config.redis.url.is_none());
+        assert!(config.payments.token_required);
+        assert_eq!(config.listen.port(), 8080);
+    }
+
+    #[test]
+    fn the_file_sets_values_and_flags_win_over_it() {
+        let toml = r#"
+            listen = "127.0.0.1:9000"
+            [database]
+            url = "postgres://mideng@db/mideng"
+            [demo]
+            api_key = "from-the-file-0123456789"
+        "#;
+        let overrides = Overrides {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9100))),
+            demo_api_key: Some("from-the-flag-0123456789".to_owned()),
+            ..Overrides::default()
+        };
+        let config = parse(toml, &overrides).expect("valid");
+        assert_eq!(config.listen.port(), 9100);
+        assert_eq!(config.database_url(), "postgres://mideng@db/mideng");
+        assert_eq!(
+            config.demo.api_key.as_deref(),
+            Some("from-the-flag-0123456789")
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_out_of_range_values_are_refused() {
+        assert!(matches!(
+            parse("[database]\nurll = \"x\"", &Overrides::default()),
+            Err(ConfigError::Parse(_))
+        ));
+        assert!(matches!(
+            parse("[payments]\nexpire_after_secs = 5", &Overrides::default()),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse("[demo]\napi_key = \"short\"", &Overrides::default()),
+            Err(ConfigError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,439 @@
+//! The service under test: `Application::build` on port 0 against a real database (and Redis
+//! for PostgreSQL and MySQL), with the channel simulator on port 0 sending its notifies back,
+//! and an HTTP client that speaks to both as a merchant's backend would.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use mideng_channel::adapter::Channel;
+use mideng_channel::keys::PrivateKey;
+use mideng_pay::api::{PaymentSettings, api_key_hash};
+use mideng_pay::{Application, Settings, TenantSeed};
+use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Every wait ends by this, so that a bug fails a test instead of hanging it.
+pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+pub(crate) fn unique(prefix: &str) -> String {
+    let mut bytes = [0_u8; 6];
+    getrandom::fill(&mut bytes).expect("random");
+    format!("{prefix}-{}", hex::encode(bytes))
+}
+
+fn env_or(variable: &str, default: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| default.to_owned())
+}
+
+impl Backend {
+    /// A database URL for a fresh service (SQLite: a new file; the servers: the shared test
+    /// database, isolated by a fresh tenant).
+    pub(crate) fn database_url(self) -> String {
+        match self {
+            Backend::Sqlite => format!(
+                "sqlite://{}",
+                std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join(format!("{}.db", unique("service")))
+                    .display()
+            ),
+            Backend::Postgres => env_or(
+                "MIDENG_TEST_POSTGRES_URL",
+                "postgres://mideng:mideng@127.0.0.1:5432/mideng_test",
+            ),
+            Backend::Mysql => env_or(
+                "MIDENG_TEST_MYSQL_URL",
+                "mysql://mideng:mideng@127.0.0.1:3306/mideng_test",
+            ),
+        }
+    }
+
+    /// Redis for tokens and locks, as in production, except on the embedded default.
+    pub(crate) fn redis_url(self) -> Option<String> {
+        match self {
+            Backend::Sqlite => None,
+            Backend::Postgres | Backend::Mysql => {
+                Some(env_or("MIDENG_TEST_REDIS_URL", "redis://127.0.0.1:6379/"))
+            }
+        }
+    }
+}
+
+fn fixture(name: &str) -> PrivateKey {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mideng-channel/tests/fixtures")
+        .join(name);
+    let pem = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    PrivateKey::from_pem(&pem).expect("fixture key")
+}
+
+/// The simulator's configuration and the merchant's keys, from the fixture keys (generating
+/// RSA keys per test would be slow).
+pub(crate) fn sim_identity() -> &'static (SimConfig, MerchantKeys) {
+    static IDENTITY: OnceLock<(SimConfig, MerchantKeys)> = OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let merchant = fixture("merchant-private.pem");
+        let channel = fixture("channel-private.pem");
+        let config = SimConfig {
+            alipay_app_id: "2021000000000001".to_owned(),
+            alipay_merchant_public_key: merchant.public_key(),
+            alipay_gateway_key: channel.clone(),
+            wechat_mchid: "1230000109".to_owned(),
+            wechat_appid: "wxd678efh567hg6787".to_owned(),
+            wechat_merchant_public_key: merchant.public_key(),
+            wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
+            wechat_platform_key: channel,
+            wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
+            wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
+            clock_speed: 1,
+        };
+        let keys = MerchantKeys {
+            alipay_private: merchant.clone(),
+            wechat_private: merchant,
+        };
+        (config, keys)
+    })
+}
+
+pub(crate) fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("client")
+}
+
+/// A running simulator.
+pub(crate) struct Sim {
+    pub(crate) base: String,
+}
+
+/// Stops the servers when dropped.
+struct Stopper(watch::Sender<bool>);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// A running service with its simulator and a tenant of its own.
+pub(crate) struct Service {
+    pub(crate) base: String,
+    pub(crate) api_key: String,
+    pub(crate) tenant: String,
+    pub(crate) client: reqwest::Client,
+    pub(crate) sim: Arc<Sim>,
+    pub(crate) backend: Backend,
+    pub(crate) database_url: String,
+    _stop: Stopper,
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Answer {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| {
+            panic!(
+                "not JSON ({}): {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The problem code of a problem answer.
+    pub(crate) fn code(&self) -> String {
+        let body = self.json();
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{}: {body}",
+            self.status
+        );
+        body["code"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+impl Service {
+    /// A service with its own simulator and tenant.
+    pub(crate) async fn start(backend: Backend) -> Self {
+        Self::start_on(backend, backend.database_url(), None, None).await
+    }
+
+    /// Another instance of `first`'s deployment: the same database, simulator and Redis;
+    /// the same tenant when `same_tenant`, else a tenant of its own.
+    pub(crate) async fn beside(first: &Service, same_tenant: bool) -> Self {
+        let tenant = same_tenant.then(|| (first.tenant.clone(), first.api_key.clone()));
+        Self::start_on(
+            first.backend,
+            first.database_url.clone(),
+            Some(first.sim.clone()),
+            tenant,
+        )
+        .await
+    }
+
+    /// A service on `database_url`, with `sim` or a new simulator, as `tenant` (id and key) or
+    /// a new tenant.
+    pub(crate) async fn start_on(
+        backend: Backend,
+        database_url: String,
+        sim: Option<Arc<Sim>>,
+        tenant: Option<(String, String)>,
+    ) -> Self {
+        // Warnings of the service show up in a failing test's output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_test_writer()
+            .try_init();
+        let (stop, stopped) = watch::channel(false);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let sim = match sim {
+            Some(sim) => sim,
+            None => {
+                let (config, _) = sim_identity();
+                let simulator = Simulator::new(config.clone()).expect("simulator");
+                let sim_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                let sim_base = format!("http://{}", sim_listener.local_addr().expect("address"));
+                let mut sim_stop = stopped.clone();
+                tokio::spawn(simulator.serve(sim_listener, async move {
+                    let _ = sim_stop.wait_for(|stop| *stop).await;
+                }));
+                Arc::new(Sim { base: sim_base })
+            }
+        };
+        let (config, merchant) = sim_identity();
+        let (alipay, wechat) =
+            mideng_sim::merchant_channels(config, merchant, &sim.base, &base).expect("adapters");
+        let (tenant, api_key) =
+            tenant.unwrap_or_else(|| (unique("tenant"), unique("key-0123456789")));
+        let settings = Settings {
+            database_url: database_url.clone(),
+            database_connections_max: 16,
+            redis_url: backend.redis_url(),
+            redis_prefix: None,
+            alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
+            wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),
+            payments: PaymentSettings::default(),
+            tenants: vec![TenantSeed {
+                tenant_id: tenant.clone(),
+                api_key_sha256: api_key_hash(&api_key),
+            }],
+        };
+        let application = Application::build(settings, listener)
+            .await
+            .unwrap_or_else(|error| panic!("{backend:?}: the service did not start: {error}"));
+        let mut app_stop = stopped;
+        tokio::spawn(application.run_until(async move {
+            let _ = app_stop.wait_for(|stop| *stop).await;
+        }));
+        Self {
+            base,
+            api_key,
+            tenant,
+            client: http_client(),
+            sim,
+            backend,
+            database_url,
+            _stop: Stopper(stop),
+        }
+    }
+
+    pub(crate) async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let url = if path.starts_with("http") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.base)
+        };
+        let mut request = self.client.request(method, url).bearer_auth(&self.api_key);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("the service answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.expect("body").to_vec();
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Answer {
+        self.send(
+            reqwest::Method::POST,
+            path,
+            Some(serde_json::to_vec(&body).expect("json")),
+            headers,
+        )
+        .await
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Answer {
+        self.send(reqwest::Method::GET, path, None, &[]).await
+    }
+
+    pub(crate) async fn token(&self) -> String {
+        let answer = self.post("/v1/tokens", json!({}), &[]).await;
+        assert_eq!(answer.status, 201, "{}", answer.json());
+        answer.json()["token"].as_str().expect("token").to_owned()
+    }
+
+    pub(crate) async fn create_order(&self, order_id: &str, user_id: &str, amount: i64) -> Value {
+        let answer = self
+            .post(
+                "/v1/orders",
+                json!({"order_id": order_id, "user_id": user_id, "amount": amount, "currency": "CNY",
+                       "entitlement": {"sku": "vip-month", "quantity": 1}}),
+                &[],
+            )
+            .await;
+        assert_eq!(answer.status, 201, "{}", answer.json());
+        answer.json()
+    }
+
+    /// Creates a payment with a fresh token; the answer.
+    pub(crate) async fn create_payment(&self, order_id: &str, channel: &str) -> Answer {
+        let token = self.token().await;
+        self.post(
+            &format!("/v1/orders/{order_id}/payments"),
+            json!({"channel": channel}),
+            &[("Idempotency-Token", &token)],
+        )
+        .await
+    }
+
+    pub(crate) async fn order(&self, order_id: &str) -> Value {
+        let answer = self.get(&format!("/v1/orders/{order_id}")).await;
+        assert_eq!(answer.status, 200, "{}", answer.json());
+        answer.json()
+    }
+
+    /// Scans and pays the trade at the simulator.
+    pub(crate) async fn pay_at_channel(&self, payment_no: &str) -> Value {
+        self.sim_post(&format!("/sim/trades/{payment_no}/pay"), json!({}))
+            .await
+    }
+
+    pub(crate) async fn sim_post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.sim.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("the simulator answers");
+        response.json().await.expect("json")
+    }
+
+    pub(crate) async fn sim_put(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .client
+            .put(format!("{}{path}", self.sim.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("the simulator answers");
+        assert!(response.status().is_success(), "{path}");
+        response.json().await.expect("json")
+    }
+
+    pub(crate) async fn sim_trade(&self, payment_no: &str) -> Value {
+        self.client
+            .get(format!("{}/sim/trades/{payment_no}", self.sim.base))
+            .send()
+            .await
+            .expect("the simulator answers")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    /// Waits until every notify of the trade is settled (acknowledged, exhausted, dropped…)
+    /// and returns the trade.
+    pub(crate) async fn settled_trade(&self, payment_no: &str) -> Value {
+        let started = Instant::now();
+        loop {
+            let trade = self.sim_trade(payment_no).await;
+            let settled = trade["notifies"].as_array().is_some_and(|notifies| {
+                notifies.iter().all(|notify| {
+                    !matches!(notify["state"].as_str(), Some("scheduled" | "delivering"))
+                })
+            });
+            if settled {
+                return trade;
+            }
+            assert!(
+                started.elapsed() < WAIT_LIMIT,
+                "notifies of {payment_no} never settled: {trade:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Runs `count` copies of `task` at once (after a barrier) and returns their results.
+pub(crate) async fn race<T, F, Fut>(count: usize, task: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    let handles: Vec<_> = (0..count)
+        .map(|index| {
+            let barrier = barrier.clone();
+            let work = task(index);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(count);
+    for handle in handles {
+        results.push(handle.await.expect("task"));
+    }
+    results
+}
+
+/// The channel's private key (signs the simulator's notifies), for crafting notifies.
+pub(crate) fn fixture_channel_key() -> PrivateKey {
+    fixture("channel-private.pem")
+}

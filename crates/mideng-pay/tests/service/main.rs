@@ -1,0 +1,51 @@
+//! End-to-end tests of the payment service: the real router, database, Redis and the channel
+//! simulator, on SQLite, PostgreSQL and MySQL/MariaDB.
+
+mod harness;
+mod inputs;
+mod instances;
+mod payments;
+mod wallets;
+
+/// Generates `<backend>::<case>` for each case (an async fn taking the backend).
+macro_rules! backend_suite {
+    ($($case:path => $name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { $case(crate::harness::Backend::Sqlite).await; } )*
+        }
+        mod postgres {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { $case(crate::harness::Backend::Postgres).await; } )*
+        }
+        mod mysql {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() { $case(crate::harness::Backend::Mysql).await; } )*
+        }
+    };
+}
+
+backend_suite!(
+    crate::payments::identical_concurrent_creations_make_one_payment => identical_concurrent_creations_make_one_payment,
+    crate::payments::fresh_tokens_race_to_one_pending_payment => fresh_tokens_race_to_one_pending_payment,
+    crate::payments::a_used_token_creates_nothing => a_used_token_creates_nothing,
+    crate::payments::duplicate_and_concurrent_notifies_pay_once => duplicate_and_concurrent_notifies_pay_once,
+    crate::payments::close_racing_payment_is_never_both => close_racing_payment_is_never_both,
+    crate::payments::forged_callbacks_change_nothing => forged_callbacks_change_nothing,
+    crate::wallets::one_key_debits_once => one_key_debits_once,
+    crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
+    crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
+    crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
+);
+
+mod shared_deployment {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_and_redis_two_instances_one_effect() {
+        crate::instances::two_instances_one_effect(crate::harness::Backend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn mysql_and_redis_two_instances_one_effect() {
+        crate::instances::two_instances_one_effect(crate::harness::Backend::Mysql).await;
+    }
+}

@@ -1,0 +1,373 @@
+//! Payment creation, notifies and close, under duplicates and races.
+
+use std::sync::Arc;
+
+use mideng_channel::alipay;
+use serde_json::{Value, json};
+
+use crate::harness::{Backend, Service, fixture_channel_key, race, unique};
+
+fn payment_no(answer: &Value) -> String {
+    answer["payment_no"]
+        .as_str()
+        .expect("payment_no")
+        .to_owned()
+}
+
+/// The order's payments, as the API lists them.
+async fn payments_of(service: &Service, order_id: &str) -> Vec<Value> {
+    service.order(order_id).await["payments"]
+        .as_array()
+        .expect("payments")
+        .clone()
+}
+
+pub(crate) async fn identical_concurrent_creations_make_one_payment(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-1", 1999).await;
+    let token = service.token().await;
+    let key = unique("k");
+    let answers = race(100, |_| {
+        let (service, order_id, token, key) = (
+            service.clone(),
+            order_id.clone(),
+            token.clone(),
+            key.clone(),
+        );
+        async move {
+            service
+                .post(
+                    &format!("/v1/orders/{order_id}/payments"),
+                    json!({"channel": "alipay"}),
+                    &[("Idempotency-Token", &token), ("Idempotency-Key", &key)],
+                )
+                .await
+        }
+    })
+    .await;
+    let mut numbers = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for answer in &answers {
+        match answer.status {
+            201 | 200 => {
+                numbers.insert(payment_no(&answer.json()));
+                created += usize::from(answer.header("idempotent-replayed").is_none());
+            }
+            409 => assert_eq!(
+                answer.code(),
+                "in-progress",
+                "only a wait that ran out may refuse"
+            ),
+            other => panic!("{other}: {}", String::from_utf8_lossy(&answer.body)),
+        }
+    }
+    assert_eq!(created, 1, "exactly one request created the payment");
+    assert_eq!(numbers.len(), 1, "every answer names the same payment");
+    let payments = payments_of(&service, &order_id).await;
+    assert_eq!(payments.len(), 1, "{payments:?}");
+    assert_eq!(payments[0]["status"], "PENDING");
+    assert!(payments[0]["pay_url"].is_string(), "created at the channel");
+}
+
+pub(crate) async fn fresh_tokens_race_to_one_pending_payment(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-1", 500).await;
+    let mut tokens = Vec::new();
+    for _ in 0..24 {
+        tokens.push(service.token().await);
+    }
+    let tokens = Arc::new(tokens);
+    let answers = race(24, |index| {
+        let (service, order_id, tokens) = (service.clone(), order_id.clone(), tokens.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/orders/{order_id}/payments"),
+                    json!({"channel": if index % 2 == 0 { "alipay" } else { "wechat" }}),
+                    &[("Idempotency-Token", &tokens[index])],
+                )
+                .await
+        }
+    })
+    .await;
+    let mut numbers = std::collections::BTreeSet::new();
+    for answer in &answers {
+        match answer.status {
+            201 | 200 => {
+                numbers.insert(payment_no(&answer.json()));
+            }
+            409 => assert_eq!(answer.code(), "in-progress"),
+            other => panic!("{other}: {}", String::from_utf8_lossy(&answer.body)),
+        }
+    }
+    assert_eq!(
+        answers.iter().filter(|answer| answer.status == 201).count(),
+        1,
+        "one creation; the others found it"
+    );
+    assert_eq!(numbers.len(), 1);
+    assert_eq!(payments_of(&service, &order_id).await.len(), 1);
+}
+
+pub(crate) async fn a_used_token_creates_nothing(backend: Backend) {
+    let service = Service::start(backend).await;
+    let (first, second) = (unique("o"), unique("o"));
+    service.create_order(&first, "u-1", 100).await;
+    service.create_order(&second, "u-1", 100).await;
+    let token = service.token().await;
+    let path = |order: &str| format!("/v1/orders/{order}/payments");
+    let created = service
+        .post(
+            &path(&first),
+            json!({"channel": "wechat"}),
+            &[("Idempotency-Token", &token)],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.json());
+    for order in [&first, &second] {
+        let again = service
+            .post(
+                &path(order),
+                json!({"channel": "wechat"}),
+                &[("Idempotency-Token", &token)],
+            )
+            .await;
+        assert_eq!(again.status, 409);
+        assert_eq!(again.code(), "duplicate-submission");
+    }
+    let unknown = service
+        .post(
+            &path(&second),
+            json!({"channel": "wechat"}),
+            &[("Idempotency-Token", "a".repeat(64).as_str())],
+        )
+        .await;
+    assert_eq!(unknown.status, 400);
+    assert_eq!(unknown.code(), "idempotency-token-unknown");
+    let missing = service
+        .post(&path(&second), json!({"channel": "wechat"}), &[])
+        .await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(missing.code(), "idempotency-token-missing");
+    assert_eq!(payments_of(&service, &first).await.len(), 1);
+    assert!(
+        payments_of(&service, &second).await.is_empty(),
+        "nothing was written"
+    );
+}
+
+pub(crate) async fn duplicate_and_concurrent_notifies_pay_once(backend: Backend) {
+    let service = Service::start(backend).await;
+    for (channel, mode) in [
+        ("alipay", "duplicate"),
+        ("wechat", "concurrent"),
+        ("alipay", "concurrent"),
+        ("wechat", "duplicate"),
+    ] {
+        let order_id = unique("o");
+        service.create_order(&order_id, "u-2", 2500).await;
+        let created = service.create_payment(&order_id, channel).await;
+        assert_eq!(created.status, 201, "{}", created.json());
+        let number = payment_no(&created.json());
+        service
+            .sim_put(
+                "/sim/notify-policy",
+                json!({"mode": mode, "out_trade_no": number}),
+            )
+            .await;
+        let paid = service.pay_at_channel(&number).await;
+        assert_eq!(paid["outcome"], "paid", "{paid}");
+        let trade = service.settled_trade(&number).await;
+        let deliveries: Vec<&Value> = trade["notifies"]
+            .as_array()
+            .expect("notifies")
+            .iter()
+            .flat_map(|notify| notify["deliveries"].as_array().expect("deliveries"))
+            .collect();
+        assert!(
+            deliveries.len() >= 2,
+            "{mode}: both copies went out: {trade}"
+        );
+        assert!(
+            deliveries
+                .iter()
+                .all(|delivery| delivery["acknowledged"] == true),
+            "{mode}: every copy is acknowledged, the duplicate too: {trade}"
+        );
+        let order = service.order(&order_id).await;
+        assert_eq!(order["status"], "PAID");
+        assert_eq!(order["version"], 1, "one transition, however many notifies");
+        let payment = &order["payments"][0];
+        assert_eq!(payment["status"], "PAID");
+        assert_eq!(payment["channel_trade_no"], trade["channel_trade_id"]);
+
+        let again = service.create_payment(&order_id, channel).await;
+        assert_eq!(again.status, 409);
+        assert_eq!(again.code(), "order-already-paid");
+        assert_eq!(again.json()["existing"]["payment_no"], number.as_str());
+        let close = service
+            .post(&format!("/v1/payments/{number}/close"), json!({}), &[])
+            .await;
+        assert_eq!(close.status, 409);
+        assert_eq!(close.code(), "already-paid");
+    }
+}
+
+pub(crate) async fn close_racing_payment_is_never_both(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let mut numbers = Vec::new();
+    for index in 0..8 {
+        let order_id = unique("o");
+        service.create_order(&order_id, "u-3", 100 + index).await;
+        let channel = if index % 2 == 0 { "alipay" } else { "wechat" };
+        let created = service.create_payment(&order_id, channel).await;
+        assert_eq!(created.status, 201, "{}", created.json());
+        numbers.push((order_id, payment_no(&created.json())));
+    }
+    let numbers = Arc::new(numbers);
+    let outcomes = race(16, |index| {
+        let (service, numbers) = (service.clone(), numbers.clone());
+        async move {
+            let (_, number) = &numbers[index / 2];
+            if index % 2 == 0 {
+                let paid = service.pay_at_channel(number).await;
+                (index / 2, None, Some(paid))
+            } else {
+                let closed = service
+                    .post(&format!("/v1/payments/{number}/close"), json!({}), &[])
+                    .await;
+                (index / 2, Some((closed.status, closed.body)), None)
+            }
+        }
+    })
+    .await;
+    for (slot, (order_id, number)) in numbers.iter().enumerate() {
+        let close = outcomes
+            .iter()
+            .find_map(|(at, close, _)| (*at == slot).then_some(close.clone()).flatten())
+            .expect("close answer");
+        let trade = service.settled_trade(number).await;
+        let order = service.order(order_id).await;
+        let local = order["payments"][0]["status"]
+            .as_str()
+            .expect("status")
+            .to_owned();
+        let remote = trade["status"].as_str().expect("status").to_owned();
+        match (local.as_str(), remote.as_str()) {
+            ("PAID", "PAID") => {
+                assert_eq!(close.0, 409, "the close lost to the payment");
+                assert_eq!(order["status"], "PAID");
+            }
+            ("CLOSED", "CLOSED") => {
+                assert_eq!(close.0, 200, "the close won");
+                assert_eq!(
+                    order["status"], "CREATED",
+                    "closing an attempt does not cancel the order"
+                );
+            }
+            other => panic!(
+                "{number}: local and channel disagree: {other:?}; close {}",
+                String::from_utf8_lossy(&close.1)
+            ),
+        }
+    }
+}
+
+/// Form-encodes an Alipay notify signed by `key` (the channel's, or a forger's).
+fn alipay_notify(key: &mideng_channel::keys::PrivateKey, fields: &[(&str, &str)]) -> String {
+    let content = alipay::notify_sign_content(fields.iter().copied());
+    let signature = key.sign(content.as_bytes()).expect("sign");
+    let mut all: Vec<(&str, &str)> = fields.to_vec();
+    all.push(("sign", &signature));
+    all.push(("sign_type", "RSA2"));
+    serde_urlencoded::to_string(&all).expect("form")
+}
+
+pub(crate) async fn forged_callbacks_change_nothing(backend: Backend) {
+    let service = Service::start(backend).await;
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-4", 1000).await;
+    let created = service.create_payment(&order_id, "alipay").await;
+    let number = payment_no(&created.json());
+    let channel_key = fixture_channel_key();
+    let forger = mideng_channel::keys::PrivateKey::from_pem(include_str!(
+        "../../../mideng-channel/tests/fixtures/merchant-private.pem"
+    ))
+    .expect("key");
+    let (config, _) = crate::harness::sim_identity();
+    let app_id = config.alipay_app_id.as_str();
+    let notify = |amount: &'static str, out_trade_no: String, app: &'static str| {
+        move |key: &mideng_channel::keys::PrivateKey| {
+            alipay_notify(
+                key,
+                &[
+                    ("app_id", app),
+                    ("notify_id", "forged-1"),
+                    ("notify_time", "2026-11-30 10:00:00"),
+                    ("out_trade_no", &out_trade_no),
+                    ("total_amount", amount),
+                    ("trade_no", "2026113022001400000000099999"),
+                    ("trade_status", "TRADE_SUCCESS"),
+                ],
+            )
+        }
+    };
+    let app: &'static str = Box::leak(app_id.to_owned().into_boxed_str());
+    let bodies = [
+        // Signed by someone else.
+        notify("10.00", number.clone(), app)(&forger),
+        // Signed by the channel, but not our amount.
+        notify("0.01", number.clone(), app)(&channel_key),
+        // Signed by the channel, for a trade we do not have.
+        notify("10.00", unique("P"), app)(&channel_key),
+        // Signed by the channel, for another merchant.
+        notify("10.00", number.clone(), "2021999999999999")(&channel_key),
+        // Not a notify at all.
+        "garbage=%%%".to_owned(),
+    ];
+    for body in bodies {
+        let answer = service
+            .client
+            .post(format!("{}/v1/channels/alipay/notify", service.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.text().await.expect("body"), "failure");
+    }
+    let forged_wechat = service
+        .client
+        .post(format!("{}/v1/channels/wechat/notify", service.base))
+        .header("content-type", "application/json")
+        .header(
+            "wechatpay-serial",
+            "PLATFORM0000000000000000000000000000000001",
+        )
+        .header("wechatpay-signature", "Zm9yZ2Vk")
+        .header("wechatpay-timestamp", "1796000000")
+        .header("wechatpay-nonce", "n")
+        .body(r#"{"id":"x","event_type":"TRANSACTION.SUCCESS","resource":{}}"#)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        forged_wechat.status(),
+        500,
+        "WeChat's protocol: FAIL is a 5xx"
+    );
+    let body: Value = forged_wechat.json().await.expect("json");
+    assert_eq!(body["code"], "FAIL");
+
+    let order = service.order(&order_id).await;
+    assert_eq!(order["status"], "CREATED");
+    assert_eq!(order["version"], 0);
+    assert_eq!(order["payments"][0]["status"], "PENDING");
+    // The real payment still goes through afterwards.
+    service.pay_at_channel(&number).await;
+    service.settled_trade(&number).await;
+    assert_eq!(service.order(&order_id).await["status"], "PAID");
+}

@@ -1,0 +1,158 @@
+//! Wallet credits and deducts under duplicates and concurrency.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::harness::{Backend, Service, race, unique};
+
+async fn credit(service: &Service, user: &str, amount: i64) {
+    let key = unique("credit");
+    let answer = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": amount, "reference": key}),
+            &[("Idempotency-Key", &key)],
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.json());
+}
+
+pub(crate) async fn one_key_debits_once(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    credit(&service, &user, 10_000).await;
+    let key = unique("deduct");
+    let answers = race(100, |_| {
+        let (service, user, key) = (service.clone(), user.clone(), key.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/deduct"),
+                    json!({"order_id": "o-1", "amount": 700}),
+                    &[("Idempotency-Key", &key)],
+                )
+                .await
+        }
+    })
+    .await;
+    let successes: Vec<_> = answers
+        .iter()
+        .filter(|answer| answer.status == 200)
+        .collect();
+    assert!(!successes.is_empty());
+    for answer in &answers {
+        assert!(
+            answer.status == 200 || (answer.status == 409 && answer.code() == "in-progress"),
+            "{}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    assert!(
+        successes
+            .iter()
+            .all(|answer| answer.body == successes[0].body),
+        "every answer is the same deduction, byte for byte"
+    );
+    assert_eq!(
+        successes
+            .iter()
+            .filter(|answer| answer.header("idempotent-replayed").is_none())
+            .count(),
+        1,
+        "one execution; the rest are replays"
+    );
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 9_300);
+    let debits = wallet["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|entry| entry["kind"] == "DEBIT")
+        .count();
+    assert_eq!(debits, 1);
+
+    // The same order under another key: refused, naming the earlier deduction.
+    let other = service
+        .post(
+            &format!("/v1/wallets/{user}/deduct"),
+            json!({"order_id": "o-1", "amount": 700}),
+            &[("Idempotency-Key", "another-key")],
+        )
+        .await;
+    assert_eq!(other.status, 409);
+    assert_eq!(other.code(), "already-deducted");
+    assert_eq!(
+        other.json()["existing"]["deduction_no"],
+        successes[0].json()["deduction_no"]
+    );
+    // The key reused for another deduction: 422, nothing debited.
+    let reused = service
+        .post(
+            &format!("/v1/wallets/{user}/deduct"),
+            json!({"order_id": "o-2", "amount": 700}),
+            &[("Idempotency-Key", &key)],
+        )
+        .await;
+    assert_eq!(reused.status, 422);
+    assert_eq!(reused.code(), "idempotency-key-reused");
+    assert_eq!(
+        service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
+        9_300
+    );
+}
+
+pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    credit(&service, &user, 1_000).await;
+    let answers = race(50, |index| {
+        let (service, user) = (service.clone(), user.clone());
+        async move {
+            let key = format!("deduct-{index}");
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/deduct"),
+                    json!({"order_id": format!("o-{index}"), "amount": 30}),
+                    &[("Idempotency-Key", &key)],
+                )
+                .await
+        }
+    })
+    .await;
+    let debited = answers.iter().filter(|answer| answer.status == 200).count();
+    for answer in answers.iter().filter(|answer| answer.status != 200) {
+        assert_eq!(
+            answer.status,
+            422,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(answer.code(), "insufficient-funds");
+    }
+    assert_eq!(debited, 33, "1000 / 30: exactly 33 fit");
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 10);
+
+    // A refusal is stored: retrying it answers the same, even after money arrived.
+    let refused_index = answers
+        .iter()
+        .position(|answer| answer.status == 422)
+        .expect("a refusal");
+    credit(&service, &user, 1_000).await;
+    let retry = service
+        .post(
+            &format!("/v1/wallets/{user}/deduct"),
+            json!({"order_id": format!("o-{refused_index}"), "amount": 30}),
+            &[("Idempotency-Key", &format!("deduct-{refused_index}"))],
+        )
+        .await;
+    assert_eq!(retry.status, 422);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, answers[refused_index].body);
+    assert_eq!(
+        service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
+        1_010
+    );
+}
