@@ -79,6 +79,13 @@ async fn hang_once(State(effects): State<Effects>, context: IdempotencyContext) 
     format!("execution {number}, taken over: {}", context.taken_over)
 }
 
+/// Takes 300 ms, then answers with its execution number.
+async fn slow(State(effects): State<Effects>) -> String {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    format!("execution {number}")
+}
+
 fn config(records: Arc<dyn RecordStore>, operation: &str) -> RouteConfigBuilder {
     RouteConfig::builder(records, operation).tenant(TenantSource::Header(TENANT))
 }
@@ -102,6 +109,7 @@ fn app(
         )
         .route("/flaky", post(flaky).route_layer(layer("flaky")))
         .route("/hang", post(hang_once).route_layer(layer("hang")))
+        .route("/slow", post(slow).route_layer(layer("slow")))
         .with_state(effects)
 }
 
@@ -264,9 +272,7 @@ pub(crate) async fn a_server_error_leaves_the_key_retryable(stores: Stores) {
     assert_eq!(effects.count(), 2, "the 500 was not stored; the 200 was");
 }
 
-pub(crate) async fn a_dropped_request_leaves_a_lease_that_expires_and_is_taken_over(
-    stores: Stores,
-) {
+pub(crate) async fn a_dropped_request_runs_until_its_timeout_frees_the_key(stores: Stores) {
     let effects = Effects::default();
     let lease = |config: RouteConfigBuilder| {
         config
@@ -282,8 +288,8 @@ pub(crate) async fn a_dropped_request_leaves_a_lease_that_expires_and_is_taken_o
     while effects.count() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The client goes away (or the process dies) mid-handler: the future is dropped, nothing
-    // runs after it, and the record stays in progress under a live lease.
+    // The client goes away mid-handler: the handler runs on (it is detached from the
+    // connection) until the route's timeout frees the key; meanwhile the record is in progress.
     in_flight.abort();
     let busy = send(&app, request("/hang", &tenant, &key, "{}")).await;
     assert_eq!(busy.status, StatusCode::CONFLICT);
@@ -299,6 +305,28 @@ pub(crate) async fn a_dropped_request_leaves_a_lease_that_expires_and_is_taken_o
     let replay = send(&app, request("/hang", &tenant, &key, "{}")).await;
     assert!(replay.replayed);
     assert_eq!(effects.count(), 2);
+}
+
+pub(crate) async fn a_client_that_disconnects_gets_the_answer_on_retry(stores: Stores) {
+    let effects = Effects::default();
+    let app = app(stores.records, effects.clone(), |config| config);
+    let (tenant, key) = (unique("t"), unique("k"));
+    let first = {
+        let (app, request) = (app.clone(), request("/slow", &tenant, &key, "{}"));
+        tokio::spawn(async move { send(&app, request).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The client gives up mid-request; the work goes on without it.
+    first.abort();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(effects.count(), 1, "the handler ran to the end");
+    let retry = send(&app, request("/slow", &tenant, &key, "{}")).await;
+    assert!(
+        retry.replayed,
+        "the retry gets the stored answer, not a 409 until the lease ends"
+    );
+    assert_eq!(String::from_utf8_lossy(&retry.body), "execution 1");
+    assert_eq!(effects.count(), 1);
 }
 
 pub(crate) async fn tenants_cannot_read_each_others_replays(stores: Stores) {
@@ -398,7 +426,8 @@ macro_rules! layer_suite {
                 fifty_concurrent_identical_requests_execute_once,
                 a_different_body_under_the_same_key_is_refused,
                 a_server_error_leaves_the_key_retryable,
-                a_dropped_request_leaves_a_lease_that_expires_and_is_taken_over,
+                a_dropped_request_runs_until_its_timeout_frees_the_key,
+                a_client_that_disconnects_gets_the_answer_on_retry,
                 tenants_cannot_read_each_others_replays,
                 a_handler_that_lost_its_lease_cannot_overwrite_the_new_owner,
             );

@@ -209,7 +209,17 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
-        Box::pin(async move { Ok(handle(config, inner, request).await) })
+        // The request runs in a task of its own, so that a client that disconnects (hyper then
+        // drops this future) does not cut the handler off between its effect and the stored
+        // answer: the work finishes, the record completes, and the client's retry replays
+        // instead of waiting out the lease.
+        let work = tokio::spawn(handle(config, inner, request));
+        Box::pin(async move {
+            Ok(work.await.unwrap_or_else(|error| {
+                tracing::error!(%error, "idempotent request task failed");
+                Problem::Internal.into_response()
+            }))
+        })
     }
 }
 
