@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 pub use error::{ApiError, ProblemBody};
 pub use ops::ApiDoc;
+pub use payments::order_lock_name;
 
 use crate::domain::payment::ChannelName;
 use crate::store::PayStore;

@@ -20,10 +20,16 @@ use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::payment::{ChannelName, PaymentStatus};
 use crate::store::{LocalClose, OpenPayment};
 
+/// Clocks differ: a trade the channel does not know is treated as still payable until this long
+/// after its expiry.
+const EXPIRY_GRACE_MS: i64 = 60_000;
+
 /// How long the order lock is held at most (a channel call is bounded well below it).
 const ORDER_LOCK_TTL: Duration = Duration::from_secs(30);
 
-fn order_lock_name(tenant: &str, order_id: &str) -> Option<Name> {
+/// The name of an order's lock in the lock store (Redis keys carry it under the store's
+/// prefix).
+pub fn order_lock_name(tenant: &str, order_id: &str) -> Option<Name> {
     Name::parse(&format!("order:{tenant}:{order_id}")).ok()
 }
 
@@ -170,9 +176,9 @@ pub(super) async fn create(
     }
     let op = operation::PAYMENT_CREATE;
     let Some(guard) = lock_order(&state, op, &tenant, order_id.as_str()).await? else {
-        // Someone else is creating a payment for this order right now: re-check instead of
-        // failing.
-        return recheck(&state, &tenant, order_id.as_str()).await;
+        // Someone else held the order's lock for the whole wait: re-check the order rather
+        // than fail.
+        return recheck(&state, &tenant, &order_id, channel).await;
     };
     let result = open(&state, &tenant, &order_id, channel).await;
     unlock(&state, guard).await;
@@ -234,24 +240,36 @@ async fn open(
     }
 }
 
-/// After the lock wait ran out: answer what the order has now.
-async fn recheck(state: &AppState, tenant: &str, order_id: &str) -> Result<Response, ApiError> {
+/// After the lock wait ran out: answer what the order has now, and when it has neither a paid
+/// nor a pending payment (the holder is slow or died holding the lock), go on without the lock:
+/// the order's row lock and the one-pending constraint still decide.
+async fn recheck(
+    state: &AppState,
+    tenant: &str,
+    order_id: &OrderId,
+    channel: ChannelName,
+) -> Result<Response, ApiError> {
     let (_, payments) = state
         .store
-        .order(tenant, order_id)
+        .order(tenant, order_id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found("order"))?;
     if let Some(paid) = payments.iter().find(|p| p.status == PaymentStatus::Paid) {
         return Err(already_paid("order-already-paid", paid));
     }
-    if let Some(pending) = payments.iter().find(|p| p.status == PaymentStatus::Pending) {
+    if let Some(pending) = payments.iter().find(|p| p.status == PaymentStatus::Pending)
+        && pending.pay_url.is_some()
+    {
         return Ok(payment_answer(StatusCode::OK, pending, true));
     }
-    Err(ApiError::conflict(
-        "in-progress",
-        "a payment for this order is being created; retry",
-    )
-    .retry_after(1))
+    decision(
+        "lock",
+        operation::PAYMENT_CREATE,
+        tenant,
+        order_id.as_str(),
+        "busy_proceeded",
+    );
+    open(state, tenant, order_id, channel).await
 }
 
 async fn own_payment(
@@ -289,6 +307,7 @@ pub(super) async fn show(
     params(("payment_no" = String, Path, description = "Payment number")),
     responses(
         (status = 200, description = "Closed (now or before)", body = PaymentView),
+        (status = 202, description = "Not closable yet: the channel has no trade (code not scanned) and it stays payable until its expiry; the payment stays PENDING", body = PaymentView),
         (status = 409, description = "already-paid: the buyer paid first", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
@@ -323,8 +342,16 @@ pub(super) async fn close(
     };
     let result = async {
         match channel.close_trade(&payment.payment_no).await {
-            // Closed there, or never scanned (the simulator, like a precreate that was closed,
-            // accepts no payment for it afterwards).
+            // Alipay has no trade until the buyer scans the code, and the code stays payable
+            // until its expiry: closing locally now could end with a charge for a closed
+            // payment. The attempt stays PENDING; after the expiry it can no longer be paid and
+            // is closed (by a close then, or by reconciliation).
+            Ok(TradeState::NotFound)
+                if clock::now_ms() <= payment.expires_at_ms + EXPIRY_GRACE_MS =>
+            {
+                decision("cas", op, &tenant, &payment.payment_no, "close_deferred");
+                Ok(payment_answer(StatusCode::ACCEPTED, &payment, false))
+            }
             Ok(TradeState::Closed | TradeState::NotFound) => {
                 match state.store.close_payment(&payment.payment_no).await? {
                     LocalClose::Closed(closed) => {

@@ -32,6 +32,7 @@ backend_suite!(
     crate::payments::duplicate_and_concurrent_notifies_pay_once => duplicate_and_concurrent_notifies_pay_once,
     crate::payments::close_racing_payment_is_never_both => close_racing_payment_is_never_both,
     crate::payments::forged_callbacks_change_nothing => forged_callbacks_change_nothing,
+    crate::payments::a_close_before_the_scan_never_strands_a_payment => a_close_before_the_scan_never_strands_a_payment,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
@@ -39,6 +40,14 @@ backend_suite!(
 );
 
 mod shared_deployment {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_and_redis_a_held_order_lock_delays_but_never_fails() {
+        crate::payments::a_held_order_lock_delays_but_never_fails(
+            crate::harness::Backend::Postgres,
+        )
+        .await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn postgres_and_redis_two_instances_one_effect() {
         crate::instances::two_instances_one_effect(crate::harness::Backend::Postgres).await;
