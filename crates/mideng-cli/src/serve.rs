@@ -73,6 +73,7 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         database_url: config.database_url(),
         database_connections_max: config.database.connections_max,
         redis_url: config.redis.url.clone(),
+        redis_cluster: config.redis.cluster.clone(),
         redis_prefix: config.redis.prefix.clone(),
         alipay,
         wechat,

@@ -41,8 +41,11 @@ pub struct Settings {
     pub database_url: String,
     /// Pool size.
     pub database_connections_max: u32,
-    /// `redis://…` for tokens and locks; `None`: in-process stores (one instance only).
+    /// `redis://…` for tokens and locks; `None` (and no cluster): in-process stores (one
+    /// instance only).
     pub redis_url: Option<String>,
+    /// Seed nodes of a Redis Cluster for tokens and locks, instead of `redis_url`.
+    pub redis_cluster: Vec<String>,
     /// Key prefix in Redis.
     pub redis_prefix: Option<String>,
     /// The Alipay adapter, if the service takes Alipay.
@@ -63,6 +66,7 @@ impl std::fmt::Debug for Settings {
             .debug_struct("Settings")
             .field("database", &scheme(&self.database_url))
             .field("redis", &self.redis_url.as_deref().map(scheme))
+            .field("redis_cluster_nodes", &self.redis_cluster.len())
             .field("alipay", &self.alipay.is_some())
             .field("wechat", &self.wechat.is_some())
             .field("payments", &self.payments)
@@ -135,6 +139,16 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn PayStore>, BuildError
 type Guards = (Arc<dyn TokenStore>, Arc<dyn LockStore>);
 
 async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
+    if !settings.redis_cluster.is_empty() {
+        let mut store = RedisStore::connect_cluster(&settings.redis_cluster)
+            .await
+            .map_err(BuildError::Redis)?;
+        if let Some(prefix) = &settings.redis_prefix {
+            store = store.with_prefix(prefix)?;
+        }
+        let store = Arc::new(store);
+        return Ok((store.clone(), store));
+    }
     match &settings.redis_url {
         Some(url) => {
             let mut store = RedisStore::connect(url).await.map_err(BuildError::Redis)?;

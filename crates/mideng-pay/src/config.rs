@@ -12,7 +12,7 @@
 //! connections_max = 16
 //!
 //! [redis]
-//! url = "redis://cache.internal:6379/"
+//! url = "redis://cache.internal:6379/"     # or cluster = ["redis://10.0.0.1:7000", …]
 //!
 //! [payments]
 //! token_required = true
@@ -113,8 +113,11 @@ impl Default for DatabaseConfig {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://…`; unset: in-process tokens and locks (a single instance only).
+    /// `redis://…`; unset (and no cluster): in-process tokens and locks (a single instance
+    /// only).
     pub url: Option<String>,
+    /// Seed nodes of a Redis Cluster (`["redis://10.0.0.1:7000", …]`), instead of `url`.
+    pub cluster: Vec<String>,
     /// Key prefix (default `mideng`).
     pub prefix: Option<String>,
 }
@@ -328,6 +331,9 @@ impl ServeConfig {
             && !(16..=256).contains(&key.len())
         {
             return invalid("demo.api_key must be 16 to 256 characters");
+        }
+        if self.redis.url.is_some() && !self.redis.cluster.is_empty() {
+            return invalid("set redis.url or redis.cluster, not both");
         }
         if let Some(wechat) = &self.channels.wechat
             && wechat.api_v3_key.len() != 32

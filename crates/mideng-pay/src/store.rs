@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mideng::limits::CONFLICT_RETRIES_MAX;
 use mideng::record::{Decision, Lease, RecordPolicy, RecordStore, StoredResponse};
 use mideng::sqlx::{Database, Pool};
-use mideng::store::sql::{SqlStore, store_error};
+use mideng::store::sql::{SqlStore, back_off, store_error};
 use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
 
 use crate::db::payments::{self, OrderInsert, OrderRow, PaymentInsert, PaymentRow, SuccessOutcome};
@@ -17,10 +18,6 @@ use crate::db::{PayDialect, tenants};
 use crate::domain::money::Amount;
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::PaymentStatus;
-
-/// Transient conflicts (deadlock victims, serialization failures, a busy SQLite file) are
-/// retried this many times before the caller sees them.
-const CONFLICT_RETRIES_MAX: u32 = 16;
 
 /// Lease of a channel notify's dedup record. The record is written in the same transaction as
 /// the effect, so the lease only matters if that transaction outlives it.
@@ -252,7 +249,8 @@ impl<D: PayDialect> SqlPay<D> {
 }
 
 /// Runs `$work` (an expression using `$connection`) in its own write transaction, retrying
-/// transient conflicts whole.
+/// transient conflicts (deadlock victims, serialization failures, a busy SQLite file) whole,
+/// with the toolkit's back-off.
 macro_rules! transaction {
     ($self:ident, |$connection:ident| $work:expr) => {{
         let mut attempt = 0_u32;
@@ -283,16 +281,6 @@ macro_rules! connection {
         let $connection = &mut *pooled;
         typed($work.await)
     }};
-}
-
-/// Jittered exponential back-off for conflict retries (1, 2, 4 … 64 ms, times a random factor
-/// in [0.5, 1.5)), so that deadlock victims do not collide again in step.
-async fn back_off(attempt: u32) {
-    let base_us = 1_000_u64 << attempt.min(6);
-    let mut noise = [0_u8; 1];
-    getrandom::fill(&mut noise).expect("the OS random number generator is available");
-    let micros = base_us / 2 + base_us * u64::from(noise[0]) / 256;
-    tokio::time::sleep(Duration::from_micros(micros)).await;
 }
 
 /// Pins the error type of the macros' work to [`StoreError`].

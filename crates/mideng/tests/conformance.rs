@@ -867,3 +867,5 @@ backend_suite!(postgres, support::postgres);
 backend_suite!(mysql, support::mysql);
 #[cfg(feature = "redis")]
 backend_suite!(redis, support::redis);
+#[cfg(feature = "redis")]
+backend_suite!(redis_cluster, support::redis_cluster);

@@ -453,3 +453,5 @@ layer_suite!(postgres, support::postgres);
 layer_suite!(mysql, support::mysql);
 #[cfg(feature = "redis")]
 layer_suite!(redis, support::redis);
+#[cfg(feature = "redis")]
+layer_suite!(redis_cluster, support::redis_cluster);

@@ -83,6 +83,28 @@ async fn fail(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> 
     error.into_response()
 }
 
+/// A keyed wallet operation: a duplicate gets the layer's answer; a request that fails its
+/// checks gets a stored refusal; otherwise `work` runs in one transaction with the record, and
+/// its stored answer is sent (or, if the transaction fails, the key is freed for the retry).
+async fn keyed<T>(
+    decided: &IdempotencyDecision,
+    checked: Result<T, ApiError>,
+    work: impl AsyncFnOnce(Lease, T) -> Result<StoredResponse, mideng::StoreError>,
+) -> Response<Body> {
+    let lease = match lease_of(decided) {
+        Ok(lease) => lease,
+        Err(answer) => return *answer,
+    };
+    let input = match checked {
+        Ok(input) => input,
+        Err(error) => return refuse(decided, &lease, error).await,
+    };
+    match work(lease.clone(), input).await {
+        Ok(stored) => send(stored),
+        Err(error) => fail(decided, &lease, ApiError::from(error)).await,
+    }
+}
+
 fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|error| {
         if error.is_syntax() || error.is_eof() {
@@ -114,10 +136,6 @@ pub(super) async fn credit(
     decided: IdempotencyDecision,
     body: axum::body::Bytes,
 ) -> Response<Body> {
-    let lease = match lease_of(&decided) {
-        Ok(lease) => lease,
-        Err(answer) => return *answer,
-    };
     let checked = (|| {
         let user_id = UserId::parse(&user_id)
             .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
@@ -132,11 +150,6 @@ pub(super) async fn credit(
         }
         Ok((user_id, amount, body.reference))
     })();
-    let (user_id, amount, reference) = match checked {
-        Ok(checked) => checked,
-        Err(error) => return refuse(&decided, &lease, error).await,
-    };
-    let entry_no = new_number('C', clock::now_ms());
     let respond = |outcome: &CreditOutcome| match outcome {
         CreditOutcome::Credited {
             entry_no,
@@ -153,30 +166,38 @@ pub(super) async fn credit(
             "the balance would exceed its bound",
         )),
     };
-    match state
-        .store
-        .credit(
-            &lease,
-            user_id.as_str(),
-            amount,
-            &reference,
-            &entry_no,
-            &respond,
-        )
-        .await
-    {
-        Ok(stored) => {
+    keyed(
+        &decided,
+        checked,
+        async |lease, (user_id, amount, reference)| {
+            let entry_no = new_number('C', clock::now_ms());
+            let stored = state
+                .store
+                .credit(
+                    &lease,
+                    user_id.as_str(),
+                    amount,
+                    &reference,
+                    &entry_no,
+                    &respond,
+                )
+                .await?;
+            let label = if stored.status == 200 {
+                "credited"
+            } else {
+                "refused"
+            };
             decision(
                 "constraint",
                 operation::WALLET_CREDIT,
                 &tenant,
                 user_id.as_str(),
-                "credited",
+                label,
             );
-            send(stored)
-        }
-        Err(error) => fail(&decided, &lease, ApiError::from(error)).await,
-    }
+            Ok(stored)
+        },
+    )
+    .await
 }
 
 /// Deducts from a wallet for an order.
@@ -201,10 +222,6 @@ pub(super) async fn deduct(
     decided: IdempotencyDecision,
     body: axum::body::Bytes,
 ) -> Response<Body> {
-    let lease = match lease_of(&decided) {
-        Ok(lease) => lease,
-        Err(answer) => return *answer,
-    };
     let checked = (|| {
         let user_id = UserId::parse(&user_id)
             .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
@@ -215,11 +232,6 @@ pub(super) async fn deduct(
             .map_err(|error| ApiError::unprocessable("invalid-amount", error.to_string()))?;
         Ok((user_id, order_id, amount))
     })();
-    let (user_id, order_id, amount) = match checked {
-        Ok(checked) => checked,
-        Err(error) => return refuse(&decided, &lease, error).await,
-    };
-    let entry_no = new_number('D', clock::now_ms());
     let view = |debit: &Debit| DeductionView {
         deduction_no: debit.entry_no.clone(),
         amount: debit.amount_fen,
@@ -241,19 +253,22 @@ pub(super) async fn deduct(
             .with_existing(view(debit)),
         ),
     };
-    match state
-        .store
-        .deduct(
-            &lease,
-            user_id.as_str(),
-            order_id.as_str(),
-            amount,
-            &entry_no,
-            &respond,
-        )
-        .await
-    {
-        Ok(stored) => {
+    keyed(
+        &decided,
+        checked,
+        async |lease, (user_id, order_id, amount)| {
+            let entry_no = new_number('D', clock::now_ms());
+            let stored = state
+                .store
+                .deduct(
+                    &lease,
+                    user_id.as_str(),
+                    order_id.as_str(),
+                    amount,
+                    &entry_no,
+                    &respond,
+                )
+                .await?;
             let label = match stored.status {
                 200 => "debited",
                 409 => "already_deducted",
@@ -266,10 +281,10 @@ pub(super) async fn deduct(
                 order_id.as_str(),
                 label,
             );
-            send(stored)
-        }
-        Err(error) => fail(&decided, &lease, ApiError::from(error)).await,
-    }
+            Ok(stored)
+        },
+    )
+    .await
 }
 
 /// The wallet's balance and latest entries.

@@ -23,6 +23,8 @@ pub(crate) enum Backend {
     Sqlite,
     Postgres,
     Mysql,
+    /// PostgreSQL, with tokens and locks on a Redis Cluster.
+    PostgresOnRedisCluster,
 }
 
 pub(crate) fn unique(prefix: &str) -> String {
@@ -46,7 +48,7 @@ impl Backend {
                     .join(format!("{}.db", unique("service")))
                     .display()
             ),
-            Backend::Postgres => env_or(
+            Backend::Postgres | Backend::PostgresOnRedisCluster => env_or(
                 "MIDENG_TEST_POSTGRES_URL",
                 "postgres://mideng:mideng@127.0.0.1:5432/mideng_test",
             ),
@@ -60,10 +62,26 @@ impl Backend {
     /// Redis for tokens and locks, as in production, except on the embedded default.
     pub(crate) fn redis_url(self) -> Option<String> {
         match self {
-            Backend::Sqlite => None,
+            Backend::Sqlite | Backend::PostgresOnRedisCluster => None,
             Backend::Postgres | Backend::Mysql => {
                 Some(env_or("MIDENG_TEST_REDIS_URL", "redis://127.0.0.1:6379/"))
             }
+        }
+    }
+}
+
+impl Backend {
+    /// Seed nodes of the Redis Cluster, for the backend that uses one.
+    pub(crate) fn redis_cluster(self) -> Vec<String> {
+        match self {
+            Backend::PostgresOnRedisCluster => env_or(
+                "MIDENG_TEST_REDIS_CLUSTER_URLS",
+                "redis://127.0.0.1:7000/,redis://127.0.0.1:7001/,redis://127.0.0.1:7002/",
+            )
+            .split(',')
+            .map(str::to_owned)
+            .collect(),
+            _ => Vec::new(),
         }
     }
 }
@@ -235,6 +253,7 @@ impl Service {
             database_url: database_url.clone(),
             database_connections_max: 16,
             redis_url: backend.redis_url(),
+            redis_cluster: backend.redis_cluster(),
             redis_prefix: None,
             alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
             wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),

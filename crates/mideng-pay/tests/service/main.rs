@@ -54,6 +54,12 @@ mod shared_deployment {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_and_redis_cluster_two_instances_one_effect() {
+        crate::instances::two_instances_one_effect(crate::harness::Backend::PostgresOnRedisCluster)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn mysql_and_redis_two_instances_one_effect() {
         crate::instances::two_instances_one_effect(crate::harness::Backend::Mysql).await;
     }

@@ -312,6 +312,22 @@ impl RedisStore {
     }
 }
 
+impl RedisStore<redis::cluster_async::ClusterConnection> {
+    /// Connects to a Redis Cluster through its seed `nodes` (`redis://host:port` each; one
+    /// reachable node is enough to discover the rest). The connection follows slot moves and
+    /// reconnects to nodes by itself. Every script's keys share one hash slot, so each state
+    /// change still runs atomically on one node.
+    pub async fn connect_cluster(nodes: &[String]) -> Result<Self, StoreError> {
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connection_timeout(CONNECTION_TIMEOUT)
+            .build()
+            .map_err(store_error)?;
+        let connection = client.get_async_connection().await.map_err(store_error)?;
+        Ok(Self::from_connection(connection))
+    }
+}
+
 impl<C> RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,

@@ -135,6 +135,27 @@ pub async fn redis() -> Stores {
     stores(store)
 }
 
+/// The seed nodes of the test Redis Cluster (`MIDENG_TEST_REDIS_CLUSTER_URLS`, comma-separated).
+pub const REDIS_CLUSTER_URLS: &str =
+    "redis://127.0.0.1:7000/,redis://127.0.0.1:7001/,redis://127.0.0.1:7002/";
+
+#[cfg(feature = "redis")]
+pub async fn redis_cluster() -> Stores {
+    let urls = url("MIDENG_TEST_REDIS_CLUSTER_URLS", REDIS_CLUSTER_URLS);
+    let nodes: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    let store = RedisStore::connect_cluster(&nodes)
+        .await
+        .unwrap_or_else(|error| {
+            unreachable(
+                "redis_cluster",
+                "MIDENG_TEST_REDIS_CLUSTER_URLS",
+                &urls,
+                error,
+            )
+        });
+    stores(store)
+}
+
 /// Runs `attempt(i)` for `i` in `0..tasks` on separate tasks, released together by a barrier so
 /// that the store sees them at the same moment, and returns their results in order.
 pub async fn race<T, F, Fut>(tasks: usize, attempt: F) -> Vec<T>

@@ -308,8 +308,10 @@ fn as_i64(value: u64) -> i64 {
 }
 
 /// Jittered exponential back-off for conflict retries: 1, 2, 4 … ms, capped at 64 ms, times a
-/// random factor in [0.5, 1.5) so that retrying deadlock victims do not collide again.
-async fn back_off(attempt: u32) {
+/// random factor in [0.5, 1.5) so that retrying deadlock victims do not collide again. For
+/// applications that retry their own transactions on [`StoreError::Conflict`] (at most
+/// [`CONFLICT_RETRIES_MAX`] times, as the stores do).
+pub async fn back_off(attempt: u32) {
     let base_ms = 1_u64 << attempt.min(6);
     let mut noise = [0_u8; 1];
     getrandom::fill(&mut noise).expect("the OS random number generator is available");
