@@ -79,6 +79,7 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         wechat,
         payments: config.payment_settings(),
         tenants,
+        reconcile: Some(config.reconcile_settings()),
     };
     tracing::info!(?settings, "starting");
     let application = Application::build(settings, listener).await?;

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, PaymentSettings};
 use crate::db;
+use crate::reconcile::{self, ReconcileSettings};
 use crate::store::{PayStore, SqlPay};
 
 /// A tenant to provision at start: its id and the SHA-256 (hex) of its API key.
@@ -56,6 +57,8 @@ pub struct Settings {
     pub payments: PaymentSettings,
     /// Tenants to create (or re-key) at start.
     pub tenants: Vec<TenantSeed>,
+    /// The scheduled reconciler; `None`: no worker (run `reconcile::reconcile_once` yourself).
+    pub reconcile: Option<ReconcileSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for Settings {
             .field("wechat", &self.wechat.is_some())
             .field("payments", &self.payments)
             .field("tenants", &self.tenants.len())
+            .field("reconcile", &self.reconcile)
             .finish()
     }
 }
@@ -171,6 +175,7 @@ pub struct Application {
     address: SocketAddr,
     router: Router,
     state: AppState,
+    reconcile: Option<ReconcileSettings>,
 }
 
 impl std::fmt::Debug for Application {
@@ -210,6 +215,7 @@ impl Application {
             address,
             router,
             state,
+            reconcile: settings.reconcile.clone(),
         })
     }
 
@@ -223,13 +229,23 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes the requests in flight.
+    /// Serves (and reconciles, if configured) until `shutdown` completes, then finishes the
+    /// requests in flight.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let worker = self
+            .reconcile
+            .map(|settings| tokio::spawn(reconcile::run(self.state.clone(), settings, stopped)));
+        let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
-            .await
+            .await;
+        stop.send_replace(true);
+        if let Some(worker) = worker {
+            let _ = worker.await;
+        }
+        served
     }
 }

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::api::PaymentSettings;
+use crate::reconcile::ReconcileSettings;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -72,6 +73,34 @@ pub struct ServeConfig {
     pub tenants: Vec<TenantConfig>,
     /// Real channel endpoints and keys.
     pub channels: ChannelsConfig,
+    /// The scheduled reconciler.
+    pub reconcile: ReconcileConfig,
+}
+
+/// `[reconcile]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileConfig {
+    /// Seconds between rounds (1 ..= 3600).
+    pub interval_secs: u64,
+    /// Payments pending for longer than this are examined, seconds (0 ..= 86400).
+    pub min_age_secs: u64,
+    /// Seconds past a trade's expiry before it is treated as over (0 ..= 3600).
+    pub expiry_grace_secs: u64,
+    /// Most payments per round (1 ..= 10000).
+    pub batch: u32,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        let defaults = ReconcileSettings::default();
+        Self {
+            interval_secs: defaults.interval.as_secs(),
+            min_age_secs: defaults.min_age.as_secs(),
+            expiry_grace_secs: defaults.expiry_grace.as_secs(),
+            batch: defaults.batch,
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -86,6 +115,7 @@ impl Default for ServeConfig {
             demo: DemoConfig::default(),
             tenants: Vec::new(),
             channels: ChannelsConfig::default(),
+            reconcile: ReconcileConfig::default(),
         }
     }
 }
@@ -332,6 +362,16 @@ impl ServeConfig {
         {
             return invalid("demo.api_key must be 16 to 256 characters");
         }
+        let reconcile = &self.reconcile;
+        if !(1..=3_600).contains(&reconcile.interval_secs)
+            || reconcile.min_age_secs > 86_400
+            || reconcile.expiry_grace_secs > 3_600
+            || !(1..=10_000).contains(&reconcile.batch)
+        {
+            return invalid(
+                "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, expiry_grace_secs ..=3600, batch 1..=10000",
+            );
+        }
         if self.redis.url.is_some() && !self.redis.cluster.is_empty() {
             return invalid("set redis.url or redis.cluster, not both");
         }
@@ -365,6 +405,17 @@ impl ServeConfig {
             expire_after: Duration::from_secs(self.payments.expire_after_secs),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             ..PaymentSettings::default()
+        }
+    }
+
+    /// Reconciliation settings.
+    pub fn reconcile_settings(&self) -> ReconcileSettings {
+        ReconcileSettings {
+            min_age: Duration::from_secs(self.reconcile.min_age_secs),
+            expiry_grace: Duration::from_secs(self.reconcile.expiry_grace_secs),
+            batch: self.reconcile.batch,
+            interval: Duration::from_secs(self.reconcile.interval_secs),
+            tenant: None,
         }
     }
 

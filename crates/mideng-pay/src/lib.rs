@@ -12,7 +12,9 @@
 //!   statements written once over the toolkit's SQL port.
 //! - [`store`] — each operation of the service as one local transaction ([`store::PayStore`]).
 //! - [`api`] — the v1 HTTP API, with the toolkit's idempotency layer on its routes.
-//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve.
+//! - [`reconcile`] — reconciliation with the channels: what callbacks missed.
+//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the scheduled
+//!   reconciler).
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
 
 pub mod api;
@@ -20,6 +22,7 @@ pub mod app;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod reconcile;
 pub mod store;
 
 pub use app::{Application, BuildError, Settings, TenantSeed};

@@ -116,12 +116,23 @@ pub enum NotifyOutcome {
     /// Not ours: unknown payment or amount mismatch. Nothing changed; the channel is told
     /// `failure`.
     Rejected(&'static str),
-    /// A success for a payment that is no longer pending (closed or failed): not acknowledged,
-    /// so that the channel resends and the case is reconciled, never left CLOSED silently.
+    /// A success that cannot be recorded: for an attempt that failed at creation, or for a
+    /// closed attempt of an order that another payment paid already (the buyer was charged
+    /// twice). Not acknowledged, so that the channel keeps telling; logged and counted for a
+    /// person to refund.
     LateSuccess(PaymentStatus),
     /// The same notify id is being processed right now elsewhere: answer failure, the channel
     /// resends.
     Busy,
+}
+
+/// What applying a notify did, and to which tenant's payment (for the logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyApplied {
+    /// What happened.
+    pub outcome: NotifyOutcome,
+    /// The payment's tenant, when the payment is ours.
+    pub tenant: Option<String>,
 }
 
 /// A credit's result.
@@ -190,6 +201,18 @@ pub trait PayStore: Send + Sync {
     async fn payment(&self, payment_no: &str) -> Result<Option<PaymentRow>, StoreError>;
     /// The local half of closing a payment: row lock, then CAS PENDING → CLOSED.
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError>;
+    /// Pending payments created before `created_before_ms`, of one tenant or of all, oldest
+    /// first (reconciliation).
+    async fn pending_before(
+        &self,
+        tenant_id: Option<&str>,
+        created_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<PaymentRow>, StoreError>;
+    /// Closes a pending payment whose trade is over (closed or expired at the channel) and
+    /// cancels its order if the order still waits for payment, in one transaction; true when
+    /// the order was canceled.
+    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError>;
     /// The success flow for a paid trade found by a query (close refused because paid).
     async fn apply_success(
         &self,
@@ -200,7 +223,7 @@ pub trait PayStore: Send + Sync {
     ) -> Result<SuccessOutcome, StoreError>;
     /// A verified notify: dedup by its id, then the success (or close) flow, in one
     /// transaction with the dedup record.
-    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyOutcome, StoreError>;
+    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError>;
     /// Credits a wallet and completes `lease` with `respond(outcome)` in one transaction.
     async fn credit(
         &self,
@@ -341,13 +364,22 @@ async fn notify_on<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     notify: &NotifyEffect,
     now_ms: i64,
-) -> Result<NotifyOutcome, StoreError> {
+) -> Result<NotifyApplied, StoreError> {
     let Some(payment) = payments::find_payment::<D>(connection, &notify.payment_no, true).await?
     else {
-        return Ok(NotifyOutcome::Rejected("unknown payment"));
+        return Ok(NotifyApplied {
+            outcome: NotifyOutcome::Rejected("unknown payment"),
+            tenant: None,
+        });
+    };
+    let applied = |outcome: NotifyOutcome| -> Result<NotifyApplied, StoreError> {
+        Ok(NotifyApplied {
+            outcome,
+            tenant: Some(payment.tenant_id.clone()),
+        })
     };
     if payment.amount_fen != notify.amount_fen {
-        return Ok(NotifyOutcome::Rejected("amount mismatch"));
+        return applied(NotifyOutcome::Rejected("amount mismatch"));
     }
     let scope = Scope::new(&payment.tenant_id, notify.operation)?;
     let key = dedup_key(&notify.notify_id);
@@ -358,9 +390,9 @@ async fn notify_on<D: PayDialect>(
         .await?
     {
         Decision::Proceed(lease) => lease,
-        Decision::Replay(_) => return Ok(NotifyOutcome::Duplicate),
-        Decision::InFlight { .. } => return Ok(NotifyOutcome::Busy),
-        Decision::Mismatch => return Ok(NotifyOutcome::Rejected("notify id reused")),
+        Decision::Replay(_) => return applied(NotifyOutcome::Duplicate),
+        Decision::InFlight { .. } => return applied(NotifyOutcome::Busy),
+        Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify id reused")),
     };
     let outcome = match &notify.event {
         NotifyEvent::Paid {
@@ -378,7 +410,7 @@ async fn notify_on<D: PayDialect>(
             .await?;
             if let SuccessOutcome::NotPending(status) = success {
                 // Not recorded as processed: the resend must find the case again.
-                return Ok(NotifyOutcome::LateSuccess(status));
+                return applied(NotifyOutcome::LateSuccess(status));
             }
             NotifyOutcome::Applied(Some(success))
         }
@@ -403,7 +435,37 @@ async fn notify_on<D: PayDialect>(
         body: b"processed".to_vec(),
     };
     store.complete_in(connection, &lease, &stored).await?;
-    Ok(outcome)
+    applied(outcome)
+}
+
+/// The local half of a close: row lock, then CAS PENDING → CLOSED.
+async fn close_on<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment_no: &str,
+    now_ms: i64,
+) -> Result<LocalClose, StoreError> {
+    let Some(payment) = payments::find_payment::<D>(connection, payment_no, true).await? else {
+        return Ok(LocalClose::Unknown);
+    };
+    Ok(match payment.status {
+        PaymentStatus::Pending => {
+            payments::transition_payment::<D>(
+                connection,
+                payment_no,
+                PaymentStatus::Pending,
+                PaymentStatus::Closed,
+                now_ms,
+            )
+            .await?;
+            LocalClose::Closed(Box::new(PaymentRow {
+                status: PaymentStatus::Closed,
+                ..payment
+            }))
+        }
+        PaymentStatus::Closed => LocalClose::AlreadyClosed(Box::new(payment)),
+        PaymentStatus::Paid => LocalClose::Paid(Box::new(payment)),
+        PaymentStatus::Failed => LocalClose::Failed(Box::new(payment)),
+    })
 }
 
 #[async_trait]
@@ -538,30 +600,44 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
 
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
         let now_ms = clock::now_ms();
+        transaction!(self, |connection| close_on::<D>(
+            connection, payment_no, now_ms
+        ))
+    }
+
+    async fn pending_before(
+        &self,
+        tenant_id: Option<&str>,
+        created_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<PaymentRow>, StoreError> {
+        connection!(self, |connection| payments::pending_before::<D>(
+            connection,
+            tenant_id,
+            created_before_ms,
+            i64::from(limit)
+        ))
+    }
+
+    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
+        let now_ms = clock::now_ms();
         transaction!(self, |connection| async {
-            let Some(payment) = payments::find_payment::<D>(connection, payment_no, true).await?
-            else {
-                return Ok(LocalClose::Unknown);
-            };
-            Ok(match payment.status {
-                PaymentStatus::Pending => {
-                    payments::transition_payment::<D>(
+            let closed = close_on::<D>(connection, payment_no, now_ms).await?;
+            let canceled = match &closed {
+                LocalClose::Closed(payment) => {
+                    payments::transition_order::<D>(
                         connection,
-                        payment_no,
-                        PaymentStatus::Pending,
-                        PaymentStatus::Closed,
+                        &payment.tenant_id,
+                        &payment.order_id,
+                        OrderStatus::Created,
+                        OrderStatus::Canceled,
                         now_ms,
                     )
-                    .await?;
-                    LocalClose::Closed(Box::new(PaymentRow {
-                        status: PaymentStatus::Closed,
-                        ..payment
-                    }))
+                    .await?
                 }
-                PaymentStatus::Closed => LocalClose::AlreadyClosed(Box::new(payment)),
-                PaymentStatus::Paid => LocalClose::Paid(Box::new(payment)),
-                PaymentStatus::Failed => LocalClose::Failed(Box::new(payment)),
-            })
+                _ => false,
+            };
+            Ok((closed, canceled))
         })
     }
 
@@ -583,7 +659,7 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
         ))
     }
 
-    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyOutcome, StoreError> {
+    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         transaction!(self, |connection| notify_on::<D>(

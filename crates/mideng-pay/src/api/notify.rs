@@ -14,7 +14,7 @@ use mideng_channel::adapter::{Channel, NotifiedState, NotifyAnswer, RawNotify};
 
 use super::{AppState, decision, operation};
 use crate::db::payments::SuccessOutcome;
-use crate::store::{NotifyEffect, NotifyEvent, NotifyOutcome};
+use crate::store::{NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
 
 fn answer(reply: NotifyAnswer) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -72,8 +72,8 @@ async fn handle(
         event,
     };
     let subject = verified.out_trade_no.as_str();
-    let outcome = match state.store.apply_notify(&effect).await {
-        Ok(outcome) => outcome,
+    let NotifyApplied { outcome, tenant } = match state.store.apply_notify(&effect).await {
+        Ok(applied) => applied,
         Err(error) => {
             tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
             return answer(channel.answer(false));
@@ -87,7 +87,7 @@ async fn handle(
         NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
             tracing::warn!(
                 payment_no = subject,
-                "paid, but the order had moved on: refund case"
+                "paid, but the order no longer waited for payment (canceled): refund case"
             );
             ("cas", "paid_order_not_created", true)
         }
@@ -103,15 +103,21 @@ async fn handle(
             ("signature", "not_ours", false)
         }
         NotifyOutcome::LateSuccess(status) => {
-            tracing::warn!(
+            tracing::error!(
                 payment_no = subject, status = ?status,
-                "success for a payment that is not pending: not acknowledged, left for reconciliation"
+                "charged at the channel, but the order is paid by another payment (or the attempt failed): refund by hand; not acknowledged"
             );
-            ("cas", "late_success", false)
+            ("cas", "double_charge", false)
         }
         NotifyOutcome::Busy => ("dedup", "busy", false),
     };
-    decision(layer, operation, "-", subject, label);
+    decision(
+        layer,
+        operation,
+        tenant.as_deref().unwrap_or("-"),
+        subject,
+        label,
+    );
     answer(channel.answer(accepted))
 }
 

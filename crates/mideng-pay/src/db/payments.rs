@@ -98,7 +98,8 @@ pub enum SuccessOutcome {
     },
     /// It was paid already: a duplicate notify, or reconciliation got there first.
     AlreadyPaid,
-    /// The payment is not pending (closed or failed): a late success, for reconciliation.
+    /// The payment failed at creation, or it was closed and the order has another PAID
+    /// payment (the buyer was charged twice: a refund for a person to make). Nothing changed.
     NotPending(PaymentStatus),
     /// No such payment.
     UnknownPayment,
@@ -308,9 +309,15 @@ pub async fn find_payment<D: PayDialect>(
     }
 }
 
-/// The success flow: lock the payment, check the amount, compare-and-set it PENDING → PAID and
-/// its order CREATED → PAID, all in the caller's transaction. Racing callers (duplicate
-/// notifies, a notify and reconciliation) serialise on the row lock; exactly one sees PENDING.
+/// The success flow: lock the payment, check the amount, compare-and-set it to PAID and its
+/// order CREATED → PAID, all in the caller's transaction. Racing callers (duplicate notifies, a
+/// notify and reconciliation) serialise on the row lock; exactly one sees it unpaid.
+///
+/// A CLOSED payment that the channel charged anyway (a late success) becomes PAID too: the
+/// charge is the truth, and leaving it CLOSED would hide money taken. Its order moves to PAID if
+/// it still waits for payment; otherwise (canceled meanwhile) it stays, and the outcome says so
+/// (`order_moved: false`): a refund case. If the order already has another PAID payment, the
+/// buyer paid twice: nothing changes ([`SuccessOutcome::NotPending`]) and the caller reports it.
 pub async fn apply_success<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
@@ -327,8 +334,14 @@ pub async fn apply_success<D: PayDialect>(
     }
     match payment.status {
         PaymentStatus::Paid => return Ok(SuccessOutcome::AlreadyPaid),
-        PaymentStatus::Closed | PaymentStatus::Failed => {
-            return Ok(SuccessOutcome::NotPending(payment.status));
+        PaymentStatus::Failed => return Ok(SuccessOutcome::NotPending(payment.status)),
+        PaymentStatus::Closed => {
+            if paid_payment_for_order::<D>(connection, &payment.tenant_id, &payment.order_id)
+                .await?
+                .is_some()
+            {
+                return Ok(SuccessOutcome::NotPending(payment.status));
+            }
         }
         PaymentStatus::Pending => {}
     }
@@ -340,6 +353,7 @@ pub async fn apply_success<D: PayDialect>(
                 Arg::Int(paid_at_ms),
                 Arg::Int(now_ms),
                 Arg::Text(payment_no),
+                Arg::Text(payment.status.as_str()),
             ],
         )
         .await
@@ -437,4 +451,41 @@ pub async fn transition_payment<D: PayDialect>(
         .await
         .map_err(store_error::<D>)?;
     Ok(changed == 1)
+}
+
+/// Pending payments created before `created_before_ms` (of one tenant, or of all), oldest
+/// first, at most `limit`.
+pub async fn pending_before<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: Option<&str>,
+    created_before_ms: i64,
+    limit: i64,
+) -> Result<Vec<PaymentRow>, StoreError> {
+    let statements = D::pay_statements();
+    let rows = match tenant_id {
+        Some(tenant_id) => {
+            connection
+                .rows(
+                    statements.payment_select_pending_before_for_tenant,
+                    &[
+                        Arg::Text(tenant_id),
+                        Arg::Int(created_before_ms),
+                        Arg::Int(limit),
+                    ],
+                )
+                .await
+        }
+        None => {
+            connection
+                .rows(
+                    statements.payment_select_pending_before,
+                    &[Arg::Int(created_before_ms), Arg::Int(limit)],
+                )
+                .await
+        }
+    };
+    rows.map_err(store_error::<D>)?
+        .iter()
+        .map(decode_payment)
+        .collect()
 }

@@ -32,6 +32,8 @@ pub struct PayStatements {
     pub(crate) payment_compare_and_set: &'static str,
     pub(crate) wallet_select: &'static str,
     pub(crate) entries_select: &'static str,
+    pub(crate) payment_select_pending_before: &'static str,
+    pub(crate) payment_select_pending_before_for_tenant: &'static str,
 }
 
 /// A toolkit dialect with the service's statements.
@@ -72,7 +74,7 @@ macro_rules! statements {
             payment_select_locked: concat!("SELECT ", payment_columns!(), " FROM pay_payments WHERE payment_no = ", $p1, $locked),
             payment_mark_paid: concat!(
                 "UPDATE pay_payments SET status = 'PAID', channel_trade_no = ", $p1, ", paid_at = ", $p2, ", updated_at = ", $p3,
-                " WHERE payment_no = ", $p4, " AND status = 'PENDING'"
+                " WHERE payment_no = ", $p4, " AND status = ", $p5
             ),
             wallet_insert: concat!(
                 $insert, " pay_wallets (tenant_id, user_id, balance, currency, updated_at) VALUES (",
@@ -109,6 +111,14 @@ macro_rules! statements {
                 "UPDATE pay_payments SET status = ", $p1, ", updated_at = ", $p2, " WHERE payment_no = ", $p3, " AND status = ", $p4
             ),
             wallet_select: concat!("SELECT balance FROM pay_wallets WHERE tenant_id = ", $p1, " AND user_id = ", $p2),
+            payment_select_pending_before: concat!(
+                "SELECT ", payment_columns!(), " FROM pay_payments WHERE status = 'PENDING' AND created_at < ", $p1,
+                " ORDER BY created_at, payment_no LIMIT ", $p2
+            ),
+            payment_select_pending_before_for_tenant: concat!(
+                "SELECT ", payment_columns!(), " FROM pay_payments WHERE tenant_id = ", $p1, " AND status = 'PENDING' AND created_at < ", $p2,
+                " ORDER BY created_at, payment_no LIMIT ", $p3
+            ),
             entries_select: concat!(
                 "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
                 " AND user_id = ", $p2, " ORDER BY created_at DESC, entry_no DESC LIMIT 100"

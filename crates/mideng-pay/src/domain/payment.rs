@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! PENDING ─► PAID
-//!    ├─────► CLOSED
+//!    ├─────► CLOSED ─► PAID   (the channel charged it after all: a late success)
 //!    └─────► FAILED
 //! ```
 //!
@@ -35,6 +35,9 @@ impl StateMachine for PaymentStatus {
         (PaymentStatus::Pending, PaymentStatus::Paid),
         (PaymentStatus::Pending, PaymentStatus::Closed),
         (PaymentStatus::Pending, PaymentStatus::Failed),
+        // A payment closed here while the channel still took the buyer's money (the channel's
+        // timer started later, or the buyer was mid-payment): the charge is the truth.
+        (PaymentStatus::Closed, PaymentStatus::Paid),
     ];
 
     fn as_str(self) -> &'static str {
@@ -97,14 +100,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_pending_payment_moves() {
+    fn a_pending_payment_moves_and_a_closed_one_only_to_paid() {
         use PaymentStatus::*;
         for to in [Paid, Closed, Failed] {
             assert!(PaymentStatus::allows(Pending, to));
         }
+        assert!(PaymentStatus::allows(Closed, Paid), "a late success");
         for from in [Paid, Closed, Failed] {
             for to in [Pending, Paid, Closed, Failed] {
-                assert!(!PaymentStatus::allows(from, to), "{from:?} -> {to:?}");
+                if (from, to) != (Closed, Paid) {
+                    assert!(!PaymentStatus::allows(from, to), "{from:?} -> {to:?}");
+                }
             }
         }
         for status in [Pending, Paid, Closed, Failed] {

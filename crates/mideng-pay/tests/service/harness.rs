@@ -156,6 +156,8 @@ pub(crate) struct Service {
     pub(crate) sim: Arc<Sim>,
     pub(crate) backend: Backend,
     pub(crate) database_url: String,
+    /// The service's state, for running workers (reconciliation) by hand.
+    pub(crate) state: mideng_pay::api::AppState,
     _stop: Stopper,
 }
 
@@ -198,7 +200,12 @@ impl Answer {
 impl Service {
     /// A service with its own simulator and tenant.
     pub(crate) async fn start(backend: Backend) -> Self {
-        Self::start_on(backend, backend.database_url(), None, None).await
+        Self::start_with(backend, PaymentSettings::default()).await
+    }
+
+    /// A service with its own simulator and tenant, and these payment settings.
+    pub(crate) async fn start_with(backend: Backend, payments: PaymentSettings) -> Self {
+        Self::start_on(backend, backend.database_url(), None, None, payments).await
     }
 
     /// Another instance of `first`'s deployment: the same database, simulator and Redis;
@@ -210,6 +217,7 @@ impl Service {
             first.database_url.clone(),
             Some(first.sim.clone()),
             tenant,
+            PaymentSettings::default(),
         )
         .await
     }
@@ -221,6 +229,7 @@ impl Service {
         database_url: String,
         sim: Option<Arc<Sim>>,
         tenant: Option<(String, String)>,
+        payments: PaymentSettings,
     ) -> Self {
         // Warnings of the service show up in a failing test's output.
         let _ = tracing_subscriber::fmt()
@@ -257,15 +266,18 @@ impl Service {
             redis_prefix: None,
             alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
             wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),
-            payments: PaymentSettings::default(),
+            payments,
             tenants: vec![TenantSeed {
                 tenant_id: tenant.clone(),
                 api_key_sha256: api_key_hash(&api_key),
             }],
+            // Tests run rounds themselves, when they choose.
+            reconcile: None,
         };
         let application = Application::build(settings, listener)
             .await
             .unwrap_or_else(|error| panic!("{backend:?}: the service did not start: {error}"));
+        let state = application.state().clone();
         let mut app_stop = stopped;
         tokio::spawn(application.run_until(async move {
             let _ = app_stop.wait_for(|stop| *stop).await;
@@ -278,6 +290,7 @@ impl Service {
             sim,
             backend,
             database_url,
+            state,
             _stop: Stopper(stop),
         }
     }

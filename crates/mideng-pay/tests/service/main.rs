@@ -5,6 +5,7 @@ mod harness;
 mod inputs;
 mod instances;
 mod payments;
+mod reconcile;
 mod wallets;
 
 /// Generates `<backend>::<case>` for each case (an async fn taking the backend).
@@ -33,6 +34,9 @@ backend_suite!(
     crate::payments::close_racing_payment_is_never_both => close_racing_payment_is_never_both,
     crate::payments::forged_callbacks_change_nothing => forged_callbacks_change_nothing,
     crate::payments::a_close_before_the_scan_never_strands_a_payment => a_close_before_the_scan_never_strands_a_payment,
+    crate::reconcile::lost_notifies_are_found_by_reconciliation => lost_notifies_are_found_by_reconciliation,
+    crate::reconcile::expired_payments_are_closed_and_orders_canceled => expired_payments_are_closed_and_orders_canceled,
+    crate::reconcile::a_late_success_for_a_closed_payment_is_recorded => a_late_success_for_a_closed_payment_is_recorded,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
