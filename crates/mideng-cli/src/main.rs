@@ -1,7 +1,7 @@
 //! `mideng`: the one binary.
 //!
-//! It runs the payment service (`mideng serve`), applies the toolkit's migrations (`mideng
-//! migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
+//! It runs the payment service (`mideng serve`) and a reconciliation round by hand (`mideng
+//! reconcile`), applies the toolkit's migrations (`mideng migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
 //! runs the channel simulator standalone (`mideng sim`) and makes tenant API keys (`mideng
 //! api-key`).
 
@@ -40,6 +40,24 @@ enum Command {
         /// A fixed API key for the demo tenant (otherwise one is generated and printed).
         #[arg(long, env = "MIDENG_DEMO_API_KEY")]
         demo_api_key: Option<String>,
+    },
+    /// Run one reconciliation round with the channels (the configuration of `serve`).
+    Reconcile {
+        /// Configuration file (default: `mideng.toml` when present).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Where the embedded database and the simulator's keys live (default `.mideng`).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// Only this tenant's payments.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The embedded simulator to ask (default: `[simulator] listen`, 127.0.0.1:8090).
+        #[arg(long)]
+        sim_listen: Option<std::net::SocketAddr>,
+        /// Examine payments pending for longer than this (default: `[reconcile] min_age_secs`).
+        #[arg(long)]
+        min_age_secs: Option<u64>,
     },
     /// Print a new tenant API key and the hash to put in `[[tenants]]`.
     ApiKey,
@@ -112,6 +130,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 demo_api_key,
             };
             serve::run(config, overrides).await?;
+        }
+        Command::Reconcile {
+            config,
+            data_dir,
+            tenant,
+            sim_listen,
+            min_age_secs,
+        } => {
+            let overrides = mideng_pay::config::Overrides {
+                data_dir,
+                sim_listen,
+                ..mideng_pay::config::Overrides::default()
+            };
+            serve::reconcile(config, overrides, tenant, min_age_secs).await?;
         }
         Command::ApiKey => serve::api_key()?,
         Command::Openapi => serve::openapi()?,

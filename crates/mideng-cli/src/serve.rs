@@ -51,36 +51,11 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         sim_address = Some(address);
     }
 
-    let mut tenants: Vec<TenantSeed> = config
-        .tenants
-        .iter()
-        .map(|tenant| TenantSeed {
-            tenant_id: tenant.id.clone(),
-            api_key_sha256: tenant.api_key_sha256.to_ascii_lowercase(),
-        })
-        .collect();
     let demo_key = config
         .demo
         .enabled
         .then(|| config.demo.api_key.clone().unwrap_or_else(generate_api_key));
-    if let Some(key) = &demo_key {
-        tenants.push(TenantSeed {
-            tenant_id: config.demo.tenant_id.clone(),
-            api_key_sha256: api_key_hash(key),
-        });
-    }
-    let settings = Settings {
-        database_url: config.database_url(),
-        database_connections_max: config.database.connections_max,
-        redis_url: config.redis.url.clone(),
-        redis_cluster: config.redis.cluster.clone(),
-        redis_prefix: config.redis.prefix.clone(),
-        alipay,
-        wechat,
-        payments: config.payment_settings(),
-        tenants,
-        reconcile: Some(config.reconcile_settings()),
-    };
+    let settings = settings(&config, alipay, wechat, demo_key.as_deref());
     tracing::info!(?settings, "starting");
     let application = Application::build(settings, listener).await?;
     banner(api_address, sim_address, demo_key.as_deref())?;
@@ -106,6 +81,85 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
     if let Some(task) = simulator_task {
         task.await??;
     }
+    Ok(())
+}
+
+/// The service's settings from the configuration and the channel adapters.
+fn settings(
+    config: &ServeConfig,
+    alipay: Option<Arc<dyn Channel>>,
+    wechat: Option<Arc<dyn Channel>>,
+    demo_key: Option<&str>,
+) -> Settings {
+    let mut tenants: Vec<TenantSeed> = config
+        .tenants
+        .iter()
+        .map(|tenant| TenantSeed {
+            tenant_id: tenant.id.clone(),
+            api_key_sha256: tenant.api_key_sha256.to_ascii_lowercase(),
+        })
+        .collect();
+    if let Some(key) = demo_key {
+        tenants.push(TenantSeed {
+            tenant_id: config.demo.tenant_id.clone(),
+            api_key_sha256: api_key_hash(key),
+        });
+    }
+    Settings {
+        database_url: config.database_url(),
+        database_connections_max: config.database.connections_max,
+        redis_url: config.redis.url.clone(),
+        redis_cluster: config.redis.cluster.clone(),
+        redis_prefix: config.redis.prefix.clone(),
+        alipay,
+        wechat,
+        payments: config.payment_settings(),
+        tenants,
+        reconcile: Some(config.reconcile_settings()),
+    }
+}
+
+/// `mideng reconcile`: one reconciliation round by hand, with the configuration `serve` uses
+/// (the embedded default asks the simulator of a running `mideng serve`). Prints the round's
+/// figures; exit status 0 even when some answers were unknown (they are asked again).
+pub(crate) async fn reconcile(
+    config_file: Option<PathBuf>,
+    overrides: Overrides,
+    tenant: Option<String>,
+    min_age_secs: Option<u64>,
+) -> anyhow::Result<()> {
+    let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+    let configured = config.channels()?;
+    let (mut alipay, mut wechat) = (configured.alipay, configured.wechat);
+    if config.simulator_enabled() {
+        let (sim_config, merchant) = crate::sim::load_or_generate(&config.data_dir.join("sim"), 1)?;
+        let (sim_alipay, sim_wechat) = mideng_sim::merchant_channels(
+            &sim_config,
+            &merchant,
+            &format!("http://{}", config.simulator.listen),
+            &format!("http://{}", config.listen),
+        )?;
+        alipay.get_or_insert_with(|| Arc::new(sim_alipay) as Arc<dyn Channel>);
+        wechat.get_or_insert_with(|| Arc::new(sim_wechat) as Arc<dyn Channel>);
+    }
+    let mut settings = settings(&config, alipay, wechat, None);
+    settings.tenants.clear();
+    let state = mideng_pay::app::connect(&settings).await?;
+    let mut round = mideng_pay::reconcile::ReconcileSettings {
+        tenant,
+        ..config.reconcile_settings()
+    };
+    if let Some(seconds) = min_age_secs {
+        round.min_age = std::time::Duration::from_secs(seconds);
+    }
+    let report = mideng_pay::reconcile::reconcile_once(&state, &round).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}",
+        report.examined, report.paid, report.closed, report.left, report.unknown, report.busy
+    )?;
+    out.flush()?;
     Ok(())
 }
 

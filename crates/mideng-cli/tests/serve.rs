@@ -199,5 +199,87 @@ async fn a_newcomer_pays_a_demo_order_and_a_crash_loses_nothing() {
     )
     .await;
     assert_eq!(wallet["balance"], 500);
+
+    // A notify lost for good, found by `mideng reconcile` run by hand beside the service.
+    let (status, _) = call(
+        &client,
+        post.clone(),
+        format!("{api}/v1/orders"),
+        json!({"order_id": "o-2", "user_id": "u-1", "amount": 300, "currency": "CNY"}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, token) = call(
+        &client,
+        post.clone(),
+        format!("{api}/v1/tokens"),
+        json!({}),
+        &[],
+    )
+    .await;
+    let token = token["token"].as_str().expect("token").to_owned();
+    let (status, payment) = call(
+        &client,
+        post.clone(),
+        format!("{api}/v1/orders/o-2/payments"),
+        json!({"channel": "wechat"}),
+        &[("Idempotency-Token", &token)],
+    )
+    .await;
+    assert_eq!(status, 201, "{payment}");
+    let lost = payment["payment_no"].as_str().expect("number").to_owned();
+    let policy = client
+        .put(format!("{}/sim/notify-policy", running.sim))
+        .json(&json!({"mode": "drop", "out_trade_no": lost}))
+        .send()
+        .await
+        .expect("sim");
+    assert!(policy.status().is_success());
+    let paid = client
+        .post(format!("{}/sim/trades/{lost}/pay", running.sim))
+        .send()
+        .await
+        .expect("sim");
+    assert!(paid.status().is_success());
+    let (_, order) = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{api}/v1/orders/o-2"),
+        Value::Null,
+        &[],
+    )
+    .await;
+    assert_eq!(order["status"], "CREATED", "the notify was dropped");
+    let sim_address = running.sim.trim_start_matches("http://").to_owned();
+    let output = Command::new(env!("CARGO_BIN_EXE_mideng"))
+        .args([
+            "reconcile",
+            "--min-age-secs",
+            "0",
+            "--sim-listen",
+            &sim_address,
+        ])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("mideng reconcile runs");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("paid 1,"), "{printed}");
+    let (_, order) = call(
+        &client,
+        reqwest::Method::GET,
+        format!("{api}/v1/orders/o-2"),
+        Value::Null,
+        &[],
+    )
+    .await;
+    assert_eq!(order["status"], "PAID");
     let _ = std::fs::remove_dir_all(&data_dir);
 }

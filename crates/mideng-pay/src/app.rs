@@ -169,6 +169,29 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
     }
 }
 
+/// Connects and migrates the database, provisions the tenants and connects the token and lock
+/// stores: the state the API and the workers share (`mideng reconcile` uses it without the API).
+pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
+    let store = open_store(settings).await?;
+    for seed in &settings.tenants {
+        store
+            .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
+            .await
+            .map_err(BuildError::Database)?;
+    }
+    let (tokens, locks) = open_guards(settings).await?;
+    Ok(AppState {
+        records: store.records(),
+        store,
+        tokens,
+        locks,
+        alipay: settings.alipay.clone(),
+        wechat: settings.wechat.clone(),
+        payments: settings.payments.clone(),
+        metrics: metrics_handle(),
+    })
+}
+
 /// The service, built and bound, not yet serving.
 pub struct Application {
     listener: TcpListener,
@@ -191,24 +214,7 @@ impl Application {
     /// Connects, migrates, provisions the tenants and builds the router on `listener`.
     pub async fn build(settings: Settings, listener: TcpListener) -> Result<Self, BuildError> {
         let address = listener.local_addr()?;
-        let store = open_store(&settings).await?;
-        for seed in &settings.tenants {
-            store
-                .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
-                .await
-                .map_err(BuildError::Database)?;
-        }
-        let (tokens, locks) = open_guards(&settings).await?;
-        let state = AppState {
-            records: store.records(),
-            store,
-            tokens,
-            locks,
-            alipay: settings.alipay.clone(),
-            wechat: settings.wechat.clone(),
-            payments: settings.payments.clone(),
-            metrics: metrics_handle(),
-        };
+        let state = connect(&settings).await?;
         let router = api::router(state.clone())?;
         Ok(Self {
             listener,
