@@ -1,7 +1,7 @@
 //! `mideng`: the one binary.
 //!
-//! It runs the payment service (`mideng serve`) and a reconciliation round by hand (`mideng
-//! reconcile`), applies the toolkit's migrations (`mideng migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
+//! It runs the payment service (`mideng serve`), a reconciliation or purge round by hand
+//! (`mideng reconcile`, `mideng purge`), applies the toolkit's migrations (`mideng migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
 //! runs the channel simulator standalone (`mideng sim`) and makes tenant API keys (`mideng
 //! api-key`).
 
@@ -58,6 +58,15 @@ enum Command {
         /// Examine payments pending for longer than this (default: `[reconcile] min_age_secs`).
         #[arg(long)]
         min_age_secs: Option<u64>,
+    },
+    /// Delete idempotency records and tokens past their retention (one round).
+    Purge {
+        /// Configuration file (default: `mideng.toml` when present).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Where the embedded database lives (default `.mideng`).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
     },
     /// Print a new tenant API key and the hash to put in `[[tenants]]`.
     ApiKey,
@@ -144,6 +153,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 ..mideng_pay::config::Overrides::default()
             };
             serve::reconcile(config, overrides, tenant, min_age_secs).await?;
+        }
+        Command::Purge { config, data_dir } => {
+            let overrides = mideng_pay::config::Overrides {
+                data_dir,
+                ..mideng_pay::config::Overrides::default()
+            };
+            serve::purge(config, overrides).await?;
         }
         Command::ApiKey => serve::api_key()?,
         Command::Openapi => serve::openapi()?,

@@ -116,7 +116,28 @@ fn settings(
         payments: config.payment_settings(),
         tenants,
         reconcile: Some(config.reconcile_settings()),
+        purge: Some(config.purge_settings()),
     }
+}
+
+/// `mideng purge`: one purge round by hand (records and tokens past their retention).
+pub(crate) async fn purge(
+    config_file: Option<PathBuf>,
+    overrides: Overrides,
+) -> anyhow::Result<()> {
+    let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+    let mut settings = settings(&config, None, None, None);
+    settings.tenants.clear();
+    let state = mideng_pay::app::connect(&settings).await?;
+    let report = mideng_pay::purge::purge_once(&state, &config.purge_settings()).await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "purged {} records, {} tokens",
+        report.records, report.tokens
+    )?;
+    out.flush()?;
+    Ok(())
 }
 
 /// `mideng reconcile`: one reconciliation round by hand, with the configuration `serve` uses

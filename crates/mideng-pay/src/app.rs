@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, PaymentSettings};
 use crate::db;
+use crate::purge::{self, PurgeSettings};
 use crate::reconcile::{self, ReconcileSettings};
 use crate::store::{PayStore, SqlPay};
 
@@ -59,6 +60,8 @@ pub struct Settings {
     pub tenants: Vec<TenantSeed>,
     /// The scheduled reconciler; `None`: no worker (run `reconcile::reconcile_once` yourself).
     pub reconcile: Option<ReconcileSettings>,
+    /// The scheduled purge; `None`: no worker (run `purge::purge_once` yourself).
+    pub purge: Option<PurgeSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -75,6 +78,7 @@ impl std::fmt::Debug for Settings {
             .field("payments", &self.payments)
             .field("tenants", &self.tenants.len())
             .field("reconcile", &self.reconcile)
+            .field("purge", &self.purge)
             .finish()
     }
 }
@@ -199,6 +203,7 @@ pub struct Application {
     router: Router,
     state: AppState,
     reconcile: Option<ReconcileSettings>,
+    purge: Option<PurgeSettings>,
 }
 
 impl std::fmt::Debug for Application {
@@ -222,6 +227,7 @@ impl Application {
             router,
             state,
             reconcile: settings.reconcile.clone(),
+            purge: settings.purge.clone(),
         })
     }
 
@@ -235,21 +241,30 @@ impl Application {
         &self.state
     }
 
-    /// Serves (and reconciles, if configured) until `shutdown` completes, then finishes the
+    /// Serves (and reconciles and purges, if configured) until `shutdown` completes, then finishes the
     /// requests in flight.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let worker = self
-            .reconcile
-            .map(|settings| tokio::spawn(reconcile::run(self.state.clone(), settings, stopped)));
+        let mut workers = Vec::new();
+        if let Some(settings) = self.reconcile {
+            let run = reconcile::run(self.state.clone(), settings, stopped.clone());
+            workers.push(tokio::spawn(run));
+        }
+        if let Some(settings) = self.purge {
+            workers.push(tokio::spawn(purge::run(
+                self.state.clone(),
+                settings,
+                stopped,
+            )));
+        }
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await;
         stop.send_replace(true);
-        if let Some(worker) = worker {
+        for worker in workers {
             let _ = worker.await;
         }
         served

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::api::PaymentSettings;
+use crate::purge::PurgeSettings;
 use crate::reconcile::ReconcileSettings;
 
 /// The whole configuration.
@@ -75,6 +76,28 @@ pub struct ServeConfig {
     pub channels: ChannelsConfig,
     /// The scheduled reconciler.
     pub reconcile: ReconcileConfig,
+    /// The scheduled retention purge.
+    pub purge: PurgeConfig,
+}
+
+/// `[purge]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PurgeConfig {
+    /// Seconds between rounds (1 ..= 86400).
+    pub interval_secs: u64,
+    /// Rows per batch (1 ..= 10000).
+    pub batch: u32,
+}
+
+impl Default for PurgeConfig {
+    fn default() -> Self {
+        let defaults = PurgeSettings::default();
+        Self {
+            interval_secs: defaults.interval.as_secs(),
+            batch: defaults.batch,
+        }
+    }
 }
 
 /// `[reconcile]`.
@@ -116,6 +139,7 @@ impl Default for ServeConfig {
             tenants: Vec::new(),
             channels: ChannelsConfig::default(),
             reconcile: ReconcileConfig::default(),
+            purge: PurgeConfig::default(),
         }
     }
 }
@@ -181,6 +205,8 @@ pub struct PaymentsConfig {
     pub expire_after_secs: u64,
     /// How long a request waits for an order's lock, ms (0 ..= 10000).
     pub lock_wait_ms: u64,
+    /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
+    pub funds_retention_days: u64,
 }
 
 impl Default for PaymentsConfig {
@@ -190,6 +216,7 @@ impl Default for PaymentsConfig {
             token_required: defaults.token_required,
             expire_after_secs: defaults.expire_after.as_secs(),
             lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
+            funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
         }
     }
 }
@@ -351,6 +378,14 @@ impl ServeConfig {
         if !(60..=86_400).contains(&self.payments.expire_after_secs) {
             return invalid("payments.expire_after_secs must be 60 to 86400");
         }
+        if !(30..=400).contains(&self.payments.funds_retention_days) {
+            return invalid("payments.funds_retention_days must be 30 to 400");
+        }
+        if !(1..=86_400).contains(&self.purge.interval_secs)
+            || !(1..=10_000).contains(&self.purge.batch)
+        {
+            return invalid("purge: interval_secs 1..=86400, batch 1..=10000");
+        }
         if self.payments.lock_wait_ms > 10_000 {
             return invalid("payments.lock_wait_ms must be at most 10000");
         }
@@ -404,7 +439,17 @@ impl ServeConfig {
             token_required: self.payments.token_required,
             expire_after: Duration::from_secs(self.payments.expire_after_secs),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
+            funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             ..PaymentSettings::default()
+        }
+    }
+
+    /// Purge settings.
+    pub fn purge_settings(&self) -> PurgeSettings {
+        PurgeSettings {
+            batch: self.purge.batch,
+            interval: Duration::from_secs(self.purge.interval_secs),
+            ..PurgeSettings::default()
         }
     }
 

@@ -13,6 +13,7 @@
 //! - [`store`] — each operation of the service as one local transaction ([`store::PayStore`]).
 //! - [`api`] — the v1 HTTP API, with the toolkit's idempotency layer on its routes.
 //! - [`reconcile`] — reconciliation with the channels: what callbacks missed.
+//! - [`purge`] — records and tokens past their retention, deleted in bounded batches.
 //! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the scheduled
 //!   reconciler).
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
@@ -22,6 +23,7 @@ pub mod app;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod purge;
 pub mod reconcile;
 pub mod store;
 

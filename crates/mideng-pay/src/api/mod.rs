@@ -75,6 +75,9 @@ pub struct PaymentSettings {
     pub lock_wait: Duration,
     /// How long a duplicate request waits for the first one before answering 409 (default 5 s).
     pub duplicate_wait: Duration,
+    /// How long the answers of money-moving requests (payment creation, credit, deduct) are
+    /// kept for replay (default 30 days).
+    pub funds_retention: Duration,
 }
 
 impl Default for PaymentSettings {
@@ -84,6 +87,7 @@ impl Default for PaymentSettings {
             expire_after: Duration::from_secs(15 * 60),
             lock_wait: Duration::from_secs(2),
             duplicate_wait: Duration::from_secs(5),
+            funds_retention: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -216,6 +220,7 @@ fn route_config(
         .key(key)
         .tenant(TenantSource::Extension)
         .lease(Duration::from_secs(60))
+        .retention(state.payments.funds_retention)
         .handler_timeout(Duration::from_secs(30))
         .body_limit(BODY_BYTES_MAX)
         .wait_for_in_flight(state.payments.duplicate_wait))

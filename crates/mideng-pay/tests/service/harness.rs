@@ -273,6 +273,7 @@ impl Service {
             }],
             // Tests run rounds themselves, when they choose.
             reconcile: None,
+            purge: None,
         };
         let application = Application::build(settings, listener)
             .await

@@ -5,6 +5,7 @@ mod harness;
 mod inputs;
 mod instances;
 mod payments;
+mod purge;
 mod reconcile;
 mod wallets;
 

@@ -1,0 +1,94 @@
+//! Retention purge: idempotency records (and with them the channel-notify dedup records) and
+//! one-time tokens whose retention ended, deleted in bounded batches.
+//!
+//! What is kept how long: records of the money-moving routes (payment creation, wallet credit
+//! and deduct) for [`crate::api::PaymentSettings::funds_retention`] (30 days by default: a
+//! client may replay a funds request that late and must get the original answer), notify dedup
+//! records for three days (longer than any channel resends), tokens until they expire. Orders,
+//! payments, ledger entries and grants are business records and are never purged. Redis
+//! expires its own keys; the purge there deletes nothing.
+
+use std::time::Duration;
+
+use mideng::{StoreError, clock};
+
+use crate::api::AppState;
+
+/// How the purge runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PurgeSettings {
+    /// Rows per batch (1 ..= 10 000).
+    pub batch: u32,
+    /// Most batches per round and kind, so that one round stays short; the next round goes on.
+    pub batches_per_round: u32,
+    /// Pause between rounds of the scheduled worker.
+    pub interval: Duration,
+}
+
+impl Default for PurgeSettings {
+    fn default() -> Self {
+        Self {
+            batch: 1_000,
+            batches_per_round: 100,
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one round deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Idempotency and dedup records.
+    pub records: u64,
+    /// One-time tokens.
+    pub tokens: u64,
+}
+
+/// One round: batches until a batch comes back short (or the round's bound is reached).
+pub async fn purge_once(
+    state: &AppState,
+    settings: &PurgeSettings,
+) -> Result<PurgeReport, StoreError> {
+    let now_ms = clock::now_ms();
+    let batch = settings
+        .batch
+        .clamp(1, mideng::limits::PURGE_BATCH_ROWS_MAX);
+    let mut report = PurgeReport::default();
+    for _ in 0..settings.batches_per_round {
+        let deleted = state.records.purge_expired(now_ms, batch).await?;
+        report.records += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
+    for _ in 0..settings.batches_per_round {
+        let deleted = state.tokens.purge_expired_tokens(now_ms, batch).await?;
+        report.tokens += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
+    metrics::counter!("mideng_purged_total", "kind" => "records").increment(report.records);
+    metrics::counter!("mideng_purged_total", "kind" => "tokens").increment(report.tokens);
+    if report.records + report.tokens > 0 {
+        tracing::info!(?report, "purged past their retention");
+    }
+    Ok(report)
+}
+
+/// The scheduled worker: a round every `settings.interval` until `stop` turns true.
+pub async fn run(
+    state: AppState,
+    settings: PurgeSettings,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        if let Err(error) = purge_once(&state, &settings).await {
+            tracing::warn!(%error, "purge round failed");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(settings.interval) => {}
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
+    }
+}

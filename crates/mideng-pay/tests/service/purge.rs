@@ -1,0 +1,111 @@
+//! Retention purge through the service: what is past its retention goes, funds answers stay
+//! for their 30 days. On the embedded default only: the purge is global by design, and on the
+//! servers' shared test databases it would reach into other tests' records (the SQL of the
+//! purge itself is held to the toolkit's conformance suite on every store).
+
+use std::time::Duration;
+
+use mideng::record::{Decision, RecordPolicy, StoredResponse};
+use mideng::{Fingerprint, IdempotencyKey, Scope, clock};
+use mideng_pay::purge::{PurgeSettings, purge_once};
+use serde_json::json;
+
+use crate::harness::{Backend, Service, unique};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
+    let service = Service::start(Backend::Sqlite).await;
+    let user = unique("u");
+    let credit = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 100, "reference": "r"}),
+            &[("Idempotency-Key", "keep-credit")],
+        )
+        .await;
+    assert_eq!(credit.status, 200);
+    // A record whose retention ends in a moment, as a short-lived route would leave.
+    let scope = Scope::new(&service.tenant, "wallet.deduct").expect("scope");
+    let key = IdempotencyKey::parse("gone-soon").expect("key");
+    let policy =
+        RecordPolicy::new(Duration::from_millis(100), Duration::from_millis(300)).expect("policy");
+    let Decision::Proceed(lease) = service
+        .state
+        .records
+        .begin(&scope, &key, &Fingerprint::of_parts(&[b"x"]), &policy)
+        .await
+        .expect("begin")
+    else {
+        panic!("a fresh key proceeds");
+    };
+    let done = StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: b"{}".to_vec(),
+    };
+    service
+        .state
+        .records
+        .complete(&lease, &done)
+        .await
+        .expect("complete");
+    let token = service.token().await;
+
+    let early = purge_once(&service.state, &PurgeSettings::default())
+        .await
+        .expect("purge");
+    assert_eq!(early.records, 0, "nothing is past its retention yet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let report = purge_once(
+        &service.state,
+        &PurgeSettings {
+            batch: 1,
+            ..PurgeSettings::default()
+        },
+    )
+    .await
+    .expect("purge");
+    assert_eq!(report.records, 1, "{report:?}");
+
+    let gone = service
+        .get("/v1/idempotency-keys/gone-soon?operation=wallet.deduct")
+        .await;
+    assert_eq!(gone.status, 404);
+    let kept = service
+        .get("/v1/idempotency-keys/keep-credit?operation=wallet.credit")
+        .await;
+    assert_eq!(kept.status, 200);
+    let record = service
+        .state
+        .records
+        .find_record(
+            &Scope::new(&service.tenant, "wallet.credit").expect("scope"),
+            &IdempotencyKey::parse("keep-credit").expect("key"),
+        )
+        .await
+        .expect("find")
+        .expect("kept");
+    assert!(
+        record.expires_at_ms > clock::now_ms() + 29 * 24 * 3600 * 1000,
+        "funds answers are kept 30 days"
+    );
+    let replay = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 100, "reference": "r"}),
+            &[("Idempotency-Key", "keep-credit")],
+        )
+        .await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    // The unexpired token survived too.
+    let order_id = unique("o");
+    service.create_order(&order_id, &user, 100).await;
+    let paid = service
+        .post(
+            &format!("/v1/orders/{order_id}/payments"),
+            json!({"channel": "alipay"}),
+            &[("Idempotency-Token", &token)],
+        )
+        .await;
+    assert_eq!(paid.status, 201, "{}", paid.json());
+}
