@@ -219,15 +219,7 @@ async fn success(
     payment: &PaymentRow,
     paid: &mideng_channel::adapter::Payment,
 ) -> Result<Verdict, StoreError> {
-    let outcome = state
-        .store
-        .apply_success(
-            &payment.payment_no,
-            &paid.channel_trade_no,
-            paid.amount_fen,
-            paid.paid_at_ms.unwrap_or_else(clock::now_ms),
-        )
-        .await?;
+    let outcome = state.store.apply_success(&payment.payment_no, paid).await?;
     Ok(match outcome {
         SuccessOutcome::Paid { .. } => Verdict::Paid,
         // A callback got there first, or the amounts differ (logged by the success flow's

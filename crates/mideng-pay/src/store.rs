@@ -213,13 +213,12 @@ pub trait PayStore: Send + Sync {
     /// cancels its order if the order still waits for payment, in one transaction; true when
     /// the order was canceled.
     async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError>;
-    /// The success flow for a paid trade found by a query (close refused because paid).
+    /// The success flow for a trade the channel reports paid when asked (a query by
+    /// reconciliation, a close refused because the buyer paid first).
     async fn apply_success(
         &self,
         payment_no: &str,
-        channel_trade_no: &str,
-        amount_fen: i64,
-        paid_at_ms: i64,
+        paid: &mideng_channel::adapter::Payment,
     ) -> Result<SuccessOutcome, StoreError>;
     /// A verified notify: dedup by its id, then the success (or close) flow, in one
     /// transaction with the dedup record.
@@ -644,16 +643,15 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
     async fn apply_success(
         &self,
         payment_no: &str,
-        channel_trade_no: &str,
-        amount_fen: i64,
-        paid_at_ms: i64,
+        paid: &mideng_channel::adapter::Payment,
     ) -> Result<SuccessOutcome, StoreError> {
         let now_ms = clock::now_ms();
+        let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
         transaction!(self, |connection| payments::apply_success::<D>(
             connection,
             payment_no,
-            channel_trade_no,
-            amount_fen,
+            &paid.channel_trade_no,
+            paid.amount_fen,
             paid_at_ms,
             now_ms
         ))

@@ -376,12 +376,7 @@ pub(super) async fn close(
             Ok(TradeState::Paid(paid)) => {
                 let outcome = state
                     .store
-                    .apply_success(
-                        &payment.payment_no,
-                        &paid.channel_trade_no,
-                        paid.amount_fen,
-                        paid.paid_at_ms.unwrap_or_else(clock::now_ms),
-                    )
+                    .apply_success(&payment.payment_no, &paid)
                     .await?;
                 let label = match outcome {
                     SuccessOutcome::Paid { .. } => "paid_by_close",
