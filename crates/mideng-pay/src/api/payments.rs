@@ -99,11 +99,14 @@ fn channel_unavailable(error: &ChannelError) -> ApiError {
 }
 
 /// Creates the trade at the channel for a pending payment that has no pay URL yet, and
-/// records the URL. The channel is idempotent by `out_trade_no`, so a retry after an unknown
-/// outcome is safe.
-async fn create_at_channel(state: &AppState, payment: &PaymentRow) -> Result<PaymentRow, ApiError> {
+/// records the URL; `None` when the channel gave no definite answer. The channel is idempotent
+/// by `out_trade_no`, so creating again later (the next request for the order) is safe.
+async fn create_at_channel(
+    state: &AppState,
+    payment: &PaymentRow,
+) -> Result<Option<PaymentRow>, ApiError> {
     if payment.pay_url.is_some() {
-        return Ok(payment.clone());
+        return Ok(Some(payment.clone()));
     }
     let name = ChannelName::parse(&payment.channel)
         .map_err(|_| ApiError::unprocessable("channel-unavailable", "unknown channel"))?;
@@ -122,12 +125,15 @@ async fn create_at_channel(state: &AppState, payment: &PaymentRow) -> Result<Pay
                 .store
                 .set_pay_url(&payment.payment_no, &created.pay_url)
                 .await?;
-            Ok(PaymentRow {
+            Ok(Some(PaymentRow {
                 pay_url: Some(created.pay_url),
                 ..payment.clone()
-            })
+            }))
         }
-        Err(error @ ChannelError::OutcomeUnknown(_)) => Err(channel_unavailable(&error)),
+        Err(error @ ChannelError::OutcomeUnknown(_)) => {
+            tracing::warn!(%error, payment_no = %payment.payment_no, "trade creation without a definite answer");
+            Ok(None)
+        }
         Err(error) => {
             // Refused, or not sendable: the attempt failed and frees the order for another.
             tracing::warn!(%error, payment_no = %payment.payment_no, "channel refused the trade");
@@ -152,6 +158,7 @@ async fn create_at_channel(state: &AppState, payment: &PaymentRow) -> Result<Pay
     request_body = CreatePayment,
     responses(
         (status = 201, description = "New pending payment", body = PaymentView),
+        (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url): ask again with a new token", body = PaymentView),
         (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
         (status = 409, description = "order-already-paid, in-progress, duplicate-submission, order-not-payable", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
@@ -223,8 +230,10 @@ async fn open(
         }
         OpenPayment::Created(payment) => {
             decision("constraint", op, tenant, order_id.as_str(), "inserted");
-            let payment = create_at_channel(state, &payment).await?;
-            Ok(payment_answer(StatusCode::CREATED, &payment, false))
+            Ok(match create_at_channel(state, &payment).await? {
+                Some(payment) => payment_answer(StatusCode::CREATED, &payment, false),
+                None => not_yet_at_channel(&payment),
+            })
         }
         OpenPayment::ExistingPending(payment) => {
             decision(
@@ -234,10 +243,25 @@ async fn open(
                 order_id.as_str(),
                 "existing_pending",
             );
-            let payment = create_at_channel(state, &payment).await?;
-            Ok(payment_answer(StatusCode::OK, &payment, true))
+            Ok(match create_at_channel(state, &payment).await? {
+                Some(payment) => payment_answer(StatusCode::OK, &payment, true),
+                None => not_yet_at_channel(&payment),
+            })
         }
     }
+}
+
+/// The payment exists here but the channel gave no definite answer about its trade: 202 with
+/// the PENDING payment (no `pay_url` yet). Not a 5xx: the attempt is real and its token is
+/// spent; the next request for the order (a fresh token) creates the trade at the channel
+/// again under the same payment number, and reconciliation settles it either way.
+fn not_yet_at_channel(payment: &PaymentRow) -> Response {
+    let mut response = payment_answer(StatusCode::ACCEPTED, payment, false);
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("2"),
+    );
+    response
 }
 
 /// After the lock wait ran out: answer what the order has now, and when it has neither a paid

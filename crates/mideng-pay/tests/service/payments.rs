@@ -460,3 +460,42 @@ pub(crate) async fn a_close_before_the_scan_never_strands_a_payment(backend: Bac
     assert_eq!(retry.status, 201, "{}", retry.json());
     assert_ne!(payment_no(&retry.json()), number);
 }
+
+/// Scenario 6 of the channels at creation: the channel's answer is lost (applied or not). The
+/// attempt is kept (202, no pay URL, its number reserved); the next request for the order
+/// creates the trade again under the same number, and the buyer pays once.
+pub(crate) async fn a_lost_channel_answer_keeps_the_attempt(backend: Backend) {
+    let service = Service::start(backend).await;
+    for (channel, method, applied) in [
+        ("wechat", "wechat.native", true),
+        ("alipay", "alipay.trade.precreate", false),
+    ] {
+        let order_id = unique("o");
+        service.create_order(&order_id, "u-10", 990).await;
+        service
+            .sim_post(
+                "/sim/fail-next",
+                json!({"method": method, "apply_anyway": applied}),
+            )
+            .await;
+        let first = service.create_payment(&order_id, channel).await;
+        assert_eq!(first.status, 202, "{}", first.json());
+        assert_eq!(first.header("retry-after"), Some("2"));
+        assert_eq!(first.json()["status"], "PENDING");
+        assert!(first.json()["pay_url"].is_null());
+        let number = payment_no(&first.json());
+        let second = service.create_payment(&order_id, channel).await;
+        assert_eq!(second.status, 200, "{}", second.json());
+        assert_eq!(
+            payment_no(&second.json()),
+            number,
+            "the same attempt, created at the channel now"
+        );
+        assert!(second.json()["pay_url"].is_string());
+        assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
+        service.settled_trade(&number).await;
+        let order = service.order(&order_id).await;
+        assert_eq!(order["status"], "PAID");
+        assert_eq!(order["payments"].as_array().map(Vec::len), Some(1));
+    }
+}
