@@ -36,6 +36,16 @@ pub enum InvalidInput {
         /// Upper bound, inclusive.
         max_bytes: usize,
     },
+    /// A count lies outside its bounds.
+    #[error("{what} must be between {min} and {max}")]
+    CountOutOfRange {
+        /// Which count.
+        what: &'static str,
+        /// Lower bound, inclusive.
+        min: u64,
+        /// Upper bound, inclusive.
+        max: u64,
+    },
     /// A response is too large to store for replay.
     #[error("response too large to store: {0}")]
     ResponseTooLarge(&'static str),

@@ -20,6 +20,8 @@
 //! - [`state`] — state machines whose transitions are compare-and-set updates.
 //! - [`constraint`] — partial unique constraints ("one PENDING payment per order") written for
 //!   each SQL dialect: the database, not application code, is the last word on duplicates.
+//! - [`outbox`] — the transactional outbox, its relay, and the broker port with the
+//!   in-database queue, RabbitMQ and NATS JetStream adapters.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
 //! - `http` (feature `axum`) — the tower/axum layer with the IETF `Idempotency-Key` semantics.
 //!
@@ -44,6 +46,7 @@ pub mod http;
 pub mod key;
 pub mod limits;
 pub mod lock;
+pub mod outbox;
 pub mod record;
 pub mod state;
 pub mod store;

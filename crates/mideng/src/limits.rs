@@ -44,3 +44,9 @@ pub const PURGE_BATCH_ROWS_MAX: u32 = 10_000;
 /// Most attempts at one store operation that keeps failing with a transient conflict
 /// (deadlock, serialization failure, busy database) before the conflict is reported.
 pub const CONFLICT_RETRIES_MAX: u32 = 16;
+
+/// Most outbox rows one relay round claims (and in-database queue messages one poll claims).
+pub const OUTBOX_BATCH_MAX: u32 = 1000;
+
+/// Largest event payload the outbox accepts: events carry ids and amounts, not documents.
+pub const OUTBOX_PAYLOAD_BYTES_MAX: usize = 64 * 1024;

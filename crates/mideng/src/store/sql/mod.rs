@@ -345,6 +345,7 @@ macro_rules! in_transaction {
         }
     }};
 }
+pub(crate) use in_transaction;
 
 impl<D: Dialect> SqlStore<D> {
     /// A store on an existing pool. Run [`SqlStore::migrate`] (or `mideng migrate`) once first.
@@ -996,8 +997,11 @@ pub fn versioned_migrator(
 }
 
 /// The toolkit's own migrator for one dialect.
-pub(crate) fn migrator(sql: &'static str) -> sqlx::migrate::Migrator {
-    versioned_migrator("mideng_migrations", &[(1, "toolkit", sql)])
+pub(crate) fn migrator(toolkit: &'static str, outbox: &'static str) -> sqlx::migrate::Migrator {
+    versioned_migrator(
+        "mideng_migrations",
+        &[(1, "toolkit", toolkit), (2, "outbox", outbox)],
+    )
 }
 
 /// Pool settings shared by the SQL stores.

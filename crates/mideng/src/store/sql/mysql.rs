@@ -100,7 +100,10 @@ impl MySqlStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         migrate_serialized(
             self.pool(),
-            super::migrator(include_str!("../../../migrations/mysql/0001_toolkit.sql")),
+            super::migrator(
+                include_str!("../../../migrations/mysql/0001_toolkit.sql"),
+                include_str!("../../../migrations/mysql/0002_outbox.sql"),
+            ),
         )
         .await
     }

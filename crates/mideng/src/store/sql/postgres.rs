@@ -69,9 +69,10 @@ impl PostgresStore {
 
     /// Creates or upgrades the toolkit's tables; safe to run concurrently from many instances.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(include_str!(
-            "../../../migrations/postgres/0001_toolkit.sql"
-        ))
+        super::migrator(
+            include_str!("../../../migrations/postgres/0001_toolkit.sql"),
+            include_str!("../../../migrations/postgres/0002_outbox.sql"),
+        )
         .run(self.pool())
         .await
         .map_err(|error| StoreError::Backend(Box::new(error)))

@@ -92,9 +92,12 @@ impl SqliteStore {
 
     /// Creates or upgrades the toolkit's tables.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(include_str!("../../../migrations/sqlite/0001_toolkit.sql"))
-            .run(self.pool())
-            .await
-            .map_err(|error| StoreError::Backend(Box::new(error)))
+        super::migrator(
+            include_str!("../../../migrations/sqlite/0001_toolkit.sql"),
+            include_str!("../../../migrations/sqlite/0002_outbox.sql"),
+        )
+        .run(self.pool())
+        .await
+        .map_err(|error| StoreError::Backend(Box::new(error)))
     }
 }

@@ -1,0 +1,514 @@
+//! The outbox table and its relay, on the SQL stores.
+//!
+//! [`enqueue_in`] writes an event inside the caller's transaction. A [`Relay`] round claims a
+//! bounded batch of due rows in a short transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL and
+//! MySQL/MariaDB, so concurrent relays take disjoint rows; `BEGIN IMMEDIATE` on SQLite, which
+//! serialises the claim), stamping each with the relay's id and a claim lease. It then
+//! publishes outside any transaction — a slow broker never holds database locks — and marks a
+//! row sent only after the broker confirmed it. A failed publish puts the row back with an
+//! exponential delay ([`super::retry_delay`]). A relay that dies holding claims leaves rows
+//! that become due again when the lease runs out: those rows are published again, which is
+//! the at-least-once half of the contract (consumers dedup on the message id).
+//!
+//! Rows are published roughly in the order they became due; there is no ordering guarantee
+//! across rows, so consumers must not depend on one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::Database;
+
+use super::{BrokerError, Message, Publisher, retry_delay};
+use crate::clock::now_ms;
+use crate::constraint::SqlDialect;
+use crate::error::{InvalidInput, StoreError};
+use crate::limits::{
+    CONFLICT_RETRIES_MAX, OUTBOX_BATCH_MAX, OUTBOX_PAYLOAD_BYTES_MAX, PURGE_BATCH_ROWS_MAX,
+};
+use crate::record::new_owner;
+use crate::store::sql::{
+    Arg, Dialect, SqlConn, SqlRow, SqlStore, back_off, in_transaction, store_error,
+};
+
+/// The outbox statements of one dialect.
+pub(crate) struct OutboxStatements {
+    insert: &'static str,
+    select_due_locked: &'static str,
+    claim: &'static str,
+    mark_sent: &'static str,
+    defer: &'static str,
+    purge_sent: &'static str,
+    backlog: &'static str,
+}
+
+static POSTGRES: OutboxStatements = OutboxStatements {
+    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6)",
+    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
+        WHERE sent_at IS NULL AND available_at <= $1 AND claimed_until <= $2 \
+        ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED",
+    claim: "UPDATE mideng_outbox SET claimed_by = $1, claimed_until = $2, attempts = attempts + 1 WHERE id = $3",
+    mark_sent: "UPDATE mideng_outbox SET sent_at = $1, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = $2 AND sent_at IS NULL",
+    defer: "UPDATE mideng_outbox SET available_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3 AND claimed_by = $4 AND sent_at IS NULL",
+    purge_sent: "DELETE FROM mideng_outbox WHERE id IN (SELECT id FROM mideng_outbox \
+        WHERE sent_at IS NOT NULL AND sent_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    backlog: "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM mideng_outbox WHERE sent_at IS NULL",
+};
+
+static MYSQL: OutboxStatements = OutboxStatements {
+    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES (?, ?, ?, ?, ?, ?)",
+    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
+        WHERE sent_at IS NULL AND available_at <= ? AND claimed_until <= ? \
+        ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+    claim: "UPDATE mideng_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1 WHERE id = ?",
+    mark_sent: "UPDATE mideng_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = ? AND sent_at IS NULL",
+    defer: "UPDATE mideng_outbox SET available_at = ?, claimed_until = 0, last_error = ? WHERE id = ? AND claimed_by = ? AND sent_at IS NULL",
+    purge_sent: "DELETE FROM mideng_outbox WHERE sent_at IS NOT NULL AND sent_at <= ? LIMIT ?",
+    backlog: "SELECT COUNT(*), CAST(COALESCE(MIN(created_at), 0) AS SIGNED) FROM mideng_outbox WHERE sent_at IS NULL",
+};
+
+static SQLITE: OutboxStatements = OutboxStatements {
+    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6)",
+    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
+        WHERE sent_at IS NULL AND available_at <= $1 AND claimed_until <= $2 \
+        ORDER BY available_at, id LIMIT $3",
+    claim: "UPDATE mideng_outbox SET claimed_by = $1, claimed_until = $2, attempts = attempts + 1 WHERE id = $3",
+    mark_sent: "UPDATE mideng_outbox SET sent_at = $1, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = $2 AND sent_at IS NULL",
+    defer: "UPDATE mideng_outbox SET available_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3 AND claimed_by = $4 AND sent_at IS NULL",
+    purge_sent: "DELETE FROM mideng_outbox WHERE id IN (SELECT id FROM mideng_outbox \
+        WHERE sent_at IS NOT NULL AND sent_at <= $1 LIMIT $2)",
+    backlog: "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM mideng_outbox WHERE sent_at IS NULL",
+};
+
+fn statements<D: Dialect>() -> &'static OutboxStatements {
+    match D::KIND {
+        SqlDialect::Postgres => &POSTGRES,
+        SqlDialect::MySql => &MYSQL,
+        SqlDialect::Sqlite => &SQLITE,
+    }
+}
+
+/// A new message id: `evt_` and 32 hexadecimal digits of OS randomness.
+pub fn new_message_id() -> String {
+    format!("evt_{}", new_owner())
+}
+
+/// Checks what a caller may put in the outbox (and in the in-database queue).
+pub(crate) fn validate(topic: &str, key: &str, payload: &[u8]) -> Result<(), InvalidInput> {
+    let topic_ok = !topic.is_empty()
+        && topic.len() <= 128
+        && topic
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if !topic_ok {
+        return Err(InvalidInput::Malformed {
+            what: "outbox topic",
+            max_bytes: 128,
+            alphabet: "ASCII letters, digits, '.', '_' and '-'",
+        });
+    }
+    if key.is_empty() || key.len() > 255 {
+        return Err(InvalidInput::Malformed {
+            what: "outbox message key",
+            max_bytes: 255,
+            alphabet: "UTF-8",
+        });
+    }
+    if payload.len() > OUTBOX_PAYLOAD_BYTES_MAX {
+        return Err(InvalidInput::SizeOutOfRange {
+            what: "outbox payload",
+            min_bytes: 0,
+            max_bytes: OUTBOX_PAYLOAD_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Writes an event into the outbox inside the caller's transaction, so that it exists if and
+/// only if the transaction commits. Returns the message id. On SQLite the transaction must have
+/// been opened with [`SqlStore::begin_write`].
+pub async fn enqueue_in<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    topic: &str,
+    key: &str,
+    payload: &[u8],
+) -> Result<String, StoreError> {
+    validate(topic, key, payload)?;
+    let id = new_message_id();
+    let now = now_ms();
+    connection
+        .run(
+            statements::<D>().insert,
+            &[
+                Arg::Text(&id),
+                Arg::Text(topic),
+                Arg::Text(key),
+                Arg::OptBytes(Some(payload)),
+                Arg::Int(now),
+                Arg::Int(now),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(id)
+}
+
+/// How a relay works; every field is bounded by [`RelaySettings::validate`].
+#[derive(Clone, Copy, Debug)]
+pub struct RelaySettings {
+    /// Most rows claimed per round (1 to [`OUTBOX_BATCH_MAX`]).
+    pub batch: u32,
+    /// How long a claim keeps other relays off the rows; the whole batch must be published
+    /// within it, and a relay that died is replaced after it.
+    pub claim_lease: Duration,
+    /// Longest wait for one broker confirmation.
+    pub publish_timeout: Duration,
+    /// Longest delay between attempts at an undeliverable row.
+    pub retry_cap: Duration,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            batch: 100,
+            claim_lease: Duration::from_secs(30),
+            publish_timeout: Duration::from_secs(10),
+            retry_cap: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RelaySettings {
+    /// Refuses settings under which a batch could outlive its claim or run unbounded.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.batch == 0 || self.batch > OUTBOX_BATCH_MAX {
+            return Err(InvalidInput::CountOutOfRange {
+                what: "relay batch (rows)",
+                min: 1,
+                max: u64::from(OUTBOX_BATCH_MAX),
+            });
+        }
+        if self.publish_timeout.is_zero() || self.claim_lease < self.publish_timeout * 2 {
+            return Err(InvalidInput::OutOfRange {
+                what: "relay claim lease (at least twice the publish timeout)",
+                min_ms: u64::try_from(self.publish_timeout.as_millis() * 2).unwrap_or(u64::MAX),
+                max_ms: 24 * 3600 * 1000,
+            });
+        }
+        if self.retry_cap < Duration::from_secs(1) {
+            return Err(InvalidInput::OutOfRange {
+                what: "relay retry cap",
+                min_ms: 1000,
+                max_ms: 24 * 3600 * 1000,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What one relay round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayRound {
+    /// Rows claimed.
+    pub claimed: u32,
+    /// Rows confirmed by the broker and marked sent.
+    pub sent: u32,
+    /// Rows put back for a later attempt (publish failed, or not reached within the lease).
+    pub deferred: u32,
+}
+
+/// Unsent rows and the age of the oldest, for gauges and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    /// Rows not yet sent.
+    pub unsent: u64,
+    /// Creation time (Unix ms) of the oldest unsent row, if any.
+    pub oldest_created_at_ms: Option<i64>,
+}
+
+struct Claimed {
+    message: Message,
+    attempts: u32,
+}
+
+/// Drains the outbox of one SQL store into one publisher.
+#[derive(Debug, Clone)]
+pub struct Relay<D: Dialect> {
+    store: SqlStore<D>,
+    publisher: Arc<dyn Publisher>,
+    settings: RelaySettings,
+    id: String,
+}
+
+impl<D: Dialect> Relay<D> {
+    /// A relay with its own random id (several relays may run against one outbox).
+    pub fn new(
+        store: SqlStore<D>,
+        publisher: Arc<dyn Publisher>,
+        settings: RelaySettings,
+    ) -> Result<Self, InvalidInput> {
+        settings.validate()?;
+        Ok(Self {
+            store,
+            publisher,
+            settings,
+            id: new_owner(),
+        })
+    }
+
+    /// This relay's id, as stored in the rows it claims.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The publisher's name.
+    pub fn publisher(&self) -> &'static str {
+        self.publisher.name()
+    }
+
+    /// One round: claim a batch of due rows, publish each, mark the confirmed ones sent and put
+    /// the others back with a delay. After the first `Unavailable` or `Timeout` the rest of the
+    /// batch is put back without trying, so a broker outage costs one timeout per round, not
+    /// one per row.
+    pub async fn run_once(&self) -> Result<RelayRound, StoreError> {
+        let started = Instant::now();
+        let claimed = self.claim().await?;
+        let mut round = RelayRound {
+            claimed: u32::try_from(claimed.len()).unwrap_or(u32::MAX),
+            ..RelayRound::default()
+        };
+        // Keep a margin of one publish timeout: a row is never published after its claim ran
+        // out, when another relay may already have it.
+        let deadline = self
+            .settings
+            .claim_lease
+            .saturating_sub(self.settings.publish_timeout);
+        let mut broker_down: Option<String> = None;
+        for row in claimed {
+            let failure = if let Some(reason) = &broker_down {
+                Some(reason.clone())
+            } else if started.elapsed() >= deadline {
+                Some("claim lease ran out before publishing".to_owned())
+            } else {
+                match tokio::time::timeout(
+                    self.settings.publish_timeout,
+                    self.publisher.publish(&row.message),
+                )
+                .await
+                {
+                    Ok(Ok(())) => None,
+                    Ok(Err(error)) => {
+                        let reason = error.to_string();
+                        if matches!(error, BrokerError::Unavailable(_) | BrokerError::Timeout(_)) {
+                            broker_down = Some(reason.clone());
+                        }
+                        Some(reason)
+                    }
+                    Err(_) => {
+                        let reason =
+                            BrokerError::Timeout(self.settings.publish_timeout).to_string();
+                        broker_down = Some(reason.clone());
+                        Some(reason)
+                    }
+                }
+            };
+            match failure {
+                None => {
+                    self.mark_sent(&row.message.id).await?;
+                    round.sent += 1;
+                    tracing::debug!(
+                        id = %row.message.id,
+                        topic = %row.message.topic,
+                        publisher = self.publisher.name(),
+                        "outbox row published"
+                    );
+                }
+                Some(reason) => {
+                    let delay = retry_delay(row.attempts, self.settings.retry_cap);
+                    self.defer(&row.message.id, delay, &reason).await?;
+                    round.deferred += 1;
+                    tracing::warn!(
+                        id = %row.message.id,
+                        topic = %row.message.topic,
+                        attempts = row.attempts,
+                        retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        publisher = self.publisher.name(),
+                        %reason,
+                        "outbox row not published; will retry"
+                    );
+                }
+            }
+        }
+        Ok(round)
+    }
+
+    async fn claim(&self) -> Result<Vec<Claimed>, StoreError> {
+        let now = now_ms();
+        let lease_ms = i64::try_from(self.settings.claim_lease.as_millis()).unwrap_or(i64::MAX);
+        let until = now.saturating_add(lease_ms);
+        let batch = i64::from(self.settings.batch);
+        let owner = self.id.as_str();
+        let store = &self.store;
+        in_transaction!(store, |connection| claim_on::<D>(
+            connection, owner, now, until, batch
+        ))
+    }
+
+    async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {
+        self.autocommit(
+            statements::<D>().mark_sent,
+            &[Arg::Int(now_ms()), Arg::Text(id)],
+        )
+        .await
+    }
+
+    async fn defer(&self, id: &str, delay: Duration, reason: &str) -> Result<(), StoreError> {
+        let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+        let reason: String = reason.chars().take(200).collect();
+        self.autocommit(
+            statements::<D>().defer,
+            &[
+                Arg::Int(now_ms().saturating_add(delay_ms)),
+                Arg::Text(&reason),
+                Arg::Text(id),
+                Arg::Text(&self.id),
+            ],
+        )
+        .await
+    }
+
+    async fn autocommit(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<(), StoreError> {
+        let mut attempt = 0;
+        loop {
+            let outcome = async {
+                let mut connection = self
+                    .store
+                    .pool()
+                    .acquire()
+                    .await
+                    .map_err(store_error::<D>)?;
+                connection.run(sql, args).await.map_err(store_error::<D>)
+            }
+            .await;
+            match outcome {
+                Err(StoreError::Conflict(_)) if attempt < CONFLICT_RETRIES_MAX => {
+                    attempt += 1;
+                    back_off(attempt).await;
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+    }
+}
+
+async fn claim_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    owner: &str,
+    now: i64,
+    until: i64,
+    batch: i64,
+) -> Result<Vec<Claimed>, StoreError> {
+    let rows = connection
+        .rows(
+            statements::<D>().select_due_locked,
+            &[Arg::Int(now), Arg::Int(now), Arg::Int(batch)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let read = |error: sqlx::Error| store_error::<D>(error);
+    // Decoded before the next statement: a driver row need not be shareable across an await.
+    let claimed = rows
+        .iter()
+        .map(|row| {
+            let message = Message {
+                id: row.text(0).map_err(read)?,
+                topic: row.text(1).map_err(read)?,
+                key: row.text(2).map_err(read)?,
+                payload: row.opt_bytes(3).map_err(read)?.unwrap_or_default(),
+            };
+            let attempts =
+                u32::try_from(row.int(4).map_err(read)?.saturating_add(1)).unwrap_or(u32::MAX);
+            Ok(Claimed { message, attempts })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    drop(rows);
+    for row in &claimed {
+        connection
+            .run(
+                statements::<D>().claim,
+                &[
+                    Arg::Text(owner),
+                    Arg::Int(until),
+                    Arg::Text(&row.message.id),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+    }
+    Ok(claimed)
+}
+
+/// Deletes at most `limit` rows sent before `sent_before_ms`; returns how many it deleted.
+pub async fn purge_sent<D: Dialect>(
+    store: &SqlStore<D>,
+    sent_before_ms: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    let limit = i64::from(limit.clamp(1, PURGE_BATCH_ROWS_MAX));
+    let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
+    connection
+        .run(
+            statements::<D>().purge_sent,
+            &[Arg::Int(sent_before_ms), Arg::Int(limit)],
+        )
+        .await
+        .map_err(store_error::<D>)
+}
+
+/// How many rows wait to be sent, and since when.
+pub async fn backlog<D: Dialect>(store: &SqlStore<D>) -> Result<Backlog, StoreError> {
+    let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
+    let row = connection
+        .row(statements::<D>().backlog, &[])
+        .await
+        .map_err(store_error::<D>)?
+        .ok_or_else(|| StoreError::Corrupt("COUNT returned no row".to_owned()))?;
+    let read = |error: sqlx::Error| store_error::<D>(error);
+    let unsent = u64::try_from(row.int(0).map_err(read)?).unwrap_or(0);
+    let oldest = row.int(1).map_err(read)?;
+    Ok(Backlog {
+        unsent,
+        oldest_created_at_ms: (unsent > 0).then_some(oldest),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_keys_and_payloads_are_bounded() {
+        assert!(validate("payment.succeeded", "P1", b"{}").is_ok());
+        assert!(validate("", "P1", b"{}").is_err());
+        assert!(validate("payment succeeded", "P1", b"{}").is_err());
+        assert!(validate("payment.succeeded", "", b"{}").is_err());
+        assert!(validate("payment.succeeded", &"k".repeat(256), b"{}").is_err());
+        let big = vec![b'x'; OUTBOX_PAYLOAD_BYTES_MAX + 1];
+        assert!(validate("payment.succeeded", "P1", &big).is_err());
+    }
+
+    #[test]
+    fn relay_settings_keep_the_batch_inside_its_claim() {
+        assert!(RelaySettings::default().validate().is_ok());
+        let short_lease = RelaySettings {
+            claim_lease: Duration::from_secs(5),
+            publish_timeout: Duration::from_secs(5),
+            ..RelaySettings::default()
+        };
+        assert!(short_lease.validate().is_err());
+        let no_batch = RelaySettings {
+            batch: 0,
+            ..RelaySettings::default()
+        };
+        assert!(no_batch.validate().is_err());
+    }
+}
