@@ -117,6 +117,7 @@ fn settings(
         tenants,
         reconcile: Some(config.reconcile_settings()),
         purge: Some(config.purge_settings()),
+        events: config.event_settings(),
     }
 }
 
@@ -129,7 +130,7 @@ pub(crate) async fn purge(
     let mut settings = settings(&config, None, None, None);
     settings.tenants.clear();
     let state = mideng_pay::app::connect(&settings).await?;
-    let report = mideng_pay::purge::purge_once(&state, &config.purge_settings()).await?;
+    let report = mideng_pay::workers::purge::purge_once(&state, &config.purge_settings()).await?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -166,14 +167,14 @@ pub(crate) async fn reconcile(
     let mut settings = settings(&config, alipay, wechat, None);
     settings.tenants.clear();
     let state = mideng_pay::app::connect(&settings).await?;
-    let mut round = mideng_pay::reconcile::ReconcileSettings {
+    let mut round = mideng_pay::workers::reconcile::ReconcileSettings {
         tenant,
         ..config.reconcile_settings()
     };
     if let Some(seconds) = min_age_secs {
         round.min_age = std::time::Duration::from_secs(seconds);
     }
-    let report = mideng_pay::reconcile::reconcile_once(&state, &round).await?;
+    let report = mideng_pay::workers::reconcile::reconcile_once(&state, &round).await?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -23,9 +23,11 @@ use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, PaymentSettings};
 use crate::db;
-use crate::purge::{self, PurgeSettings};
-use crate::reconcile::{self, ReconcileSettings};
+use crate::domain::events::PAYMENT_SUCCEEDED;
 use crate::store::{PayStore, SqlPay};
+use crate::workers::purge::{self, PurgeSettings};
+use crate::workers::reconcile::{self, ReconcileSettings};
+use crate::workers::{EventSettings, consumer, relay};
 
 /// A tenant to provision at start: its id and the SHA-256 (hex) of its API key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +64,8 @@ pub struct Settings {
     pub reconcile: Option<ReconcileSettings>,
     /// The scheduled purge; `None`: no worker (run `purge::purge_once` yourself).
     pub purge: Option<PurgeSettings>,
+    /// The broker, and whether the outbox relay and the entitlement consumer run here.
+    pub events: EventSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -79,6 +83,9 @@ impl std::fmt::Debug for Settings {
             .field("tenants", &self.tenants.len())
             .field("reconcile", &self.reconcile)
             .field("purge", &self.purge)
+            .field("broker", &self.events.broker.name())
+            .field("relay", &self.events.relay.is_some())
+            .field("consumer", &self.events.consumer.is_some())
             .finish()
     }
 }
@@ -204,6 +211,7 @@ pub struct Application {
     state: AppState,
     reconcile: Option<ReconcileSettings>,
     purge: Option<PurgeSettings>,
+    events: EventSettings,
 }
 
 impl std::fmt::Debug for Application {
@@ -221,6 +229,9 @@ impl Application {
         let address = listener.local_addr()?;
         let state = connect(&settings).await?;
         let router = api::router(state.clone())?;
+        if let Some(worker) = &settings.events.relay {
+            worker.relay.validate()?;
+        }
         Ok(Self {
             listener,
             address,
@@ -228,6 +239,7 @@ impl Application {
             state,
             reconcile: settings.reconcile.clone(),
             purge: settings.purge.clone(),
+            events: settings.events,
         })
     }
 
@@ -241,8 +253,9 @@ impl Application {
         &self.state
     }
 
-    /// Serves (and reconciles and purges, if configured) until `shutdown` completes, then finishes the
-    /// requests in flight.
+    /// Serves (and runs the configured workers: relay, consumer, reconciler, purge) until
+    /// `shutdown` completes, then finishes the requests in flight and stops the workers between
+    /// rounds.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -257,8 +270,37 @@ impl Application {
             workers.push(tokio::spawn(purge::run(
                 self.state.clone(),
                 settings,
-                stopped,
+                stopped.clone(),
             )));
+        }
+        let events = &self.events;
+        if let Some(worker) = events.relay {
+            let store = self.state.store.clone();
+            let publisher = events.broker.publisher(store.as_ref());
+            match store.relay(publisher, worker.relay) {
+                Ok(outbox_relay) => workers.push(tokio::spawn(relay::run(
+                    store,
+                    outbox_relay,
+                    worker,
+                    stopped.clone(),
+                ))),
+                Err(error) => tracing::error!(%error, "relay settings refused; no relay runs"),
+            }
+        }
+        if let Some(settings) = events.consumer.clone() {
+            let store = self.state.store.clone();
+            match events
+                .broker
+                .subscriber(store.as_ref(), PAYMENT_SUCCEEDED, &settings)
+            {
+                Ok(subscriber) => workers.push(tokio::spawn(consumer::run(
+                    store,
+                    subscriber,
+                    settings,
+                    stopped.clone(),
+                ))),
+                Err(error) => tracing::error!(%error, "no entitlement consumer runs"),
+            }
         }
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)

@@ -19,6 +19,14 @@
 //! expire_after_secs = 900
 //! lock_wait_ms = 2000
 //!
+//! [events]
+//! broker = "rabbitmq"             # or "nats"; default "queue" (in the database)
+//! relay = true                    # run the outbox relay here
+//! consumer = true                 # run the entitlement consumer here
+//!
+//! [events.rabbitmq]
+//! url = "amqp://mideng:secret@mq.internal:5672/%2f"
+//!
 //! [[tenants]]
 //! id = "shop-1"
 //! api_key_sha256 = "…"            # `mideng api-key` prints a key and its hash
@@ -49,8 +57,11 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::api::PaymentSettings;
-use crate::purge::PurgeSettings;
-use crate::reconcile::ReconcileSettings;
+use crate::workers::purge::PurgeSettings;
+use crate::workers::reconcile::ReconcileSettings;
+use crate::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
+use mideng::outbox::nats::NatsSettings;
+use mideng::outbox::rabbitmq::RabbitSettings;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -78,6 +89,125 @@ pub struct ServeConfig {
     pub reconcile: ReconcileConfig,
     /// The scheduled retention purge.
     pub purge: PurgeConfig,
+    /// The outbox relay, the broker and the entitlement consumer.
+    pub events: EventsConfig,
+}
+
+/// Which broker carries the outbox's events.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerKind {
+    /// The in-database queue (no broker to run).
+    #[default]
+    Queue,
+    /// RabbitMQ (`[events.rabbitmq]`).
+    Rabbitmq,
+    /// NATS JetStream (`[events.nats]`).
+    Nats,
+}
+
+/// `[events]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// `queue`, `rabbitmq` or `nats`.
+    pub broker: BrokerKind,
+    /// Run the outbox relay on this instance.
+    pub relay: bool,
+    /// Run the entitlement consumer on this instance.
+    pub consumer: bool,
+    /// Outbox rows per relay round (1 ..= 1000).
+    pub relay_batch: u32,
+    /// Pause after a relay round that found less than a full batch, ms (10 ..= 60000).
+    pub relay_interval_ms: u64,
+    /// How long a relay's claim keeps others off its rows, seconds (2 × publish timeout ..= 3600).
+    pub claim_lease_secs: u64,
+    /// Longest wait for one broker confirmation, seconds (1 ..= 60).
+    pub publish_timeout_secs: u64,
+    /// Longest delay between attempts at an unpublished row, seconds (1 ..= 3600).
+    pub retry_cap_secs: u64,
+    /// The consumer group (the NATS durable consumer's name).
+    pub consumer_group: String,
+    /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
+    pub sent_retention_days: u64,
+    /// RabbitMQ.
+    pub rabbitmq: RabbitConfig,
+    /// NATS JetStream.
+    pub nats: NatsConfig,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        let relay = mideng::outbox::sql::RelaySettings::default();
+        let worker = RelayWorkerSettings::default();
+        Self {
+            broker: BrokerKind::Queue,
+            relay: true,
+            consumer: true,
+            relay_batch: relay.batch,
+            relay_interval_ms: u64::try_from(worker.interval.as_millis()).unwrap_or(200),
+            claim_lease_secs: relay.claim_lease.as_secs(),
+            publish_timeout_secs: relay.publish_timeout.as_secs(),
+            retry_cap_secs: relay.retry_cap.as_secs(),
+            consumer_group: ConsumerSettings::default().group,
+            sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
+            rabbitmq: RabbitConfig::default(),
+            nats: NatsConfig::default(),
+        }
+    }
+}
+
+/// `[events.rabbitmq]`.
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RabbitConfig {
+    /// `amqp://user:password@host:5672/%2f` (give passwords by environment).
+    pub url: String,
+    /// Queues are `<prefix>.<topic>`.
+    pub queue_prefix: String,
+}
+
+impl Default for RabbitConfig {
+    fn default() -> Self {
+        let defaults = RabbitSettings::default();
+        Self {
+            url: defaults.url,
+            queue_prefix: defaults.queue_prefix,
+        }
+    }
+}
+
+impl std::fmt::Debug for RabbitConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RabbitConfig")
+            .field("url", &"redacted")
+            .field("queue_prefix", &self.queue_prefix)
+            .finish()
+    }
+}
+
+/// `[events.nats]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// `nats://host:4222`.
+    pub url: String,
+    /// The JetStream stream (created if missing).
+    pub stream: String,
+    /// Subjects are `<prefix>.<topic>`.
+    pub subject_prefix: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        let defaults = NatsSettings::default();
+        Self {
+            url: defaults.url,
+            stream: defaults.stream,
+            subject_prefix: defaults.subject_prefix,
+        }
+    }
 }
 
 /// `[purge]`.
@@ -140,6 +270,7 @@ impl Default for ServeConfig {
             channels: ChannelsConfig::default(),
             reconcile: ReconcileConfig::default(),
             purge: PurgeConfig::default(),
+            events: EventsConfig::default(),
         }
     }
 }
@@ -407,6 +538,30 @@ impl ServeConfig {
                 "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, expiry_grace_secs ..=3600, batch 1..=10000",
             );
         }
+        let events = &self.events;
+        if !(1..=1_000).contains(&events.relay_batch)
+            || !(10..=60_000).contains(&events.relay_interval_ms)
+            || !(1..=60).contains(&events.publish_timeout_secs)
+            || !(events.publish_timeout_secs * 2..=3_600).contains(&events.claim_lease_secs)
+            || !(1..=3_600).contains(&events.retry_cap_secs)
+            || !(1..=400).contains(&events.sent_retention_days)
+        {
+            return invalid(
+                "events: relay_batch 1..=1000, relay_interval_ms 10..=60000, publish_timeout_secs 1..=60, claim_lease_secs 2 x publish_timeout_secs..=3600, retry_cap_secs 1..=3600, sent_retention_days 1..=400",
+            );
+        }
+        let name_ok = |name: &str| {
+            !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_'))
+        };
+        if !name_ok(&events.consumer_group) || !name_ok(&events.nats.stream) {
+            return invalid(
+                "events.consumer_group and events.nats.stream: 1 to 64 letters, digits, '-' or '_'",
+            );
+        }
         if self.redis.url.is_some() && !self.redis.cluster.is_empty() {
             return invalid("set redis.url or redis.cluster, not both");
         }
@@ -449,7 +604,43 @@ impl ServeConfig {
         PurgeSettings {
             batch: self.purge.batch,
             interval: Duration::from_secs(self.purge.interval_secs),
+            sent_events_retention: Duration::from_secs(self.events.sent_retention_days * 86_400),
             ..PurgeSettings::default()
+        }
+    }
+
+    /// The broker, the relay and the consumer.
+    pub fn event_settings(&self) -> EventSettings {
+        let events = &self.events;
+        let broker = match events.broker {
+            BrokerKind::Queue => Broker::Queue,
+            BrokerKind::Rabbitmq => Broker::RabbitMq(RabbitSettings {
+                url: events.rabbitmq.url.clone(),
+                queue_prefix: events.rabbitmq.queue_prefix.clone(),
+                ..RabbitSettings::default()
+            }),
+            BrokerKind::Nats => Broker::Nats(NatsSettings {
+                url: events.nats.url.clone(),
+                stream: events.nats.stream.clone(),
+                subject_prefix: events.nats.subject_prefix.clone(),
+                ..NatsSettings::default()
+            }),
+        };
+        EventSettings {
+            broker,
+            relay: events.relay.then(|| RelayWorkerSettings {
+                relay: mideng::outbox::sql::RelaySettings {
+                    batch: events.relay_batch,
+                    claim_lease: Duration::from_secs(events.claim_lease_secs),
+                    publish_timeout: Duration::from_secs(events.publish_timeout_secs),
+                    retry_cap: Duration::from_secs(events.retry_cap_secs),
+                },
+                interval: Duration::from_millis(events.relay_interval_ms),
+            }),
+            consumer: events.consumer.then(|| ConsumerSettings {
+                group: events.consumer_group.clone(),
+                ..ConsumerSettings::default()
+            }),
         }
     }
 

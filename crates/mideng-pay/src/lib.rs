@@ -12,10 +12,9 @@
 //!   statements written once over the toolkit's SQL port.
 //! - [`store`] — each operation of the service as one local transaction ([`store::PayStore`]).
 //! - [`api`] — the v1 HTTP API, with the toolkit's idempotency layer on its routes.
-//! - [`reconcile`] — reconciliation with the channels: what callbacks missed.
-//! - [`purge`] — records and tokens past their retention, deleted in bounded batches.
-//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the scheduled
-//!   reconciler).
+//! - [`workers`] — what runs beside the API: the outbox relay, the entitlement consumer,
+//!   reconciliation with the channels (what callbacks missed) and the retention purge.
+//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the workers).
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
 
 pub mod api;
@@ -23,8 +22,7 @@ pub mod app;
 pub mod config;
 pub mod db;
 pub mod domain;
-pub mod purge;
-pub mod reconcile;
 pub mod store;
+pub mod workers;
 
 pub use app::{Application, BuildError, Settings, TenantSeed};

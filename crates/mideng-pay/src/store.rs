@@ -6,15 +6,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mideng::dedup::DedupTable;
 use mideng::limits::CONFLICT_RETRIES_MAX;
+use mideng::outbox::queue::SqlQueue;
+use mideng::outbox::sql::{self as outbox_sql, Backlog, Relay, RelayRound, RelaySettings};
+use mideng::outbox::{Publisher, Subscriber};
 use mideng::record::{Decision, Lease, RecordPolicy, RecordStore, StoredResponse};
 use mideng::sqlx::{Database, Pool};
-use mideng::store::sql::{SqlStore, back_off, store_error};
-use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
+use mideng::store::sql::{Dialect, SqlStore, back_off, store_error};
+use mideng::{Fingerprint, IdempotencyKey, InvalidInput, Scope, StoreError, clock};
 
+use crate::db::grants::{self, GrantRow};
 use crate::db::payments::{self, OrderInsert, OrderRow, PaymentInsert, PaymentRow, SuccessOutcome};
 use crate::db::wallets::{self, DeductOutcome, EntryRow};
 use crate::db::{PayDialect, tenants};
+use crate::domain::events::{GRANT_KIND, PaymentSucceeded};
 use crate::domain::money::Amount;
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::PaymentStatus;
@@ -22,6 +28,10 @@ use crate::domain::payment::PaymentStatus;
 /// Lease of a channel notify's dedup record. The record is written in the same transaction as
 /// the effect, so the lease only matters if that transaction outlives it.
 const NOTIFY_LEASE: Duration = Duration::from_secs(30);
+/// Lease of an entitlement grant's dedup claim (written in the grant's own transaction).
+const GRANT_LEASE: Duration = Duration::from_secs(30);
+/// How long a processed `payment.succeeded` is remembered: far beyond any broker redelivery.
+const GRANT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long a processed notify id is remembered: longer than the channels' retry schedules
 /// (Alipay retries for about 25 hours, WeChat Pay for 24).
 const NOTIFY_RETENTION: Duration = Duration::from_secs(3 * 24 * 3600);
@@ -246,6 +256,66 @@ pub trait PayStore: Send + Sync {
     ) -> Result<StoredResponse, StoreError>;
     /// The wallet's balance and latest entries.
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletView, StoreError>;
+    /// A relay from this database's outbox to `publisher`.
+    fn relay(
+        &self,
+        publisher: Arc<dyn Publisher>,
+        settings: RelaySettings,
+    ) -> Result<Arc<dyn OutboxRelay>, InvalidInput>;
+    /// The in-database queue of this database, as a publisher.
+    fn queue(&self) -> Arc<dyn Publisher>;
+    /// A competing consumer of `topic` on the in-database queue.
+    fn queue_subscriber(
+        &self,
+        topic: &str,
+        prefetch: u32,
+        visibility: Duration,
+    ) -> Result<Box<dyn Subscriber>, StoreError>;
+    /// Messages of `topic` waiting in the in-database queue (delivered but unacknowledged
+    /// ones included).
+    async fn queue_depth(&self, topic: &str) -> Result<u64, StoreError>;
+    /// Unsent outbox rows.
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
+    /// Deletes at most `limit` outbox rows sent before `sent_before_ms`.
+    async fn purge_sent_events(&self, sent_before_ms: i64, limit: u32) -> Result<u64, StoreError>;
+    /// Grants what `event` asks for, claimed in the dedup table (kind `entitlement.grant`, key
+    /// the payment number) in the same transaction as the grant.
+    async fn grant(&self, event: &PaymentSucceeded) -> Result<GrantOutcome, StoreError>;
+    /// The user's grants, newest first (at most 100).
+    async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<GrantRow>, StoreError>;
+}
+
+/// One relay, whatever its dialect.
+#[async_trait]
+pub trait OutboxRelay: Send + Sync {
+    /// One round: claim, publish, mark sent or put back.
+    async fn run_once(&self) -> Result<RelayRound, StoreError>;
+    /// The publisher's name.
+    fn publisher(&self) -> &'static str;
+}
+
+#[async_trait]
+impl<D: Dialect> OutboxRelay for Relay<D> {
+    async fn run_once(&self) -> Result<RelayRound, StoreError> {
+        Relay::run_once(self).await
+    }
+
+    fn publisher(&self) -> &'static str {
+        Relay::publisher(self)
+    }
+}
+
+/// What a `payment.succeeded` delivery did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantOutcome {
+    /// The grant was made (or the event asks for none), and the entry recorded as processed.
+    Granted,
+    /// The event asks for no grant (no entitlement, or a refund case); recorded as processed.
+    NothingToGrant,
+    /// Processed before: a redelivery.
+    Duplicate,
+    /// Another consumer holds the claim right now: deliver again later.
+    Busy,
 }
 
 /// [`PayStore`] on one SQL dialect.
@@ -435,6 +505,49 @@ async fn notify_on<D: PayDialect>(
     };
     store.complete_in(connection, &lease, &stored).await?;
     applied(outcome)
+}
+
+/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
+/// crash before the commit leaves neither the grant nor the claim's completion, and a crash
+/// after it (before the broker ack) finds the entry done on redelivery.
+async fn grant_on<D: PayDialect>(
+    store: &SqlStore<D>,
+    connection: &mut <D::Db as Database>::Connection,
+    event: &PaymentSucceeded,
+    now_ms: i64,
+) -> Result<GrantOutcome, StoreError> {
+    let (scope, key, fingerprint) =
+        DedupTable::<SqlStore<D>>::identity(GRANT_KIND, &event.payment_no)?;
+    let policy = RecordPolicy::new(GRANT_LEASE, GRANT_RETENTION)?;
+    let lease = match store
+        .begin_in(connection, &scope, &key, &fingerprint, &policy)
+        .await?
+    {
+        Decision::Proceed(lease) => lease,
+        Decision::Replay(_) => return Ok(GrantOutcome::Duplicate),
+        Decision::InFlight { .. } => return Ok(GrantOutcome::Busy),
+        Decision::Mismatch => {
+            return Err(StoreError::Corrupt(
+                "a dedup entry has a foreign fingerprint".to_owned(),
+            ));
+        }
+    };
+    let outcome = if event.grant().is_none() {
+        GrantOutcome::NothingToGrant
+    } else if grants::insert_grant::<D>(connection, event, now_ms).await? {
+        GrantOutcome::Granted
+    } else {
+        // The unique payment number held although the dedup row was gone (purged early):
+        // the deeper guard caught a second grant.
+        GrantOutcome::Duplicate
+    };
+    let processed = StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    store.complete_in(connection, &lease, &processed).await?;
+    Ok(outcome)
 }
 
 /// The local half of a close: row lock, then CAS PENDING → CLOSED.
@@ -716,6 +829,59 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
             store.complete_in(connection, lease, &response).await?;
             Ok(response)
         })
+    }
+
+    fn relay(
+        &self,
+        publisher: Arc<dyn Publisher>,
+        settings: RelaySettings,
+    ) -> Result<Arc<dyn OutboxRelay>, InvalidInput> {
+        Ok(Arc::new(Relay::new(
+            self.store.clone(),
+            publisher,
+            settings,
+        )?))
+    }
+
+    fn queue(&self) -> Arc<dyn Publisher> {
+        Arc::new(SqlQueue::new(self.store.clone()))
+    }
+
+    fn queue_subscriber(
+        &self,
+        topic: &str,
+        prefetch: u32,
+        visibility: Duration,
+    ) -> Result<Box<dyn Subscriber>, StoreError> {
+        Ok(Box::new(
+            SqlQueue::new(self.store.clone()).subscribe(topic, prefetch, visibility)?,
+        ))
+    }
+
+    async fn queue_depth(&self, topic: &str) -> Result<u64, StoreError> {
+        SqlQueue::new(self.store.clone()).depth(topic).await
+    }
+
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
+        outbox_sql::backlog(&self.store).await
+    }
+
+    async fn purge_sent_events(&self, sent_before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        outbox_sql::purge_sent(&self.store, sent_before_ms, limit).await
+    }
+
+    async fn grant(&self, event: &PaymentSucceeded) -> Result<GrantOutcome, StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        transaction!(self, |connection| grant_on::<D>(
+            store, connection, event, now_ms
+        ))
+    }
+
+    async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<GrantRow>, StoreError> {
+        connection!(self, |connection| grants::grants_for_user::<D>(
+            connection, tenant_id, user_id
+        ))
     }
 
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletView, StoreError> {

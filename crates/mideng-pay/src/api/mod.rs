@@ -6,6 +6,7 @@
 //! /v1/channels/*/notify ─► signature + merchant ─► dedup by notify id + row lock + CAS (one transaction)
 //! ```
 
+mod entitlements;
 pub mod error;
 pub mod models;
 mod notify;
@@ -265,6 +266,7 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
             post(wallets::deduct).route_layer(IdempotencyLayer::new(deduct)),
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
+        .route("/v1/entitlements", get(entitlements::list))
         .route("/v1/idempotency-keys/{key}", get(ops::inspect_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::db::grants::GrantRow;
 use crate::db::payments::{OrderRow, PaymentRow};
 use crate::db::wallets::EntryRow;
 
@@ -280,4 +281,53 @@ pub struct RecordQuery {
 pub struct HealthView {
     /// `ok`, or what is not ready.
     pub status: String,
+}
+
+/// `GET /v1/entitlements` query.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntitlementsQuery {
+    /// The holder.
+    pub user_id: String,
+}
+
+/// One grant.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct GrantView {
+    /// Grant number.
+    pub grant_no: String,
+    /// The holder.
+    pub user_id: String,
+    /// The payment that paid for it.
+    pub payment_no: String,
+    /// Its order.
+    pub order_id: String,
+    /// What.
+    pub sku: String,
+    /// How many.
+    pub quantity: i64,
+    /// When it was granted.
+    pub created_at: String,
+}
+
+impl GrantView {
+    /// From a stored row.
+    pub fn of(grant: &GrantRow) -> Self {
+        Self {
+            grant_no: grant.grant_no.clone(),
+            user_id: grant.user_id.clone(),
+            payment_no: grant.payment_no.clone(),
+            order_id: grant.order_id.clone(),
+            sku: grant.sku.clone(),
+            quantity: grant.quantity,
+            created_at: rfc3339(grant.created_at_ms),
+        }
+    }
+}
+
+/// A user's grants, newest first (at most 100).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct EntitlementsView {
+    /// The grants.
+    pub grants: Vec<GrantView>,
 }

@@ -26,6 +26,7 @@ const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
         super::payments::create, super::payments::show, super::payments::close,
         super::notify::alipay, super::notify::wechat,
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
+        super::entitlements::list,
     ),
     modifiers(&BearerAuth)
 )]

@@ -6,6 +6,7 @@
 //! never negative (CHECK), one debit per user + order, one grant per payment. The service's
 //! bookkeeping table is `mideng_pay_migrations`, apart from the toolkit's.
 
+pub mod grants;
 pub mod payments;
 mod statements;
 pub mod tenants;

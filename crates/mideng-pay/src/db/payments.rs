@@ -12,6 +12,7 @@ use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
 
 use super::statements::PayDialect;
+use crate::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::PaymentStatus;
 
@@ -318,6 +319,8 @@ pub async fn find_payment<D: PayDialect>(
 /// it still waits for payment; otherwise (canceled meanwhile) it stays, and the outcome says so
 /// (`order_moved: false`): a refund case. If the order already has another PAID payment, the
 /// buyer paid twice: nothing changes ([`SuccessOutcome::NotPending`]) and the caller reports it.
+///
+/// The `payment.succeeded` event goes into the outbox in the same transaction.
 pub async fn apply_success<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
@@ -373,6 +376,30 @@ pub async fn apply_success<D: PayDialect>(
         now_ms,
     )
     .await?;
+    let order = find_order::<D>(connection, &payment.tenant_id, &payment.order_id, false)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("a payment without its order".to_owned()))?;
+    let event = PaymentSucceeded {
+        tenant_id: payment.tenant_id.clone(),
+        payment_no: payment.payment_no.clone(),
+        order_id: payment.order_id.clone(),
+        user_id: order.user_id,
+        amount: payment.amount_fen,
+        currency: payment.currency.clone(),
+        channel: payment.channel.clone(),
+        channel_trade_no: channel_trade_no.to_owned(),
+        paid_at_ms,
+        order_paid: order_moved,
+        entitlement: order
+            .entitlement_sku
+            .zip(order.entitlement_quantity)
+            .map(|(sku, quantity)| GrantedItem { sku, quantity }),
+    };
+    let payload = serde_json::to_vec(&event)
+        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
+    // Same transaction: the event exists if and only if the payment is PAID.
+    mideng::outbox::sql::enqueue_in::<D>(connection, PAYMENT_SUCCEEDED, payment_no, &payload)
+        .await?;
     Ok(SuccessOutcome::Paid { order_moved })
 }
 

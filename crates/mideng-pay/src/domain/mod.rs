@@ -1,10 +1,12 @@
 //! The service's rules, free of I/O, so that each is tested once on its own.
 //!
 //! - [`money`] — amounts in fen with checked arithmetic, the one currency, wallet balances.
+//! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`order`] — the order state machine.
 //! - [`payment`] — the payment-attempt state machine and channels.
 
+pub mod events;
 pub mod ids;
 pub mod money;
 pub mod order;

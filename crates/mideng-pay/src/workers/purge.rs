@@ -1,5 +1,6 @@
 //! Retention purge: idempotency records (and with them the channel-notify dedup records) and
-//! one-time tokens whose retention ended, deleted in bounded batches.
+//! one-time tokens whose retention ended, and outbox rows sent longer ago than their retention
+//! (7 days by default), deleted in bounded batches. Unsent outbox rows are never purged.
 //!
 //! What is kept how long: records of the money-moving routes (payment creation, wallet credit
 //! and deduct) for [`crate::api::PaymentSettings::funds_retention`] (30 days by default: a
@@ -23,6 +24,8 @@ pub struct PurgeSettings {
     pub batches_per_round: u32,
     /// Pause between rounds of the scheduled worker.
     pub interval: Duration,
+    /// How long sent outbox rows are kept (for audits of what was published).
+    pub sent_events_retention: Duration,
 }
 
 impl Default for PurgeSettings {
@@ -31,6 +34,7 @@ impl Default for PurgeSettings {
             batch: 1_000,
             batches_per_round: 100,
             interval: Duration::from_secs(60),
+            sent_events_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -42,6 +46,8 @@ pub struct PurgeReport {
     pub records: u64,
     /// One-time tokens.
     pub tokens: u64,
+    /// Sent outbox rows.
+    pub events: u64,
 }
 
 /// One round: batches until a batch comes back short (or the round's bound is reached).
@@ -68,9 +74,20 @@ pub async fn purge_once(
             break;
         }
     }
+    let sent_before_ms = now_ms.saturating_sub(
+        i64::try_from(settings.sent_events_retention.as_millis()).unwrap_or(i64::MAX),
+    );
+    for _ in 0..settings.batches_per_round {
+        let deleted = state.store.purge_sent_events(sent_before_ms, batch).await?;
+        report.events += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
+    metrics::counter!("mideng_purged_total", "kind" => "events").increment(report.events);
     metrics::counter!("mideng_purged_total", "kind" => "records").increment(report.records);
     metrics::counter!("mideng_purged_total", "kind" => "tokens").increment(report.tokens);
-    if report.records + report.tokens > 0 {
+    if report.records + report.tokens + report.events > 0 {
         tracing::info!(?report, "purged past their retention");
     }
     Ok(report)

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use mideng_channel::adapter::Channel;
 use mideng_channel::keys::PrivateKey;
 use mideng_pay::api::{PaymentSettings, api_key_hash};
+use mideng::outbox::sql::RelaySettings;
+use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
 use mideng_sim::{MerchantKeys, SimConfig, Simulator};
 use reqwest::header::HeaderMap;
@@ -205,7 +207,15 @@ impl Service {
 
     /// A service with its own simulator and tenant, and these payment settings.
     pub(crate) async fn start_with(backend: Backend, payments: PaymentSettings) -> Self {
-        Self::start_on(backend, backend.database_url(), None, None, payments).await
+        Self::start_on(
+            backend,
+            backend.database_url(),
+            None,
+            None,
+            payments,
+            queue_events(),
+        )
+        .await
     }
 
     /// Another instance of `first`'s deployment: the same database, simulator and Redis;
@@ -218,6 +228,7 @@ impl Service {
             Some(first.sim.clone()),
             tenant,
             PaymentSettings::default(),
+            queue_events(),
         )
         .await
     }
@@ -230,6 +241,7 @@ impl Service {
         sim: Option<Arc<Sim>>,
         tenant: Option<(String, String)>,
         payments: PaymentSettings,
+        events: EventSettings,
     ) -> Self {
         // Warnings of the service show up in a failing test's output.
         let _ = tracing_subscriber::fmt()
@@ -274,6 +286,7 @@ impl Service {
             // Tests run rounds themselves, when they choose.
             reconcile: None,
             purge: None,
+            events,
         };
         let application = Application::build(settings, listener)
             .await
@@ -469,4 +482,150 @@ where
 /// The channel's private key (signs the simulator's notifies), for crafting notifies.
 pub(crate) fn fixture_channel_key() -> PrivateKey {
     fixture("channel-private.pem")
+}
+
+impl Service {
+    /// The user's grants.
+    pub(crate) async fn grants(&self, user_id: &str) -> Vec<Value> {
+        let answer = self
+            .get(&format!("/v1/entitlements?user_id={user_id}"))
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.json());
+        answer.json()["grants"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits until the user holds `count` grants (the relay and the consumer run on their own
+    /// schedules), then returns them; a second look after a pause must find no more.
+    pub(crate) async fn settled_grants(&self, user_id: &str, count: usize) -> Vec<Value> {
+        let started = Instant::now();
+        loop {
+            let grants = self.grants(user_id).await;
+            assert!(
+                grants.len() <= count,
+                "more grants than paid orders: {grants:#?}"
+            );
+            if grants.len() == count {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let again = self.grants(user_id).await;
+                assert_eq!(again.len(), count, "{again:#?}");
+                return again;
+            }
+            assert!(
+                started.elapsed() < WAIT_LIMIT,
+                "{user_id} holds {} grants, expected {count}",
+                grants.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Relay and consumer on the in-database queue, with short claims: many deployments share the
+/// servers' databases, and one that ends mid-round must not hold other tests' rows for long.
+pub(crate) fn queue_events() -> EventSettings {
+    EventSettings {
+        broker: Broker::Queue,
+        relay: Some(RelayWorkerSettings {
+            relay: RelaySettings {
+                batch: 20,
+                claim_lease: Duration::from_secs(3),
+                publish_timeout: Duration::from_secs(1),
+                retry_cap: Duration::from_secs(1),
+            },
+            interval: Duration::from_millis(100),
+        }),
+        consumer: Some(ConsumerSettings {
+            prefetch: 4,
+            visibility: Duration::from_secs(3),
+            ..ConsumerSettings::default()
+        }),
+    }
+}
+
+/// A PostgreSQL database of its own, for deployments whose outbox no other test's relay may
+/// drain (the shared test database has many relays on it).
+pub(crate) async fn isolated_postgres() -> String {
+    use mideng::sqlx::Connection;
+    let base = Backend::Postgres.database_url();
+    let name = unique("mideng_iso").replace('-', "_");
+    let mut admin = mideng::sqlx::PgConnection::connect(&base)
+        .await
+        .expect("PostgreSQL answers");
+    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}"
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("the test role may create databases (scripts/services up)");
+    let (prefix, _) = base.rsplit_once('/').expect("a database in the URL");
+    format!("{prefix}/{name}")
+}
+
+/// A TCP forwarder in front of a broker: `cut` closes every connection and refuses new ones (the
+/// broker is unreachable, as when it is stopped), `restore` lets them through again.
+pub(crate) struct Proxy {
+    pub(crate) port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub(crate) async fn start(upstream: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let upstream = upstream.to_owned();
+        let accept = {
+            let up = up.clone();
+            let connections = connections.clone();
+            tokio::spawn(async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        continue; // dropped: the connection is refused
+                    }
+                    let upstream = upstream.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    connections
+                        .lock()
+                        .expect("not poisoned")
+                        .push(task.abort_handle());
+                }
+            })
+        };
+        Self {
+            port,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    pub(crate) fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().expect("not poisoned").drain(..) {
+            connection.abort();
+        }
+    }
+
+    pub(crate) fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of the payment service: the real router, database, Redis and the channel
 //! simulator, on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod events;
 mod harness;
 mod inputs;
 mod instances;
@@ -39,6 +40,7 @@ backend_suite!(
     crate::reconcile::lost_notifies_are_found_by_reconciliation => lost_notifies_are_found_by_reconciliation,
     crate::reconcile::expired_payments_are_closed_and_orders_canceled => expired_payments_are_closed_and_orders_canceled,
     crate::reconcile::a_late_success_for_a_closed_payment_is_recorded => a_late_success_for_a_closed_payment_is_recorded,
+    crate::events::a_paid_order_is_granted_once => a_paid_order_is_granted_once,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
@@ -68,5 +70,54 @@ mod shared_deployment {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn mysql_and_redis_two_instances_one_effect() {
         crate::instances::two_instances_one_effect(crate::harness::Backend::Mysql).await;
+    }
+}
+
+/// The outbox relays and the entitlement consumer on the real brokers, each deployment on a
+/// PostgreSQL database of its own.
+mod brokers {
+    use crate::events::{
+        NATS, NATS_PORT, QUEUE, RABBIT, RABBIT_PORT, a_broker_outage_loses_nothing,
+        a_relay_killed_after_publishing_grants_once, two_relays_and_two_consumers_one_effect_each,
+    };
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rabbitmq_a_relay_killed_after_publishing_grants_once() {
+        a_relay_killed_after_publishing_grants_once(RABBIT, RABBIT_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn nats_a_relay_killed_after_publishing_grants_once() {
+        a_relay_killed_after_publishing_grants_once(NATS, NATS_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn queue_a_relay_killed_after_publishing_grants_once() {
+        a_relay_killed_after_publishing_grants_once(QUEUE, 0).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rabbitmq_an_outage_loses_nothing() {
+        a_broker_outage_loses_nothing(RABBIT, RABBIT_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn nats_an_outage_loses_nothing() {
+        a_broker_outage_loses_nothing(NATS, NATS_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rabbitmq_two_relays_and_two_consumers_one_effect_each() {
+        two_relays_and_two_consumers_one_effect_each(RABBIT, RABBIT_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn nats_two_relays_and_two_consumers_one_effect_each() {
+        two_relays_and_two_consumers_one_effect_each(NATS, NATS_PORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn queue_two_relays_and_two_consumers_one_effect_each() {
+        two_relays_and_two_consumers_one_effect_each(QUEUE, 0).await;
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::{Fingerprint, IdempotencyKey, Scope, clock};
-use mideng_pay::purge::{PurgeSettings, purge_once};
+use mideng_pay::workers::purge::{PurgeSettings, purge_once};
 use serde_json::json;
 
 use crate::harness::{Backend, Service, unique};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mideng_pay::api::PaymentSettings;
-use mideng_pay::reconcile::{ReconcileSettings, reconcile_once};
+use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use serde_json::json;
 
 use crate::harness::{Backend, Service, unique};
@@ -63,6 +63,18 @@ pub(crate) async fn lost_notifies_are_found_by_reconciliation(backend: Backend) 
         .await
         .expect("round");
     assert_eq!(again.examined, 0, "nothing pending is left: {again:?}");
+    // The success flow wrote its event: every found payment grants its entitlement, once.
+    let grants = service.settled_grants("u-7", 4).await;
+    for order_id in &orders {
+        assert_eq!(
+            grants
+                .iter()
+                .filter(|grant| grant["order_id"] == order_id.as_str())
+                .count(),
+            1,
+            "{grants:#?}"
+        );
+    }
 }
 
 pub(crate) async fn expired_payments_are_closed_and_orders_canceled(backend: Backend) {
@@ -217,4 +229,15 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
         1,
         "{statuses:?}"
     );
+    // Grants: the order paid after a local close (a) and the order paid once (c); not the
+    // refund case (b), whose order stayed canceled, and not the refused second charge.
+    let grants = service.settled_grants("u-9", 2).await;
+    let mut granted: Vec<&str> = grants
+        .iter()
+        .map(|grant| grant["order_id"].as_str().unwrap_or_default())
+        .collect();
+    granted.sort_unstable();
+    let mut expected = vec![order_a.as_str(), order_c.as_str()];
+    expected.sort_unstable();
+    assert_eq!(granted, expected);
 }

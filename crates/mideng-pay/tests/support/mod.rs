@@ -81,6 +81,7 @@ pub async fn sqlite() -> SqliteStore {
     let store = SqliteStore::connect(&format!("sqlite://{}", path.display()), settings())
         .await
         .expect("sqlite");
+    store.migrate().await.expect("toolkit tables");
     mideng_pay::db::migrate_sqlite(store.pool())
         .await
         .expect("migrate");
@@ -95,6 +96,7 @@ pub async fn postgres() -> PostgresStore {
     let store = PostgresStore::connect(&url, settings())
         .await
         .unwrap_or_else(|error| panic!("postgres at {url} (scripts/services up): {error}"));
+    store.migrate().await.expect("toolkit tables");
     mideng_pay::db::migrate_postgres(store.pool())
         .await
         .expect("migrate");
@@ -109,6 +111,7 @@ pub async fn mysql() -> MySqlStore {
     let store = MySqlStore::connect(&url, settings())
         .await
         .unwrap_or_else(|error| panic!("mysql at {url} (scripts/services up): {error}"));
+    store.migrate().await.expect("toolkit tables");
     mideng_pay::db::migrate_mysql(store.pool())
         .await
         .expect("migrate");

@@ -1,0 +1,102 @@
+//! The events the service publishes through its outbox, and what each one asks of a consumer.
+//!
+//! One event per payment that becomes PAID: `payment.succeeded`, written in the same
+//! transaction as the payment and order updates. It also stands for the order's move to PAID
+//! (`order_paid`), so there is one event per paid order, never two to keep in step. A payment
+//! that became PAID on an order that no longer waited for it (canceled meanwhile: a refund case)
+//! carries `order_paid: false` and grants nothing.
+
+use serde::{Deserialize, Serialize};
+
+/// Topic of [`PaymentSucceeded`].
+pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
+
+/// Dedup kind of entitlement grants: one grant per payment number.
+pub const GRANT_KIND: &str = "entitlement.grant";
+
+/// What a paid order grants.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantedItem {
+    /// The SKU.
+    pub sku: String,
+    /// Units.
+    pub quantity: i64,
+}
+
+/// A payment became PAID.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentSucceeded {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The payment number.
+    pub payment_no: String,
+    /// The order.
+    pub order_id: String,
+    /// The buyer.
+    pub user_id: String,
+    /// Fen.
+    pub amount: i64,
+    /// Currency.
+    pub currency: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// The channel's trade number.
+    pub channel_trade_no: String,
+    /// When the channel took the money (Unix ms).
+    pub paid_at_ms: i64,
+    /// Whether the order moved to PAID with this payment (false: it had been canceled).
+    pub order_paid: bool,
+    /// What the order grants, if anything.
+    pub entitlement: Option<GrantedItem>,
+}
+
+impl PaymentSucceeded {
+    /// The grant this event asks for: only an order that is PAID with this payment and
+    /// carries an entitlement grants one.
+    pub fn grant(&self) -> Option<&GrantedItem> {
+        if self.order_paid {
+            self.entitlement.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// The grant's number, derived from the payment so that the primary key is a further
+    /// guard against a second grant.
+    pub fn grant_no(&self) -> String {
+        format!("g-{}", self.payment_no)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(order_paid: bool, entitlement: Option<GrantedItem>) -> PaymentSucceeded {
+        PaymentSucceeded {
+            tenant_id: "t".to_owned(),
+            payment_no: "P1".to_owned(),
+            order_id: "o1".to_owned(),
+            user_id: "u1".to_owned(),
+            amount: 100,
+            currency: "CNY".to_owned(),
+            channel: "alipay".to_owned(),
+            channel_trade_no: "T1".to_owned(),
+            paid_at_ms: 1,
+            order_paid,
+            entitlement,
+        }
+    }
+
+    #[test]
+    fn only_a_paid_order_with_an_entitlement_grants() {
+        let item = GrantedItem {
+            sku: "vip-month".to_owned(),
+            quantity: 1,
+        };
+        assert_eq!(event(true, Some(item.clone())).grant(), Some(&item));
+        assert_eq!(event(false, Some(item)).grant(), None, "refund case");
+        assert_eq!(event(true, None).grant(), None);
+        assert_eq!(event(true, None).grant_no(), "g-P1");
+    }
+}

@@ -1,0 +1,131 @@
+//! The entitlement consumer: `payment.succeeded` → one grant per paid order that carries an
+//! entitlement, however often the event is delivered.
+//!
+//! Each delivery is handled in one database transaction that claims the dedup entry
+//! (`entitlement.grant`, payment number), inserts the grant and completes the entry
+//! ([`crate::store::PayStore::grant`]); only then is the delivery acknowledged. So:
+//! a redelivery finds the entry done and is acknowledged without effect; two consumers racing
+//! on one event serialise on the dedup row, and the loser sees it done (or in progress, and
+//! asks for redelivery); a crash before the commit leaves nothing, so the redelivery grants; a
+//! crash between the commit and the ack leaves a grant and a done entry, so the redelivery is a
+//! duplicate. A payload that cannot be read is logged as an error, counted and acknowledged:
+//! it would fail the same way forever.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mideng::outbox::{Delivery, Subscriber};
+
+use crate::api::decision;
+use crate::domain::events::{GRANT_KIND, PaymentSucceeded};
+use crate::store::{GrantOutcome, PayStore};
+use crate::workers::{ConsumerSettings, pause_or_stop};
+
+/// How long one poll waits for a delivery before checking the stop signal.
+const POLL_WAIT: Duration = Duration::from_millis(500);
+/// Longest pause after broker errors.
+const ERROR_PAUSE_MAX: Duration = Duration::from_secs(10);
+
+/// What one delivery came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// Processed (granted, or nothing to grant) and acknowledged.
+    Processed(GrantOutcome),
+    /// Unreadable: logged, counted and acknowledged.
+    Malformed,
+    /// Not processed now; redelivery requested.
+    Retried,
+}
+
+/// Handles one delivery: grant (deduplicated), then acknowledge; or ask for redelivery.
+pub async fn handle(
+    store: &dyn PayStore,
+    delivery: Delivery,
+    settings: &ConsumerSettings,
+) -> Handled {
+    let id = delivery.message.id.clone();
+    let event: PaymentSucceeded = match serde_json::from_slice(&delivery.message.payload) {
+        Ok(event) => event,
+        Err(error) => {
+            tracing::error!(%id, %error, "unreadable payment.succeeded; acknowledged and dropped");
+            decision("dedup", GRANT_KIND, "-", &id, "malformed");
+            if let Err(error) = delivery.ack().await {
+                tracing::warn!(%id, %error, "ack failed");
+            }
+            return Handled::Malformed;
+        }
+    };
+    let outcome = match store.grant(&event).await {
+        Ok(GrantOutcome::Busy) => None,
+        Ok(outcome) => Some(outcome),
+        Err(error) => {
+            tracing::warn!(%id, payment_no = %event.payment_no, %error, "grant not applied now; redelivery requested");
+            None
+        }
+    };
+    let Some(outcome) = outcome else {
+        decision(
+            "dedup",
+            GRANT_KIND,
+            &event.tenant_id,
+            &event.payment_no,
+            "busy",
+        );
+        if let Err(error) = delivery.retry(settings.retry_after).await {
+            tracing::warn!(%id, %error, "retry request failed; the broker redelivers after its own timeout");
+        }
+        return Handled::Retried;
+    };
+    let label = match outcome {
+        GrantOutcome::Granted => "granted",
+        GrantOutcome::NothingToGrant => "nothing_to_grant",
+        GrantOutcome::Duplicate => "duplicate",
+        GrantOutcome::Busy => "busy",
+    };
+    decision(
+        "dedup",
+        GRANT_KIND,
+        &event.tenant_id,
+        &event.payment_no,
+        label,
+    );
+    if let Err(error) = delivery.ack().await {
+        // The grant is committed; the redelivery this causes is a duplicate.
+        tracing::warn!(%id, %error, "ack failed after the grant committed");
+    }
+    Handled::Processed(outcome)
+}
+
+/// Consumes from `subscriber` until `stop` turns true.
+pub async fn run(
+    store: Arc<dyn PayStore>,
+    mut subscriber: Box<dyn Subscriber>,
+    settings: ConsumerSettings,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut failures = 0_u32;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        match subscriber.next(POLL_WAIT).await {
+            Ok(Some(delivery)) => {
+                failures = 0;
+                if handle(store.as_ref(), delivery, &settings).await == Handled::Retried
+                    && pause_or_stop(settings.retry_after, &mut stop).await
+                {
+                    return;
+                }
+            }
+            Ok(None) => failures = 0,
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                let pause = mideng::outbox::retry_delay(failures, ERROR_PAUSE_MAX);
+                tracing::warn!(%error, subscriber = subscriber.name(), "consumer cannot fetch; pausing");
+                if pause_or_stop(pause, &mut stop).await {
+                    return;
+                }
+            }
+        }
+    }
+}
