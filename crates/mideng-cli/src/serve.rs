@@ -134,8 +134,8 @@ pub(crate) async fn purge(
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "purged {} records, {} tokens",
-        report.records, report.tokens
+        "purged {} records, {} tokens, {} sent events",
+        report.records, report.tokens, report.events
     )?;
     out.flush()?;
     Ok(())

@@ -199,6 +199,31 @@ async fn a_newcomer_pays_a_demo_order_and_a_crash_loses_nothing() {
     )
     .await;
     assert_eq!(wallet["balance"], 500);
+    // The paid order's entitlement: granted once by the embedded relay and consumer, whether
+    // the kill came before, between or after their steps.
+    let started = Instant::now();
+    loop {
+        let (status, grants) = call(
+            &client,
+            reqwest::Method::GET,
+            format!("{api}/v1/entitlements?user_id=u-1"),
+            Value::Null,
+            &[],
+        )
+        .await;
+        assert_eq!(status, 200, "{grants}");
+        let grants = grants["grants"].as_array().cloned().unwrap_or_default();
+        assert!(grants.len() <= 1, "{grants:?}");
+        if grants.len() == 1 {
+            assert_eq!(grants[0]["payment_no"], payment_no.as_str());
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the entitlement was never granted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // A notify lost for good, found by `mideng reconcile` run by hand beside the service.
     let (status, _) = call(

@@ -5,10 +5,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use mideng::outbox::sql::RelaySettings;
 use mideng_channel::adapter::Channel;
 use mideng_channel::keys::PrivateKey;
 use mideng_pay::api::{PaymentSettings, api_key_hash};
-use mideng::outbox::sql::RelaySettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
 use mideng_sim::{MerchantKeys, SimConfig, Simulator};

@@ -108,4 +108,41 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         )
         .await;
     assert_eq!(paid.status, 201, "{}", paid.json());
+
+    // The payment's event: sent, kept for its retention, then purged; its grant stays.
+    let payment_no = paid.json()["payment_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    assert_eq!(service.pay_at_channel(&payment_no).await["outcome"], "paid");
+    service.settled_grants(&user, 1).await;
+    // The relay marks the row sent just after the queue took it; the consumer may be faster.
+    let started = std::time::Instant::now();
+    while service
+        .state
+        .store
+        .outbox_backlog()
+        .await
+        .expect("backlog")
+        .unsent
+        > 0
+    {
+        assert!(started.elapsed() < crate::harness::WAIT_LIMIT, "never sent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recent = purge_once(&service.state, &PurgeSettings::default())
+        .await
+        .expect("purge");
+    assert_eq!(recent.events, 0, "sent a moment ago: kept for 7 days");
+    let expired = purge_once(
+        &service.state,
+        &PurgeSettings {
+            sent_events_retention: Duration::ZERO,
+            ..PurgeSettings::default()
+        },
+    )
+    .await
+    .expect("purge");
+    assert_eq!(expired.events, 1, "{expired:?}");
+    assert_eq!(service.grants(&user).await.len(), 1);
 }
