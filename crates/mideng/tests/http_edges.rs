@@ -610,3 +610,88 @@ mod handler_decides {
         );
     }
 }
+
+/// A record store whose `complete` fails as unavailable the next `failures` times.
+struct FailingCompletes {
+    inner: MemoryStore,
+    failures: AtomicUsize,
+}
+
+#[async_trait]
+impl mideng::RecordStore for FailingCompletes {
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &mideng::IdempotencyKey,
+        fingerprint: &mideng::Fingerprint,
+        policy: &mideng::RecordPolicy,
+    ) -> Result<mideng::Decision, StoreError> {
+        self.inner.begin(scope, key, fingerprint, policy).await
+    }
+    async fn complete(
+        &self,
+        lease: &mideng::Lease,
+        response: &mideng::StoredResponse,
+    ) -> Result<(), StoreError> {
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable("connection reset".to_owned()));
+        }
+        self.inner.complete(lease, response).await
+    }
+    async fn abandon(&self, lease: &mideng::Lease) -> Result<(), StoreError> {
+        self.inner.abandon(lease).await
+    }
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &mideng::IdempotencyKey,
+    ) -> Result<Option<mideng::Record>, StoreError> {
+        self.inner.find_record(scope, key).await
+    }
+    async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        self.inner.purge_expired(now_ms, limit).await
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_cannot_be_stored_is_withheld_and_the_retry_answers_for_good() {
+    let store = Arc::new(FailingCompletes {
+        inner: MemoryStore::new(),
+        failures: AtomicUsize::new(2),
+    });
+    let effects = Effects::default();
+    let config = || {
+        RouteConfig::builder(store.clone(), "effects.apply")
+            .tenant(TenantSource::Fixed("t1".to_owned()))
+    };
+    let app = app(config(), effects.clone());
+
+    // A blip: storing fails twice, then succeeds; the answer is sent and replays.
+    let (status, _, body) = send(&app, post_with(&[("idempotency-key", "blip")], "{}")).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "effect 1"));
+    let (_, headers, replay) = send(&app, post_with(&[("idempotency-key", "blip")], "{}")).await;
+    assert_eq!(replay, "effect 1");
+    assert_eq!(headers[IDEMPOTENT_REPLAYED], "true");
+
+    // An outage through every retry: the effect happened, the answer is withheld (503), the
+    // key is freed; the retry runs again and its answer is the one every replay gets.
+    store.failures.store(100, Ordering::SeqCst);
+    let (status, headers, body) =
+        send(&app, post_with(&[("idempotency-key", "outage")], "{}")).await;
+    assert_eq!(
+        (status, code_of(&body).as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "response-not-stored")
+    );
+    assert!(headers.contains_key(header::RETRY_AFTER));
+    assert_eq!(effects.count(), 2, "the work ran");
+    store.failures.store(0, Ordering::SeqCst);
+    let (status, _, retry) = send(&app, post_with(&[("idempotency-key", "outage")], "{}")).await;
+    assert_eq!((status, retry.as_str()), (StatusCode::OK, "effect 3"));
+    let (_, _, replay) = send(&app, post_with(&[("idempotency-key", "outage")], "{}")).await;
+    assert_eq!(
+        replay, retry,
+        "byte for byte, and never the withheld answer"
+    );
+}

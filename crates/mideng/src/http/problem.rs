@@ -49,6 +49,10 @@ pub enum Problem {
     HandlerPanicked,
     /// The handler's response is too large to store for replay. 500.
     ResponseTooLarge,
+    /// The handler's effect happened but its response could not be stored (the store failed
+    /// after retries): the response is withheld so that no client holds an answer that a
+    /// replay would contradict; the retry finds the effect. 503.
+    ResponseNotStored,
     /// An unexpected failure of the store. 500.
     Internal,
 }
@@ -74,6 +78,7 @@ impl Problem {
             Problem::HandlerTimeout => "handler-timeout",
             Problem::HandlerPanicked => "internal-error",
             Problem::ResponseTooLarge => "response-too-large",
+            Problem::ResponseNotStored => "response-not-stored",
             Problem::Internal => "internal-error",
         }
     }
@@ -94,6 +99,7 @@ impl Problem {
             Problem::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::TokenStoreUnavailable
             | Problem::StoreUnavailable
+            | Problem::ResponseNotStored
             | Problem::HandlerTimeout => StatusCode::SERVICE_UNAVAILABLE,
             Problem::HandlerPanicked | Problem::ResponseTooLarge | Problem::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -124,6 +130,9 @@ impl Problem {
             }
             Problem::HandlerPanicked | Problem::Internal => "An internal error occurred.",
             Problem::ResponseTooLarge => "The response is too large to be stored for replay.",
+            Problem::ResponseNotStored => {
+                "The request was processed, but its answer could not be stored for replay."
+            }
         }
     }
 
@@ -140,6 +149,9 @@ impl Problem {
                 "Nothing was applied. Retry with the same key after the time in the Retry-After header."
             }
             Problem::DuplicateSubmission => "Reload the form to submit again.",
+            Problem::ResponseNotStored => {
+                "Retry with the same key after the time in the Retry-After header: the retry finds what was done."
+            }
             _ => "",
         }
     }
@@ -154,6 +166,7 @@ impl Problem {
             ),
             Problem::StoreUnavailable
             | Problem::TokenStoreUnavailable
+            | Problem::ResponseNotStored
             | Problem::HandlerTimeout => Some(1),
             _ => None,
         }

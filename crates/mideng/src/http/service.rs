@@ -678,18 +678,40 @@ async fn finish(
         headers,
         body: bytes.to_vec(),
     };
-    match config.records.complete(lease, &stored).await {
-        Ok(()) => log.record(Outcome::Stored),
-        Err(StoreError::StaleLease) => log.record(Outcome::LeaseLost),
-        Err(error) => {
-            // The effect happened but its answer could not be stored: a retry will run the
-            // handler again once the lease expires. Loud, because it weakens the guarantee.
-            tracing::error!(target: "mideng::idempotency", %error, "response could not be stored");
-            log.record(Outcome::StoreUnavailable);
+    let mut attempt = 0_u32;
+    loop {
+        match config.records.complete(lease, &stored).await {
+            Ok(()) => {
+                log.record(Outcome::Stored);
+                break;
+            }
+            Err(StoreError::StaleLease) => {
+                log.record(Outcome::LeaseLost);
+                break;
+            }
+            Err(error) if error.is_transient() && attempt < COMPLETE_RETRIES_MAX => {
+                attempt += 1;
+                tokio::time::sleep(COMPLETE_RETRY_PAUSE * attempt).await;
+            }
+            Err(error) => {
+                // The effect happened but its answer cannot be stored. Sending it anyway would
+                // give this client an answer that its own retry contradicts (the retry runs the
+                // handler again and finds the effect): withhold it, free the key if the store
+                // lets us, and let the retry answer. Loud, because the store is failing.
+                tracing::error!(target: "mideng::idempotency", %error, "response could not be stored; answered 503");
+                abandon(config, lease).await;
+                log.record(Outcome::StoreUnavailable);
+                return Problem::ResponseNotStored.into_response();
+            }
         }
     }
     Response::from_parts(parts, Body::from(bytes))
 }
+
+/// How often storing a response is retried on a transient store failure, and the pause
+/// (growing linearly) between attempts: about 3 s in all, within any lease.
+const COMPLETE_RETRIES_MAX: u32 = 5;
+const COMPLETE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {
