@@ -171,6 +171,29 @@ pub struct WalletView {
 /// Turns an outcome into the response stored with the idempotency record.
 pub type Respond<'a, T> = &'a (dyn Fn(&T) -> StoredResponse + Send + Sync);
 
+/// Whose wallet operation it is, and the idempotency record it completes in its transaction.
+#[derive(Clone, Copy, Debug)]
+pub enum WalletRecord<'a> {
+    /// The record under this lease (its scope names the tenant) is completed with the answer.
+    Lease(&'a Lease),
+    /// No record: the idempotency machinery is off
+    /// ([`crate::api::PaymentSettings::idempotency`], measurement only).
+    Unrecorded {
+        /// The tenant.
+        tenant_id: &'a str,
+    },
+}
+
+impl WalletRecord<'_> {
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        match self {
+            WalletRecord::Lease(lease) => lease.scope.tenant(),
+            WalletRecord::Unrecorded { tenant_id } => tenant_id,
+        }
+    }
+}
+
 /// The service's storage.
 #[async_trait]
 pub trait PayStore: Send + Sync {
@@ -212,11 +235,13 @@ pub trait PayStore: Send + Sync {
     /// The local half of closing a payment: row lock, then CAS PENDING → CLOSED.
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError>;
     /// Pending payments created before `created_before_ms`, of one tenant or of all, oldest
-    /// first (reconciliation).
+    /// first, after the cursor `after` (creation time, payment number), at most `limit`
+    /// (reconciliation pages through them).
     async fn pending_before(
         &self,
         tenant_id: Option<&str>,
         created_before_ms: i64,
+        after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<PaymentRow>, StoreError>;
     /// Closes a pending payment whose trade is over (closed or expired at the channel) and
@@ -233,21 +258,22 @@ pub trait PayStore: Send + Sync {
     /// A verified notify: dedup by its id, then the success (or close) flow, in one
     /// transaction with the dedup record.
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError>;
-    /// Credits a wallet and completes `lease` with `respond(outcome)` in one transaction.
+    /// Credits a wallet and completes the record, if any, with `respond(outcome)` in one
+    /// transaction.
     async fn credit(
         &self,
-        lease: &Lease,
+        record: WalletRecord<'_>,
         user_id: &str,
         amount: Amount,
         reference: &str,
         entry_no: &str,
         respond: Respond<'_, CreditOutcome>,
     ) -> Result<StoredResponse, StoreError>;
-    /// Deducts from a wallet (at most once per order) and completes `lease` with
+    /// Deducts from a wallet (at most once per order) and completes the record, if any, with
     /// `respond(outcome)` in one transaction, whatever the outcome.
     async fn deduct(
         &self,
-        lease: &Lease,
+        record: WalletRecord<'_>,
         user_id: &str,
         order_id: &str,
         amount: Amount,
@@ -721,12 +747,14 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
         &self,
         tenant_id: Option<&str>,
         created_before_ms: i64,
+        after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<PaymentRow>, StoreError> {
         connection!(self, |connection| payments::pending_before::<D>(
             connection,
             tenant_id,
             created_before_ms,
+            after,
             i64::from(limit)
         ))
     }
@@ -780,7 +808,7 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
 
     async fn credit(
         &self,
-        lease: &Lease,
+        record: WalletRecord<'_>,
         user_id: &str,
         amount: Amount,
         reference: &str,
@@ -789,7 +817,7 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
     ) -> Result<StoredResponse, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        let tenant_id = lease.scope.tenant();
+        let tenant_id = record.tenant();
         transaction!(self, |connection| async {
             let outcome = match wallets::credit::<D>(
                 connection, tenant_id, user_id, amount, reference, entry_no, now_ms,
@@ -803,14 +831,16 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
                 Err(_) => CreditOutcome::TooLarge,
             };
             let response = respond(&outcome);
-            store.complete_in(connection, lease, &response).await?;
+            if let WalletRecord::Lease(lease) = record {
+                store.complete_in(connection, lease, &response).await?;
+            }
             Ok(response)
         })
     }
 
     async fn deduct(
         &self,
-        lease: &Lease,
+        record: WalletRecord<'_>,
         user_id: &str,
         order_id: &str,
         amount: Amount,
@@ -819,14 +849,16 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
     ) -> Result<StoredResponse, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        let tenant_id = lease.scope.tenant();
+        let tenant_id = record.tenant();
         transaction!(self, |connection| async {
             let outcome = wallets::deduct::<D>(
                 connection, tenant_id, user_id, order_id, amount, entry_no, now_ms,
             )
             .await?;
             let response = respond(&outcome);
-            store.complete_in(connection, lease, &response).await?;
+            if let WalletRecord::Lease(lease) = record {
+                store.complete_in(connection, lease, &response).await?;
+            }
             Ok(response)
         })
     }

@@ -23,7 +23,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use mideng::http::{
     IdempotencyLayer, KeyRequirement, RouteConfig, Tenant, TenantSource, TokenGuard,
 };
@@ -79,6 +79,12 @@ pub struct PaymentSettings {
     /// How long the answers of money-moving requests (payment creation, credit, deduct) are
     /// kept for replay (default 30 days).
     pub funds_retention: Duration,
+    /// The idempotency machinery on the money routes: keys, tokens and records (default true).
+    /// Off only for measuring its cost (`mideng bench`), never in production: payment creation,
+    /// credit and deduct then run without an `Idempotency-Key` layer or a token guard, and the
+    /// wallet operations complete no record (each is still one transaction, and the ledger's
+    /// one-debit-per-order constraint still refuses a second deduct for an order).
+    pub idempotency: bool,
 }
 
 impl Default for PaymentSettings {
@@ -89,6 +95,7 @@ impl Default for PaymentSettings {
             lock_wait: Duration::from_secs(2),
             duplicate_wait: Duration::from_secs(5),
             funds_retention: Duration::from_secs(30 * 24 * 3600),
+            idempotency: true,
         }
     }
 }
@@ -227,21 +234,46 @@ fn route_config(
         .wait_for_in_flight(state.payments.duplicate_wait))
 }
 
+/// `route` under the idempotency layer of `config`, or bare when the machinery is off
+/// ([`PaymentSettings::idempotency`]).
+fn guarded(route: MethodRouter<AppState>, config: Option<RouteConfig>) -> MethodRouter<AppState> {
+    match config {
+        Some(config) => route.route_layer(IdempotencyLayer::new(config)),
+        None => route,
+    }
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
+    let on = state.payments.idempotency;
+    if !on {
+        tracing::warn!("the idempotency machinery is off on the money routes (measurement only)");
+    }
     let mut payment_guard = TokenGuard::new(state.tokens.clone());
     if !state.payments.token_required {
         payment_guard = payment_guard.optional();
     }
-    let create_payment = route_config(&state, operation::PAYMENT_CREATE, KeyRequirement::Optional)?
-        .token_guard(payment_guard)
-        .build()?;
-    let credit = route_config(&state, operation::WALLET_CREDIT, KeyRequirement::Required)?
-        .handler_decides()
-        .build()?;
-    let deduct = route_config(&state, operation::WALLET_DEDUCT, KeyRequirement::Required)?
-        .handler_decides()
-        .build()?;
+    let create_payment = on
+        .then(|| {
+            route_config(&state, operation::PAYMENT_CREATE, KeyRequirement::Optional)?
+                .token_guard(payment_guard)
+                .build()
+        })
+        .transpose()?;
+    let credit = on
+        .then(|| {
+            route_config(&state, operation::WALLET_CREDIT, KeyRequirement::Required)?
+                .handler_decides()
+                .build()
+        })
+        .transpose()?;
+    let deduct = on
+        .then(|| {
+            route_config(&state, operation::WALLET_DEDUCT, KeyRequirement::Required)?
+                .handler_decides()
+                .build()
+        })
+        .transpose()?;
 
     let authenticated = Router::new()
         .route("/v1/tokens", post(ops::issue_token))
@@ -253,17 +285,17 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         )
         .route(
             "/v1/orders/{order_id}/payments",
-            post(payments::create).route_layer(IdempotencyLayer::new(create_payment)),
+            guarded(post(payments::create), create_payment),
         )
         .route("/v1/payments/{payment_no}", get(payments::show))
         .route("/v1/payments/{payment_no}/close", post(payments::close))
         .route(
             "/v1/wallets/{user_id}/credit",
-            post(wallets::credit).route_layer(IdempotencyLayer::new(credit)),
+            guarded(post(wallets::credit), credit),
         )
         .route(
             "/v1/wallets/{user_id}/deduct",
-            post(wallets::deduct).route_layer(IdempotencyLayer::new(deduct)),
+            guarded(post(wallets::deduct), deduct),
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
         .route("/v1/entitlements", get(entitlements::list))

@@ -2,6 +2,10 @@
 //! its idempotency record, so that the money moves and the answer is stored together or not at
 //! all. Refusals a retry would repeat (insufficient funds, the order already debited) are
 //! stored and replayed like successes.
+//!
+//! With the idempotency machinery off ([`super::PaymentSettings::idempotency`], for measuring
+//! its cost only) the routes have no layer: the same transaction runs without a record, and
+//! answers are sent, not stored.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -17,7 +21,7 @@ use super::{ApiError, AppState, decision, operation};
 use crate::db::wallets::{Debit, DeductOutcome};
 use crate::domain::ids::{OrderId, UserId, new_number};
 use crate::domain::money::Amount;
-use crate::store::CreditOutcome;
+use crate::store::{CreditOutcome, WalletRecord};
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
     StoredResponse {
@@ -86,11 +90,16 @@ async fn fail(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> 
 /// A keyed wallet operation: a duplicate gets the layer's answer; a request that fails its
 /// checks gets a stored refusal; otherwise `work` runs in one transaction with the record, and
 /// its stored answer is sent (or, if the transaction fails, the key is freed for the retry).
+/// Without a decision (the machinery off), `work` runs without a record.
 async fn keyed<T>(
-    decided: &IdempotencyDecision,
+    state: &AppState,
+    decided: Option<&IdempotencyDecision>,
     checked: Result<T, ApiError>,
-    work: impl AsyncFnOnce(Lease, T) -> Result<StoredResponse, mideng::StoreError>,
+    work: impl AsyncFnOnce(Option<Lease>, T) -> Result<StoredResponse, mideng::StoreError>,
 ) -> Response<Body> {
+    let Some(decided) = decided else {
+        return unrecorded(state, checked, work).await;
+    };
     let lease = match lease_of(decided) {
         Ok(lease) => lease,
         Err(answer) => return *answer,
@@ -99,9 +108,43 @@ async fn keyed<T>(
         Ok(input) => input,
         Err(error) => return refuse(decided, &lease, error).await,
     };
-    match work(lease.clone(), input).await {
+    match work(Some(lease.clone()), input).await {
         Ok(stored) => send(stored),
         Err(error) => fail(decided, &lease, ApiError::from(error)).await,
+    }
+}
+
+/// A wallet operation with the machinery off: checked, then `work` without a record.
+async fn unrecorded<T>(
+    state: &AppState,
+    checked: Result<T, ApiError>,
+    work: impl AsyncFnOnce(Option<Lease>, T) -> Result<StoredResponse, mideng::StoreError>,
+) -> Response<Body> {
+    if state.payments.idempotency {
+        // The layer is missing although the machinery is on: never move money unrecorded.
+        tracing::error!("a wallet route without its idempotency layer");
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal-error",
+            "internal error",
+        )
+        .into_response();
+    }
+    let input = match checked {
+        Ok(input) => input,
+        Err(error) => return error.into_response(),
+    };
+    match work(None, input).await {
+        Ok(stored) => send(stored),
+        Err(error) => ApiError::from(error).into_response(),
+    }
+}
+
+/// The record a wallet operation completes: the lease's, or none (the machinery off).
+fn record_of<'a>(lease: Option<&'a Lease>, tenant_id: &'a str) -> WalletRecord<'a> {
+    match lease {
+        Some(lease) => WalletRecord::Lease(lease),
+        None => WalletRecord::Unrecorded { tenant_id },
     }
 }
 
@@ -133,7 +176,7 @@ pub(super) async fn credit(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
-    decided: IdempotencyDecision,
+    decided: Option<axum::Extension<IdempotencyDecision>>,
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
@@ -167,14 +210,15 @@ pub(super) async fn credit(
         )),
     };
     keyed(
-        &decided,
+        &state,
+        decided.as_ref().map(|axum::Extension(decided)| decided),
         checked,
         async |lease, (user_id, amount, reference)| {
             let entry_no = new_number('C', clock::now_ms());
             let stored = state
                 .store
                 .credit(
-                    &lease,
+                    record_of(lease.as_ref(), &tenant),
                     user_id.as_str(),
                     amount,
                     &reference,
@@ -219,7 +263,7 @@ pub(super) async fn deduct(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
-    decided: IdempotencyDecision,
+    decided: Option<axum::Extension<IdempotencyDecision>>,
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
@@ -254,14 +298,15 @@ pub(super) async fn deduct(
         ),
     };
     keyed(
-        &decided,
+        &state,
+        decided.as_ref().map(|axum::Extension(decided)| decided),
         checked,
         async |lease, (user_id, order_id, amount)| {
             let entry_no = new_number('D', clock::now_ms());
             let stored = state
                 .store
                 .deduct(
-                    &lease,
+                    record_of(lease.as_ref(), &tenant),
                     user_id.as_str(),
                     order_id.as_str(),
                     amount,

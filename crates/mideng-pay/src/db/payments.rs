@@ -481,14 +481,17 @@ pub async fn transition_payment<D: PayDialect>(
 }
 
 /// Pending payments created before `created_before_ms` (of one tenant, or of all), oldest
-/// first, at most `limit`.
+/// first, after the `after` cursor (creation time, payment number; `None`: from the start), at
+/// most `limit`.
 pub async fn pending_before<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: Option<&str>,
     created_before_ms: i64,
+    after: Option<(i64, &str)>,
     limit: i64,
 ) -> Result<Vec<PaymentRow>, StoreError> {
     let statements = D::pay_statements();
+    let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
     let rows = match tenant_id {
         Some(tenant_id) => {
             connection
@@ -497,6 +500,9 @@ pub async fn pending_before<D: PayDialect>(
                     &[
                         Arg::Text(tenant_id),
                         Arg::Int(created_before_ms),
+                        Arg::Int(after_ms),
+                        Arg::Int(after_ms),
+                        Arg::Text(after_no),
                         Arg::Int(limit),
                     ],
                 )
@@ -506,7 +512,13 @@ pub async fn pending_before<D: PayDialect>(
             connection
                 .rows(
                     statements.payment_select_pending_before,
-                    &[Arg::Int(created_before_ms), Arg::Int(limit)],
+                    &[
+                        Arg::Int(created_before_ms),
+                        Arg::Int(after_ms),
+                        Arg::Int(after_ms),
+                        Arg::Text(after_no),
+                        Arg::Int(limit),
+                    ],
                 )
                 .await
         }

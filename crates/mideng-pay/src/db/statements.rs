@@ -113,11 +113,13 @@ macro_rules! statements {
             wallet_select: concat!("SELECT balance FROM pay_wallets WHERE tenant_id = ", $p1, " AND user_id = ", $p2),
             payment_select_pending_before: concat!(
                 "SELECT ", payment_columns!(), " FROM pay_payments WHERE status = 'PENDING' AND created_at < ", $p1,
-                " ORDER BY created_at, payment_no LIMIT ", $p2
+                " AND (created_at > ", $p2, " OR (created_at = ", $p3, " AND payment_no > ", $p4, "))",
+                " ORDER BY created_at, payment_no LIMIT ", $p5
             ),
             payment_select_pending_before_for_tenant: concat!(
                 "SELECT ", payment_columns!(), " FROM pay_payments WHERE tenant_id = ", $p1, " AND status = 'PENDING' AND created_at < ", $p2,
-                " ORDER BY created_at, payment_no LIMIT ", $p3
+                " AND (created_at > ", $p3, " OR (created_at = ", $p4, " AND payment_no > ", $p5, "))",
+                " ORDER BY created_at, payment_no LIMIT ", $p6
             ),
             entries_select: concat!(
                 "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,

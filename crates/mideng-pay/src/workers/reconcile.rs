@@ -1,7 +1,8 @@
 //! Reconciliation with the channels: the last layer, which finds what callbacks missed.
 //!
-//! For each PENDING payment older than a threshold, in bounded batches, oldest first, the
-//! channel is asked (design.md §5):
+//! Each round walks through every PENDING payment older than a threshold, oldest first, in
+//! pages of bounded size (a cursor, so that payments which stay pending — codes nobody scanned
+//! yet — never starve the newer ones behind them), and asks the channel (design.md §5):
 //!
 //! | the channel says | then |
 //! |---|---|
@@ -38,7 +39,8 @@ pub struct ReconcileSettings {
     pub min_age: Duration,
     /// How far past its expiry a trade must be before "no such trade" or "pending" closes it.
     pub expiry_grace: Duration,
-    /// Most payments per round.
+    /// Payments per page: a round walks through every pending payment, one bounded query per
+    /// page.
     pub batch: u32,
     /// Pause between rounds of the scheduled worker.
     pub interval: Duration,
@@ -88,64 +90,89 @@ fn ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// One round over the oldest pending payments.
+/// One round: every payment pending for longer than `min_age`, oldest first, in pages of
+/// `batch` (each page one bounded query). Paging with a cursor, not "the oldest `batch`", so
+/// that payments which legitimately stay pending (unpaid codes not yet expired) never starve
+/// the newer ones behind them — those are the ones whose callbacks were just lost.
 pub async fn reconcile_once(
     state: &AppState,
     settings: &ReconcileSettings,
 ) -> Result<ReconcileReport, StoreError> {
     let now_ms = clock::now_ms();
-    let pending = state
-        .store
-        .pending_before(
-            settings.tenant.as_deref(),
-            now_ms.saturating_sub(ms(settings.min_age)),
-            settings.batch,
-        )
-        .await?;
+    let created_before = now_ms.saturating_sub(ms(settings.min_age));
+    let batch = settings.batch.max(1);
     let mut report = ReconcileReport::default();
-    for payment in pending {
-        report.examined += 1;
-        let verdict = match one(state, settings, &payment).await {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                tracing::warn!(%error, payment_no = %payment.payment_no, "reconciling a payment failed; next round");
-                Verdict::Unknown
-            }
-        };
-        let label = match verdict {
-            Verdict::Paid => {
-                report.paid += 1;
-                "paid"
-            }
-            Verdict::Closed => {
-                report.closed += 1;
-                "closed"
-            }
-            Verdict::Left => {
-                report.left += 1;
-                "left_pending"
-            }
-            Verdict::Unknown => {
-                report.unknown += 1;
-                "unknown"
-            }
-            Verdict::Busy => {
-                report.busy += 1;
-                "busy"
-            }
-        };
-        decision(
-            "reconciliation",
-            OPERATION,
-            &payment.tenant_id,
-            &payment.payment_no,
-            label,
-        );
+    let mut after: Option<(i64, String)> = None;
+    loop {
+        let page = state
+            .store
+            .pending_before(
+                settings.tenant.as_deref(),
+                created_before,
+                after.as_ref().map(|(at, number)| (*at, number.as_str())),
+                batch,
+            )
+            .await?;
+        let full = page.len() >= usize::try_from(batch).unwrap_or(usize::MAX);
+        after = page
+            .last()
+            .map(|last| (last.created_at_ms, last.payment_no.clone()));
+        for payment in page {
+            reconcile_one(state, settings, &payment, &mut report).await;
+        }
+        if !full {
+            break;
+        }
     }
     if report.examined > 0 {
         tracing::info!(?report, "reconciliation round");
     }
     Ok(report)
+}
+
+async fn reconcile_one(
+    state: &AppState,
+    settings: &ReconcileSettings,
+    payment: &PaymentRow,
+    report: &mut ReconcileReport,
+) {
+    report.examined += 1;
+    let verdict = match one(state, settings, payment).await {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            tracing::warn!(%error, payment_no = %payment.payment_no, "reconciling a payment failed; next round");
+            Verdict::Unknown
+        }
+    };
+    let label = match verdict {
+        Verdict::Paid => {
+            report.paid += 1;
+            "paid"
+        }
+        Verdict::Closed => {
+            report.closed += 1;
+            "closed"
+        }
+        Verdict::Left => {
+            report.left += 1;
+            "left_pending"
+        }
+        Verdict::Unknown => {
+            report.unknown += 1;
+            "unknown"
+        }
+        Verdict::Busy => {
+            report.busy += 1;
+            "busy"
+        }
+    };
+    decision(
+        "reconciliation",
+        OPERATION,
+        &payment.tenant_id,
+        &payment.payment_no,
+        label,
+    );
 }
 
 /// Reconciles one payment under its lock.

@@ -40,9 +40,11 @@ backend_suite!(
     crate::reconcile::lost_notifies_are_found_by_reconciliation => lost_notifies_are_found_by_reconciliation,
     crate::reconcile::expired_payments_are_closed_and_orders_canceled => expired_payments_are_closed_and_orders_canceled,
     crate::reconcile::a_late_success_for_a_closed_payment_is_recorded => a_late_success_for_a_closed_payment_is_recorded,
+    crate::reconcile::unpaid_payments_never_hide_a_lost_notify => unpaid_payments_never_hide_a_lost_notify,
     crate::events::a_paid_order_is_granted_once => a_paid_order_is_granted_once,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
+    crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
 );

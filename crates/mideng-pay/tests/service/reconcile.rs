@@ -241,3 +241,47 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
     expected.sort_unstable();
     assert_eq!(granted, expected);
 }
+
+pub(crate) async fn unpaid_payments_never_hide_a_lost_notify(backend: Backend) {
+    let service = Service::start(backend).await;
+    // Three codes nobody pays (they stay pending until they expire), then one paid whose
+    // notify is lost: the newest, behind more pending payments than a page holds.
+    for _ in 0..3 {
+        let order_id = unique("o");
+        service.create_order(&order_id, "u-5", 100).await;
+        assert_eq!(
+            service.create_payment(&order_id, "wechat").await.status,
+            201
+        );
+    }
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-5", 100).await;
+    let created = service.create_payment(&order_id, "alipay").await;
+    let number = created.json()["payment_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    service
+        .sim_put(
+            "/sim/notify-policy",
+            json!({"mode": "drop", "out_trade_no": number}),
+        )
+        .await;
+    assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
+    service.settled_trade(&number).await;
+    let round = reconcile_once(
+        &service.state,
+        &ReconcileSettings {
+            batch: 2,
+            ..now(&service)
+        },
+    )
+    .await
+    .expect("round");
+    assert_eq!(
+        (round.examined, round.paid, round.left),
+        (4, 1, 3),
+        "{round:?}"
+    );
+    assert_eq!(service.order(&order_id).await["status"], "PAID");
+}

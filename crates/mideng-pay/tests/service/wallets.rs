@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mideng_pay::api::PaymentSettings;
 use serde_json::json;
 
 use crate::harness::{Backend, Service, race, unique};
@@ -155,4 +156,60 @@ pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
         service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
         1_010
     );
+}
+
+/// With the idempotency machinery off (measurement only), the money routes take no key and
+/// keep no record, and the ledger's one-debit-per-order constraint still refuses a second
+/// deduct for an order.
+pub(crate) async fn without_the_machinery_the_constraint_still_refuses(backend: Backend) {
+    let payments = PaymentSettings {
+        idempotency: false,
+        ..PaymentSettings::default()
+    };
+    let service = Service::start_with(backend, payments).await;
+    let user = unique("u");
+    let credited = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 1_000, "reference": "r-1"}),
+            &[],
+        )
+        .await;
+    assert_eq!(credited.status, 200, "{}", credited.json());
+    let deduct_path = format!("/v1/wallets/{user}/deduct");
+    let deduct = || service.post(&deduct_path, json!({"order_id": "o-1", "amount": 300}), &[]);
+    let first = deduct().await;
+    assert_eq!(first.status, 200, "{}", first.json());
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let again = deduct().await;
+    assert_eq!(again.status, 409);
+    assert_eq!(again.code(), "already-deducted");
+    assert_eq!(
+        again.json()["existing"]["deduction_no"],
+        first.json()["deduction_no"]
+    );
+    // A key changes nothing: there is no record to replay from.
+    let keyed = service
+        .post(
+            &deduct_path,
+            json!({"order_id": "o-1", "amount": 300}),
+            &[("Idempotency-Key", "k-1")],
+        )
+        .await;
+    assert_eq!(keyed.status, 409);
+    assert_eq!(keyed.header("idempotent-replayed"), None);
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 700);
+
+    // Payment creation needs no token either.
+    let order_id = unique("o");
+    service.create_order(&order_id, &user, 500).await;
+    let created = service
+        .post(
+            &format!("/v1/orders/{order_id}/payments"),
+            json!({"channel": "alipay"}),
+            &[],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.json());
 }
