@@ -1,0 +1,638 @@
+//! The audit: every invariant of `docs/design.md` §5, checked after quiescence against the
+//! service's database (read-only), the simulator's ledger and trades, and what the storm's
+//! clients were answered. [`check`] is pure; [`snapshot`] is the only I/O.
+//!
+//! | invariant | from |
+//! |---|---|
+//! | at most one PENDING and one PAID payment per order | database |
+//! | every trade charged at the channel is PAID here | ledger + database |
+//! | nothing PAID here that the channel did not charge | database + ledger |
+//! | closed at the channel ⇔ closed here | trades + database |
+//! | a paid order with an entitlement has exactly one grant, nothing else has one | database |
+//! | every deduct key debited at most once, every answered deduct debited | client answers + database |
+//! | balances equal their ledger entries, none negative, money conserved | database + client answers |
+//! | every replay byte-identical to the original answer | client answers |
+//! | no 5xx except while a fault was active | client answers |
+
+use std::collections::{BTreeMap, HashMap};
+
+use mideng::StoreError;
+use mideng::store::sql::{Dialect, SqlConn, SqlRow, SqlStore, store_error};
+use serde::Serialize;
+
+/// A payment as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentFact {
+    /// Number (`out_trade_no`).
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+    /// PENDING, PAID, CLOSED or FAILED.
+    pub status: String,
+    /// Fen.
+    pub amount: i64,
+}
+
+/// An order as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+    /// Status.
+    pub status: String,
+    /// Whether paying it grants something.
+    pub has_entitlement: bool,
+}
+
+/// A grant as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantFact {
+    /// The paying payment.
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+}
+
+/// A wallet as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalletFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Owner.
+    pub user_id: String,
+    /// Fen.
+    pub balance: i64,
+}
+
+/// A ledger entry as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Owner.
+    pub user_id: String,
+    /// CREDIT or DEBIT.
+    pub kind: String,
+    /// Fen.
+    pub amount: i64,
+    /// The debited order.
+    pub order_id: Option<String>,
+    /// The credit's reference.
+    pub reference: String,
+}
+
+/// The service's database, read once.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Payments.
+    pub payments: Vec<PaymentFact>,
+    /// Orders.
+    pub orders: Vec<OrderFact>,
+    /// Grants.
+    pub grants: Vec<GrantFact>,
+    /// Wallets.
+    pub wallets: Vec<WalletFact>,
+    /// Ledger entries.
+    pub entries: Vec<EntryFact>,
+}
+
+/// A trade as the channel sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TradeFact {
+    /// PENDING, PAID, FINISHED, CLOSED or REFUNDED.
+    pub status: String,
+    /// Whether the channel's query shows it (an unscanned Alipay code: no).
+    pub exists: bool,
+}
+
+/// The channel's side: its ledger and its trades.
+#[derive(Clone, Debug, Default)]
+pub struct ChannelFacts {
+    /// Charges per `out_trade_no` (amounts).
+    pub charges: HashMap<String, Vec<i64>>,
+    /// Trades by `out_trade_no`; a number missing here was never created at the channel.
+    pub trades: HashMap<String, TradeFact>,
+}
+
+/// What the storm's clients were told.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFacts {
+    /// Credits answered 200, by (tenant, user, key): amount.
+    pub credits: HashMap<(String, String, String), i64>,
+    /// Deducts answered 200, by (tenant, user, key): (order, amount).
+    pub deducts: HashMap<(String, String, String), (String, i64)>,
+    /// Replays whose answer differed from the original (description).
+    pub replay_mismatches: Vec<String>,
+    /// 5xx answers outside every fault window (description).
+    pub unexcused_errors: Vec<String>,
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: &'static str,
+    /// The ids involved.
+    pub detail: String,
+}
+
+/// Figures the audit counted on the way.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AuditFigures {
+    /// Payments in the database.
+    pub payments: usize,
+    /// Of which PAID.
+    pub paid: usize,
+    /// Trades charged at the channel.
+    pub charged: usize,
+    /// Grants.
+    pub grants: usize,
+    /// PAID payments on orders canceled meanwhile (refund cases, no grant by design).
+    pub refund_cases: usize,
+    /// Ledger entries.
+    pub ledger_entries: usize,
+    /// Deduct keys answered 200.
+    pub deducts: usize,
+}
+
+fn violation(invariant: &'static str, detail: String) -> Violation {
+    Violation { invariant, detail }
+}
+
+/// Checks every invariant; the violations, and the figures.
+pub fn check(
+    snapshot: &Snapshot,
+    channel: &ChannelFacts,
+    client: &ClientFacts,
+) -> (Vec<Violation>, AuditFigures) {
+    let mut violations = Vec::new();
+    let mut figures = AuditFigures {
+        payments: snapshot.payments.len(),
+        charged: channel.charges.len(),
+        grants: snapshot.grants.len(),
+        ledger_entries: snapshot.entries.len(),
+        deducts: client.deducts.len(),
+        ..AuditFigures::default()
+    };
+    let orders: HashMap<(&str, &str), &OrderFact> = snapshot
+        .orders
+        .iter()
+        .map(|order| ((order.tenant_id.as_str(), order.order_id.as_str()), order))
+        .collect();
+    let payments: HashMap<&str, &PaymentFact> = snapshot
+        .payments
+        .iter()
+        .map(|payment| (payment.payment_no.as_str(), payment))
+        .collect();
+
+    // One PENDING and one PAID payment per order at most.
+    let mut per_order: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
+    for payment in &snapshot.payments {
+        let counts = per_order
+            .entry((payment.tenant_id.as_str(), payment.order_id.as_str()))
+            .or_default();
+        match payment.status.as_str() {
+            "PENDING" => counts.0 += 1,
+            "PAID" => counts.1 += 1,
+            _ => {}
+        }
+    }
+    for ((tenant, order), (pending, paid)) in &per_order {
+        if *pending > 1 {
+            violations.push(violation(
+                "one pending payment per order",
+                format!("{tenant}/{order}: {pending} PENDING"),
+            ));
+        }
+        if *paid > 1 {
+            violations.push(violation(
+                "one paid payment per order",
+                format!("{tenant}/{order}: {paid} PAID"),
+            ));
+        }
+    }
+
+    // Charged at the channel ⇔ PAID here.
+    for (number, charges) in &channel.charges {
+        if charges.len() > 1 {
+            violations.push(violation(
+                "a trade is charged once",
+                format!("{number}: {} charges", charges.len()),
+            ));
+        }
+        match payments.get(number.as_str()) {
+            Some(payment) if payment.status == "PAID" => {
+                if charges.iter().any(|amount| *amount != payment.amount) {
+                    violations.push(violation(
+                        "charged amount equals the payment's",
+                        format!("{number}: charged {charges:?}, payment {}", payment.amount),
+                    ));
+                }
+            }
+            Some(payment) => violations.push(violation(
+                "every trade charged at the channel is PAID here",
+                format!("{number} is {} here", payment.status),
+            )),
+            None => violations.push(violation(
+                "every trade charged at the channel is PAID here",
+                format!("{number} is unknown here"),
+            )),
+        }
+    }
+    for payment in &snapshot.payments {
+        let trade = channel.trades.get(&payment.payment_no);
+        match payment.status.as_str() {
+            "PAID" => {
+                figures.paid += 1;
+                if !channel.charges.contains_key(&payment.payment_no) {
+                    violations.push(violation(
+                        "nothing PAID that the channel did not charge",
+                        payment.payment_no.clone(),
+                    ));
+                }
+            }
+            "CLOSED" => {
+                if let Some(trade) = trade
+                    && trade.exists
+                    && trade.status != "CLOSED"
+                {
+                    violations.push(violation(
+                        "closed here ⇒ closed at the channel",
+                        format!("{} is {} at the channel", payment.payment_no, trade.status),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(trade) = trade
+            && trade.status == "CLOSED"
+            && payment.status != "CLOSED"
+            && payment.status != "FAILED"
+        {
+            violations.push(violation(
+                "closed at the channel ⇒ closed here",
+                format!("{} is {} here", payment.payment_no, payment.status),
+            ));
+        }
+    }
+
+    // Grants: exactly one per PAID payment of a PAID order with an entitlement, none else.
+    let mut grants_per_payment: HashMap<&str, usize> = HashMap::new();
+    for grant in &snapshot.grants {
+        *grants_per_payment
+            .entry(grant.payment_no.as_str())
+            .or_default() += 1;
+        let paid = payments
+            .get(grant.payment_no.as_str())
+            .is_some_and(|payment| payment.status == "PAID");
+        let order = orders.get(&(grant.tenant_id.as_str(), grant.order_id.as_str()));
+        if !paid || !order.is_some_and(|order| order.status == "PAID" && order.has_entitlement) {
+            violations.push(violation(
+                "a grant only for a paid order with an entitlement",
+                format!(
+                    "{} ({}/{})",
+                    grant.payment_no, grant.tenant_id, grant.order_id
+                ),
+            ));
+        }
+    }
+    for payment in snapshot.payments.iter().filter(|p| p.status == "PAID") {
+        let Some(order) = orders.get(&(payment.tenant_id.as_str(), payment.order_id.as_str()))
+        else {
+            violations.push(violation(
+                "a payment has its order",
+                payment.payment_no.clone(),
+            ));
+            continue;
+        };
+        let granted = grants_per_payment
+            .get(payment.payment_no.as_str())
+            .copied()
+            .unwrap_or(0);
+        if order.status == "CANCELED" {
+            figures.refund_cases += 1;
+            continue;
+        }
+        let expected = usize::from(order.has_entitlement);
+        if granted != expected {
+            violations.push(violation(
+                "every paid entitlement granted exactly once",
+                format!(
+                    "{}: {granted} grants, expected {expected}",
+                    payment.payment_no
+                ),
+            ));
+        }
+    }
+
+    // Wallets: balance = credits − debits, never negative; every answer is in the ledger.
+    let mut sums: HashMap<(&str, &str), (i64, i64)> = HashMap::new();
+    let mut debits_per_order: HashMap<(&str, &str, &str), Vec<i64>> = HashMap::new();
+    let mut credits_per_reference: HashMap<(&str, &str, &str), Vec<i64>> = HashMap::new();
+    for entry in &snapshot.entries {
+        let sum = sums
+            .entry((entry.tenant_id.as_str(), entry.user_id.as_str()))
+            .or_default();
+        match entry.kind.as_str() {
+            "CREDIT" => {
+                sum.0 = sum.0.saturating_add(entry.amount);
+                credits_per_reference
+                    .entry((&entry.tenant_id, &entry.user_id, &entry.reference))
+                    .or_default()
+                    .push(entry.amount);
+            }
+            _ => {
+                sum.1 = sum.1.saturating_add(entry.amount);
+                if let Some(order) = &entry.order_id {
+                    debits_per_order
+                        .entry((&entry.tenant_id, &entry.user_id, order))
+                        .or_default()
+                        .push(entry.amount);
+                }
+            }
+        }
+    }
+    for wallet in &snapshot.wallets {
+        let (credits, debits) = sums
+            .get(&(wallet.tenant_id.as_str(), wallet.user_id.as_str()))
+            .copied()
+            .unwrap_or((0, 0));
+        if wallet.balance < 0 {
+            violations.push(violation(
+                "no negative balance",
+                format!(
+                    "{}/{}: {}",
+                    wallet.tenant_id, wallet.user_id, wallet.balance
+                ),
+            ));
+        }
+        if credits.saturating_sub(debits) != wallet.balance {
+            violations.push(violation(
+                "balances equal the ledger",
+                format!(
+                    "{}/{}: balance {}, credits {credits} − debits {debits}",
+                    wallet.tenant_id, wallet.user_id, wallet.balance
+                ),
+            ));
+        }
+    }
+    for ((tenant, user, key), (order, amount)) in &client.deducts {
+        match debits_per_order.get(&(tenant.as_str(), user.as_str(), order.as_str())) {
+            Some(debits) if debits.len() == 1 && debits[0] == *amount => {}
+            Some(debits) => violations.push(violation(
+                "every deduct key debited exactly once",
+                format!("{tenant}/{user} key {key}: debits {debits:?}, answered {amount}"),
+            )),
+            None => violations.push(violation(
+                "every answered deduct is in the ledger",
+                format!("{tenant}/{user} key {key} (order {order}) has no debit"),
+            )),
+        }
+    }
+    let mut answered_orders: HashMap<(&str, &str, &str), Vec<&str>> = HashMap::new();
+    for ((tenant, user, key), (order, _)) in &client.deducts {
+        answered_orders
+            .entry((tenant.as_str(), user.as_str(), order.as_str()))
+            .or_default()
+            .push(key.as_str());
+    }
+    for (order_key, keys) in &answered_orders {
+        if keys.len() > 1 {
+            violations.push(violation(
+                "one debit per order answered once",
+                format!("{order_key:?}: keys {keys:?} all answered 200"),
+            ));
+        }
+    }
+    for (order_key, debits) in &debits_per_order {
+        if debits.len() > 1 {
+            violations.push(violation(
+                "one debit per user and order",
+                format!("{order_key:?}: {debits:?}"),
+            ));
+        }
+        if !answered_orders.contains_key(order_key) {
+            violations.push(violation(
+                "money conserved: no debit nobody was told about",
+                format!("{order_key:?}: {debits:?}"),
+            ));
+        }
+    }
+    for ((tenant, user, key), amount) in &client.credits {
+        match credits_per_reference.get(&(tenant.as_str(), user.as_str(), key.as_str())) {
+            Some(credits) if credits.len() == 1 && credits[0] == *amount => {}
+            other => violations.push(violation(
+                "every credit key credited exactly once",
+                format!("{tenant}/{user} key {key}: credits {other:?}, answered {amount}"),
+            )),
+        }
+    }
+    for (reference, credits) in &credits_per_reference {
+        let known = client.credits.contains_key(&(
+            reference.0.to_owned(),
+            reference.1.to_owned(),
+            reference.2.to_owned(),
+        ));
+        if !known || credits.len() > 1 {
+            violations.push(violation(
+                "money conserved: every credit answered once",
+                format!("{reference:?}: {credits:?}"),
+            ));
+        }
+    }
+
+    for mismatch in &client.replay_mismatches {
+        violations.push(violation("every replay byte-identical", mismatch.clone()));
+    }
+    for error in &client.unexcused_errors {
+        violations.push(violation("no 5xx outside a fault", error.clone()));
+    }
+    (violations, figures)
+}
+
+/// Reads the tables the audit needs (the whole database: the storm's deployment has its own).
+pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, StoreError> {
+    let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
+    let read = |error: mideng::sqlx::Error| store_error::<D>(error);
+    let mut snapshot = Snapshot::default();
+    for row in connection
+        .rows(
+            "SELECT payment_no, tenant_id, order_id, status, amount FROM pay_payments",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.payments.push(PaymentFact {
+            payment_no: row.text(0).map_err(read)?,
+            tenant_id: row.text(1).map_err(read)?,
+            order_id: row.text(2).map_err(read)?,
+            status: row.text(3).map_err(read)?,
+            amount: row.int(4).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT tenant_id, order_id, status, entitlement_sku FROM pay_orders",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.orders.push(OrderFact {
+            tenant_id: row.text(0).map_err(read)?,
+            order_id: row.text(1).map_err(read)?,
+            status: row.text(2).map_err(read)?,
+            has_entitlement: row.opt_text(3).map_err(read)?.is_some(),
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT payment_no, tenant_id, order_id FROM pay_grants",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.grants.push(GrantFact {
+            payment_no: row.text(0).map_err(read)?,
+            tenant_id: row.text(1).map_err(read)?,
+            order_id: row.text(2).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows("SELECT tenant_id, user_id, balance FROM pay_wallets", &[])
+        .await
+        .map_err(read)?
+    {
+        snapshot.wallets.push(WalletFact {
+            tenant_id: row.text(0).map_err(read)?,
+            user_id: row.text(1).map_err(read)?,
+            balance: row.int(2).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT tenant_id, user_id, kind, amount, order_id, reference FROM pay_wallet_entries",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.entries.push(EntryFact {
+            tenant_id: row.text(0).map_err(read)?,
+            user_id: row.text(1).map_err(read)?,
+            kind: row.text(2).map_err(read)?,
+            amount: row.int(3).map_err(read)?,
+            order_id: row.opt_text(4).map_err(read)?,
+            reference: row.text(5).map_err(read)?,
+        });
+    }
+    Ok(snapshot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payment(number: &str, order: &str, status: &str) -> PaymentFact {
+        PaymentFact {
+            payment_no: number.to_owned(),
+            tenant_id: "t".to_owned(),
+            order_id: order.to_owned(),
+            status: status.to_owned(),
+            amount: 100,
+        }
+    }
+
+    fn order(id: &str, status: &str) -> OrderFact {
+        OrderFact {
+            tenant_id: "t".to_owned(),
+            order_id: id.to_owned(),
+            status: status.to_owned(),
+            has_entitlement: true,
+        }
+    }
+
+    fn charged(numbers: &[&str]) -> ChannelFacts {
+        ChannelFacts {
+            charges: numbers
+                .iter()
+                .map(|number| ((*number).to_owned(), vec![100]))
+                .collect(),
+            trades: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_consistent_world_passes() {
+        let snapshot = Snapshot {
+            payments: vec![payment("P1", "o1", "PAID"), payment("P2", "o2", "PENDING")],
+            orders: vec![order("o1", "PAID"), order("o2", "CREATED")],
+            grants: vec![GrantFact {
+                payment_no: "P1".to_owned(),
+                tenant_id: "t".to_owned(),
+                order_id: "o1".to_owned(),
+            }],
+            ..Snapshot::default()
+        };
+        let (violations, figures) = check(&snapshot, &charged(&["P1"]), &ClientFacts::default());
+        assert!(violations.is_empty(), "{violations:?}");
+        assert_eq!((figures.paid, figures.grants), (1, 1));
+    }
+
+    #[test]
+    fn each_broken_invariant_is_named() {
+        let snapshot = Snapshot {
+            payments: vec![
+                payment("P1", "o1", "PAID"),
+                payment("P2", "o1", "PAID"),
+                payment("P3", "o3", "PENDING"),
+            ],
+            orders: vec![order("o1", "PAID"), order("o3", "CREATED")],
+            grants: Vec::new(),
+            wallets: vec![WalletFact {
+                tenant_id: "t".to_owned(),
+                user_id: "u".to_owned(),
+                balance: 50,
+            }],
+            entries: vec![EntryFact {
+                tenant_id: "t".to_owned(),
+                user_id: "u".to_owned(),
+                kind: "CREDIT".to_owned(),
+                amount: 100,
+                order_id: None,
+                reference: "k1".to_owned(),
+            }],
+        };
+        let client = ClientFacts {
+            credits: [(("t".to_owned(), "u".to_owned(), "k1".to_owned()), 100)].into(),
+            replay_mismatches: vec!["key x".to_owned()],
+            ..ClientFacts::default()
+        };
+        let (violations, _) = check(&snapshot, &charged(&["P1", "P3"]), &client);
+        let names: std::collections::BTreeSet<&str> = violations
+            .iter()
+            .map(|violation| violation.invariant)
+            .collect();
+        for expected in [
+            "one paid payment per order",
+            "every trade charged at the channel is PAID here",
+            "nothing PAID that the channel did not charge",
+            "every paid entitlement granted exactly once",
+            "balances equal the ledger",
+            "every replay byte-identical",
+        ] {
+            assert!(
+                names.contains(expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! A deployment started in this process: the simulator, the service instances, the proxies.
+//!
+//! Each instance runs on a thread and runtime of its own. [`Deployment::crash`] shuts that
+//! runtime down at once: every request in flight, open transaction and connection of the instance is abandoned
+//! where it stood, as with `kill -9` (the database rolls back, Redis locks run out their TTL,
+//! the broker redelivers what was unacknowledged). [`Deployment::restart`] starts it again on
+//! the same port. The operator side (audit queries, reconciliation by hand) uses a state of its
+//! own on the deployment's runtime, so a crash never takes it down.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use mideng::outbox::rabbitmq::RabbitSettings;
+use mideng::outbox::sql::RelaySettings;
+use mideng_channel::adapter::Channel;
+use mideng_pay::api::{AppState, PaymentSettings, api_key_hash, generate_api_key};
+use mideng_pay::workers::reconcile::ReconcileSettings;
+use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
+use mideng_pay::{Application, Settings, TenantSeed};
+use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use tokio::sync::watch;
+
+use crate::proxy::Proxy;
+
+/// What the deployment runs on.
+#[derive(Clone, Debug)]
+pub enum Stack {
+    /// The embedded default: a SQLite file in `dir`, in-process tokens and locks, the
+    /// in-database queue. One instance (in-process locks are not shared).
+    Embedded {
+        /// Where the database file goes.
+        dir: PathBuf,
+    },
+    /// PostgreSQL (a database created for the run), Redis and RabbitMQ, reached through
+    /// proxies that the faults cut.
+    Servers {
+        /// An existing database on the server; the run creates its own next to it.
+        postgres_url: String,
+        /// `host:port` of Redis.
+        redis: String,
+        /// `host:port` of RabbitMQ (guest/guest).
+        rabbitmq: String,
+    },
+}
+
+impl Stack {
+    /// `embedded` or `postgres+redis+rabbitmq`, for reports.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Stack::Embedded { .. } => "embedded (SQLite, in-process stores, in-database queue)",
+            Stack::Servers { .. } => "PostgreSQL + Redis + RabbitMQ",
+        }
+    }
+}
+
+/// How to deploy.
+#[derive(Clone, Debug)]
+pub struct DeployOptions {
+    /// The stack.
+    pub stack: Stack,
+    /// Service instances (1 on the embedded stack).
+    pub instances: usize,
+    /// Tenants to provision.
+    pub tenants: usize,
+    /// Payment behaviour of every instance.
+    pub payments: PaymentSettings,
+    /// Run the reconciler on every instance (besides any round the caller runs).
+    pub reconcile: Option<ReconcileSettings>,
+    /// Run the outbox relay and the entitlement consumer on every instance.
+    pub events: bool,
+    /// A label that makes names of this run unique (database, queues, Redis prefix).
+    pub run_id: String,
+}
+
+/// A tenant and its API key.
+#[derive(Clone, Debug)]
+pub struct TenantAccess {
+    /// Tenant id.
+    pub id: String,
+    /// Its API key.
+    pub api_key: String,
+}
+
+struct Instance {
+    base: String,
+    port: u16,
+    /// Fires the crash; `None` while the instance is down.
+    crash: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A running deployment.
+pub struct Deployment {
+    options: DeployOptions,
+    /// The simulator (its clock and faults are the caller's to drive).
+    pub simulator: Simulator,
+    /// The simulator's base URL.
+    pub sim_base: String,
+    /// The database every instance shares.
+    pub database_url: String,
+    /// The tenants.
+    pub tenants: Vec<TenantAccess>,
+    identity: Arc<(SimConfig, MerchantKeys)>,
+    instances: Vec<Instance>,
+    redis: Option<Proxy>,
+    broker: Option<Proxy>,
+    operator: AppState,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Deployment")
+            .field("stack", &self.options.stack.label())
+            .field("instances", &self.instances.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deployment {
+    /// Starts the simulator, creates the database, and starts the instances.
+    pub async fn start(
+        identity: (SimConfig, MerchantKeys),
+        options: DeployOptions,
+    ) -> anyhow::Result<Self> {
+        let (stop, stopped) = watch::channel(false);
+        let simulator = Simulator::new(identity.0.clone())?;
+        let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let sim_base = format!("http://{}", sim_listener.local_addr()?);
+        let mut sim_stop = stopped.clone();
+        tokio::spawn(simulator.clone().serve(sim_listener, async move {
+            let _ = sim_stop.wait_for(|stop| *stop).await;
+        }));
+        let (database_url, redis, broker) = match &options.stack {
+            Stack::Embedded { dir } => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let path = dir.join(format!("{}.db", options.run_id));
+                (format!("sqlite://{}", path.display()), None, None)
+            }
+            Stack::Servers {
+                postgres_url,
+                redis,
+                rabbitmq,
+            } => (
+                create_database(postgres_url, &options.run_id).await?,
+                Some(Proxy::start(redis).await?),
+                Some(Proxy::start(rabbitmq).await?),
+            ),
+        };
+        let tenants = (0..options.tenants.max(1))
+            .map(|index| TenantAccess {
+                id: format!("{}-t{index}", options.run_id),
+                api_key: generate_api_key(),
+            })
+            .collect();
+        let instances = match options.stack {
+            Stack::Embedded { .. } => 1,
+            Stack::Servers { .. } => options.instances.clamp(1, 16),
+        };
+        let mut listeners = Vec::new();
+        for _ in 0..instances {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let port = listener.local_addr()?.port();
+            listeners.push((listener, port));
+        }
+        // The operator asks the channel too (reconciliation by hand); its notify URL is the
+        // first instance's, though it never creates a trade.
+        let first_port = listeners.first().map_or(0, |(_, port)| *port);
+        let (operator_alipay, operator_wechat) = mideng_sim::merchant_channels(
+            &identity.0,
+            &identity.1,
+            &sim_base,
+            &format!("http://127.0.0.1:{first_port}"),
+        )?;
+        let mut deployment = Self {
+            operator: mideng_pay::app::connect(&Settings {
+                database_url: database_url.clone(),
+                database_connections_max: 4,
+                redis_url: None,
+                redis_cluster: Vec::new(),
+                redis_prefix: None,
+                alipay: Some(Arc::new(operator_alipay) as Arc<dyn Channel>),
+                wechat: Some(Arc::new(operator_wechat) as Arc<dyn Channel>),
+                payments: options.payments.clone(),
+                tenants: Vec::new(),
+                reconcile: None,
+                purge: None,
+                events: EventSettings::default(),
+            })
+            .await
+            .context("the operator's connection")?,
+            options,
+            simulator,
+            sim_base,
+            database_url,
+            tenants,
+            identity: Arc::new(identity),
+            instances: Vec::new(),
+            redis,
+            broker,
+            stop,
+        };
+        for (listener, port) in listeners {
+            let crash = deployment.launch(listener, port).await?;
+            deployment.instances.push(Instance {
+                base: format!("http://127.0.0.1:{port}"),
+                port,
+                crash: Some(crash),
+            });
+        }
+        Ok(deployment)
+    }
+
+    /// The settings of an instance listening on `port`.
+    fn settings(&self, port: u16) -> anyhow::Result<Settings> {
+        let (config, merchant) = self.identity.as_ref();
+        let (alipay, wechat) = mideng_sim::merchant_channels(
+            config,
+            merchant,
+            &self.sim_base,
+            &format!("http://127.0.0.1:{port}"),
+        )?;
+        let fast = RelayWorkerSettings {
+            relay: RelaySettings {
+                batch: 50,
+                claim_lease: Duration::from_secs(5),
+                publish_timeout: Duration::from_secs(2),
+                retry_cap: Duration::from_secs(2),
+            },
+            interval: Duration::from_millis(100),
+        };
+        let consumer = ConsumerSettings {
+            group: format!("{}-entitlements", self.options.run_id),
+            visibility: Duration::from_secs(5),
+            ..ConsumerSettings::default()
+        };
+        let broker = match (&self.options.stack, &self.broker) {
+            (Stack::Servers { .. }, Some(proxy)) => Broker::RabbitMq(RabbitSettings {
+                url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()),
+                queue_prefix: self.options.run_id.clone(),
+                confirm_timeout: Duration::from_secs(2),
+                ..RabbitSettings::default()
+            }),
+            _ => Broker::Queue,
+        };
+        Ok(Settings {
+            database_url: self.database_url.clone(),
+            database_connections_max: 16,
+            redis_url: self
+                .redis
+                .as_ref()
+                .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port())),
+            redis_cluster: Vec::new(),
+            redis_prefix: Some(self.options.run_id.clone()),
+            alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
+            wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),
+            payments: self.options.payments.clone(),
+            tenants: self
+                .tenants
+                .iter()
+                .map(|tenant| TenantSeed {
+                    tenant_id: tenant.id.clone(),
+                    api_key_sha256: api_key_hash(&tenant.api_key),
+                })
+                .collect(),
+            reconcile: self.options.reconcile.clone(),
+            purge: None,
+            events: EventSettings {
+                broker,
+                relay: self.options.events.then_some(fast),
+                consumer: self.options.events.then_some(consumer),
+            },
+        })
+    }
+
+    /// Starts an instance on a thread and runtime of its own; the sender crashes it.
+    async fn launch(
+        &self,
+        listener: std::net::TcpListener,
+        port: u16,
+    ) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
+        listener.set_nonblocking(true)?;
+        let settings = self.settings(port)?;
+        let (built, ready) = tokio::sync::oneshot::channel();
+        let (crash, crashed) = tokio::sync::oneshot::channel::<()>();
+        let mut stopped = self.stop.subscribe();
+        std::thread::Builder::new()
+            .name(format!("mideng-instance-{port}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = built.send(Err(anyhow::Error::from(error)));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let application = async {
+                        let listener = tokio::net::TcpListener::from_std(listener)?;
+                        Ok::<_, anyhow::Error>(Application::build(settings, listener).await?)
+                    }
+                    .await;
+                    let application = match application {
+                        Ok(application) => application,
+                        Err(error) => {
+                            let _ = built.send(Err(error));
+                            return;
+                        }
+                    };
+                    let _ = built.send(Ok(()));
+                    let served = application.run_until(async move {
+                        let _ = stopped.wait_for(|stop| *stop).await;
+                    });
+                    tokio::select! {
+                        _ = served => {}
+                        _ = crashed => {}
+                    }
+                });
+                // Whatever is still in flight is abandoned where it stands: a crash.
+                runtime.shutdown_background();
+            })?;
+        ready
+            .await
+            .context("the instance's thread ended while starting")??;
+        Ok(crash)
+    }
+
+    /// Base URLs of the instances, running or not.
+    pub fn bases(&self) -> Vec<String> {
+        self.instances
+            .iter()
+            .map(|instance| instance.base.clone())
+            .collect()
+    }
+
+    /// How many instances there are.
+    pub fn instance_count(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Whether instance `index` runs.
+    pub fn is_up(&self, index: usize) -> bool {
+        self.instances
+            .get(index)
+            .is_some_and(|instance| instance.crash.is_some())
+    }
+
+    /// Crashes instance `index` at once (its runtime dropped mid-flight).
+    pub fn crash(&mut self, index: usize) {
+        if let Some(crash) = self
+            .instances
+            .get_mut(index)
+            .and_then(|instance| instance.crash.take())
+        {
+            let _ = crash.send(());
+        }
+    }
+
+    /// Starts instance `index` again on its port (no-op if it runs).
+    pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        let Some(port) = self
+            .instances
+            .get(index)
+            .filter(|instance| instance.crash.is_none())
+            .map(|instance| instance.port)
+        else {
+            return Ok(());
+        };
+        // The port is free once the crashed runtime's listener is gone; give it a moment.
+        let mut attempt = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(listener) => break listener,
+                Err(error) if attempt < 50 => {
+                    attempt += 1;
+                    tracing::debug!(%error, port, "port not free yet");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(error).context("rebinding a crashed instance's port"),
+            }
+        };
+        let crash = self.launch(listener, port).await?;
+        if let Some(instance) = self.instances.get_mut(index) {
+            instance.crash = Some(crash);
+        }
+        Ok(())
+    }
+
+    /// Cuts Redis off (servers stack only); false when there is none.
+    pub fn cut_redis(&self) -> bool {
+        self.redis.as_ref().map(Proxy::cut).is_some()
+    }
+
+    /// Lets Redis through again.
+    pub fn restore_redis(&self) {
+        if let Some(proxy) = &self.redis {
+            proxy.restore();
+        }
+    }
+
+    /// Cuts the broker off (servers stack only); false when there is none.
+    pub fn cut_broker(&self) -> bool {
+        self.broker.as_ref().map(Proxy::cut).is_some()
+    }
+
+    /// Lets the broker through again.
+    pub fn restore_broker(&self) {
+        if let Some(proxy) = &self.broker {
+            proxy.restore();
+        }
+    }
+
+    /// Terminates every server connection to the deployment's database but the caller's
+    /// (PostgreSQL only); how many. The pools reconnect.
+    pub async fn kill_database_connections(&self) -> anyhow::Result<u64> {
+        if !self.database_url.starts_with("postgres") {
+            return Ok(0);
+        }
+        use mideng::sqlx::{Connection, Row};
+        let mut connection = mideng::sqlx::PgConnection::connect(&self.database_url).await?;
+        let rows = mideng::sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&mut connection)
+        .await?;
+        Ok(rows
+            .iter()
+            .filter(|row| row.try_get::<bool, _>(0).unwrap_or(false))
+            .count() as u64)
+    }
+
+    /// The operator's view of the deployment (its own pool): audits and rounds by hand.
+    pub fn operator(&self) -> &AppState {
+        &self.operator
+    }
+
+    /// Whether the stack has servers (Redis, a broker, several instances).
+    pub fn has_servers(&self) -> bool {
+        matches!(self.options.stack, Stack::Servers { .. })
+    }
+
+    /// Stops everything: instances between requests, the simulator.
+    pub async fn stop(mut self) {
+        self.stop.send_replace(true);
+        // Workers stop between rounds and servers finish their requests; then the rest goes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for instance in &mut self.instances {
+            if let Some(crash) = instance.crash.take() {
+                let _ = crash.send(());
+            }
+        }
+    }
+}
+
+/// Creates `mideng_storm_<run>` next to the database of `url` and returns its URL.
+async fn create_database(url: &str, run_id: &str) -> anyhow::Result<String> {
+    use mideng::sqlx::Connection;
+    let name: String = format!("storm_{run_id}")
+        .chars()
+        .map(|character| {
+            if character.is_ascii_alphanumeric() {
+                character.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut admin = mideng::sqlx::PgConnection::connect(url)
+        .await
+        .with_context(|| "PostgreSQL (scripts/services up)")?;
+    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}"
+    )))
+    .execute(&mut admin)
+    .await
+    .context("creating the run's database (the role needs CREATEDB)")?;
+    let (prefix, _) = url
+        .rsplit_once('/')
+        .context("a database name in the PostgreSQL URL")?;
+    Ok(format!("{prefix}/{name}"))
+}

@@ -1,0 +1,20 @@
+//! # mideng-storm — the proof and the measure
+//!
+//! - [`deploy`] — a deployment the storm and the bench start themselves, in this process: the
+//!   channel simulator, one or several service instances (each on its own runtime, so that one
+//!   can crash mid-request: its runtime is dropped with every future, transaction and connection
+//!   it held), on the embedded default or on PostgreSQL + Redis + RabbitMQ, with proxies in
+//!   front of Redis and the broker for outages.
+//! - [`storm`] — the seeded workload with every source of duplicates, the fault schedule,
+//!   quiescence and the report.
+//! - [`audit`] — the invariants of `docs/design.md` §5 checked against the database and the
+//!   simulator's ledger: pure rules over a snapshot.
+//! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
+//!   the machine's own limits, measured in the same run.
+//! - [`proxy`] — the TCP forwarder that cuts servers off.
+
+pub mod audit;
+pub mod bench;
+pub mod deploy;
+pub mod proxy;
+pub mod storm;

@@ -1,0 +1,128 @@
+//! The bench runs every scenario and its answers are the expected ones (speed is never
+//! asserted).
+
+use mideng_channel::keys::PrivateKey;
+use mideng_sim::{MerchantKeys, SimConfig};
+use mideng_storm::bench::{BenchArgs, Machinery, Operation, PathKind};
+
+fn fixture(name: &str) -> PrivateKey {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mideng-channel/tests/fixtures")
+        .join(name);
+    let pem = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    PrivateKey::from_pem(&pem).expect("fixture key")
+}
+
+/// The simulator's identity from the fixture keys (generating RSA keys is slow).
+fn sim_identity() -> (SimConfig, MerchantKeys) {
+    let merchant = fixture("merchant-private.pem");
+    let channel = fixture("channel-private.pem");
+    let config = SimConfig {
+        alipay_app_id: "2021000000000001".to_owned(),
+        alipay_merchant_public_key: merchant.public_key(),
+        alipay_gateway_key: channel.clone(),
+        wechat_mchid: "1230000109".to_owned(),
+        wechat_appid: "wxd678efh567hg6787".to_owned(),
+        wechat_merchant_public_key: merchant.public_key(),
+        wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
+        wechat_platform_key: channel,
+        wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
+        wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
+        clock_speed: 1,
+    };
+    let keys = MerchantKeys {
+        alipay_private: merchant.clone(),
+        wechat_private: merchant,
+    };
+    (config, keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_runs_and_replays_are_replays() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench");
+    let json = dir.join("report.json");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let args = BenchArgs {
+        concurrency: 2,
+        duration_secs: 1,
+        dir: dir.clone(),
+        json: Some(json.clone()),
+        ..BenchArgs::default()
+    };
+    let report = mideng_storm::bench::run(args, sim_identity())
+        .await
+        .expect("the bench runs");
+    let table = report.table();
+
+    let mut expected = Vec::new();
+    for operation in Operation::ALL {
+        expected.push((operation, Machinery::On, PathKind::FirstTime));
+        expected.push((operation, Machinery::On, PathKind::Replay));
+        // The notify path has no switch.
+        if operation != Operation::Callback {
+            expected.push((operation, Machinery::Off, PathKind::FirstTime));
+            expected.push((operation, Machinery::Off, PathKind::Repeat));
+        }
+    }
+    assert_eq!(report.scenarios.len(), expected.len(), "{table}");
+    for (operation, machinery, path) in expected {
+        let scenario = report
+            .scenario(operation, machinery, path)
+            .unwrap_or_else(|| panic!("no {operation:?} {machinery:?} {path:?}\n{table}"));
+        let figures = &scenario.figures;
+        assert!(
+            figures.requests > 0,
+            "{operation:?} {machinery:?} {path:?}\n{table}"
+        );
+        assert_eq!(
+            figures.errors, 0,
+            "{operation:?} {machinery:?} {path:?}\n{table}"
+        );
+        match (machinery, path) {
+            // Every replay was answered from the record and said so.
+            (Machinery::On, PathKind::Replay) => {
+                assert_eq!(
+                    scenario.replayed, figures.requests,
+                    "{operation:?}\n{table}"
+                );
+            }
+            (_, PathKind::FirstTime) => {
+                assert_eq!(scenario.replayed, 0, "{operation:?}\n{table}");
+                assert_eq!(scenario.refused, 0, "{operation:?}\n{table}");
+            }
+            // Without a record, the ledger's constraint refuses a repeated deduct.
+            (Machinery::Off, PathKind::Repeat) if operation != Operation::PaymentCreation => {
+                assert_eq!(scenario.refused, figures.requests, "{operation:?}\n{table}");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        report.limits.len(),
+        1,
+        "embedded: the database only\n{table}"
+    );
+    assert!(report.limits[0].figures.requests > 0, "{table}");
+    assert_eq!(report.limits[0].figures.errors, 0, "{table}");
+    assert!(
+        report
+            .ratios
+            .iter()
+            .any(|ratio| ratio.name.starts_with("fraction of the database limit")),
+        "{table}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    assert_eq!(
+        written["scenarios"].as_array().map(Vec::len),
+        Some(report.scenarios.len())
+    );
+    // The deployments' databases are gone.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".db"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
