@@ -98,6 +98,9 @@ pub struct NotifyEffect {
     pub amount_fen: i64,
     /// What happened at the channel.
     pub event: NotifyEvent,
+    /// Whether the notify id is deduplicated (off only as the storm's test switch; the
+    /// compare-and-set on the payment still decides).
+    pub dedup: bool,
 }
 
 /// What a notify reports.
@@ -306,7 +309,11 @@ pub trait PayStore: Send + Sync {
     async fn purge_sent_events(&self, sent_before_ms: i64, limit: u32) -> Result<u64, StoreError>;
     /// Grants what `event` asks for, claimed in the dedup table (kind `entitlement.grant`, key
     /// the payment number) in the same transaction as the grant.
-    async fn grant(&self, event: &PaymentSucceeded) -> Result<GrantOutcome, StoreError>;
+    async fn grant(
+        &self,
+        event: &PaymentSucceeded,
+        dedup: bool,
+    ) -> Result<GrantOutcome, StoreError>;
     /// The user's grants, newest first (at most 100).
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<GrantRow>, StoreError>;
 }
@@ -342,6 +349,9 @@ pub enum GrantOutcome {
     Duplicate,
     /// Another consumer holds the claim right now: deliver again later.
     Busy,
+    /// No dedup entry said so, but the grant existed: the unique payment number refused a
+    /// second one.
+    ConstraintHeld,
 }
 
 /// [`PayStore`] on one SQL dialect.
@@ -480,14 +490,18 @@ async fn notify_on<D: PayDialect>(
     let key = dedup_key(&notify.notify_id);
     let fingerprint = Fingerprint::of_parts(&[notify.payment_no.as_bytes()]);
     let policy = RecordPolicy::new(NOTIFY_LEASE, NOTIFY_RETENTION)?;
-    let lease = match store
-        .begin_in(connection, &scope, &key, &fingerprint, &policy)
-        .await?
-    {
-        Decision::Proceed(lease) => lease,
-        Decision::Replay(_) => return applied(NotifyOutcome::Duplicate),
-        Decision::InFlight { .. } => return applied(NotifyOutcome::Busy),
-        Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify id reused")),
+    let lease = if notify.dedup {
+        match store
+            .begin_in(connection, &scope, &key, &fingerprint, &policy)
+            .await?
+        {
+            Decision::Proceed(lease) => Some(lease),
+            Decision::Replay(_) => return applied(NotifyOutcome::Duplicate),
+            Decision::InFlight { .. } => return applied(NotifyOutcome::Busy),
+            Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify id reused")),
+        }
+    } else {
+        None
     };
     let outcome = match &notify.event {
         NotifyEvent::Paid {
@@ -529,7 +543,9 @@ async fn notify_on<D: PayDialect>(
         headers: Vec::new(),
         body: b"processed".to_vec(),
     };
-    store.complete_in(connection, &lease, &stored).await?;
+    if let Some(lease) = &lease {
+        store.complete_in(connection, lease, &stored).await?;
+    }
     applied(outcome)
 }
 
@@ -540,8 +556,19 @@ async fn grant_on<D: PayDialect>(
     store: &SqlStore<D>,
     connection: &mut <D::Db as Database>::Connection,
     event: &PaymentSucceeded,
+    dedup: bool,
     now_ms: i64,
 ) -> Result<GrantOutcome, StoreError> {
+    if !dedup {
+        // The storm's test switch: no claim; the grant's unique payment number still holds.
+        return Ok(if event.grant().is_none() {
+            GrantOutcome::NothingToGrant
+        } else if grants::insert_grant::<D>(connection, event, now_ms).await? {
+            GrantOutcome::Granted
+        } else {
+            GrantOutcome::ConstraintHeld
+        });
+    }
     let (scope, key, fingerprint) =
         DedupTable::<SqlStore<D>>::identity(GRANT_KIND, &event.payment_no)?;
     let policy = RecordPolicy::new(GRANT_LEASE, GRANT_RETENTION)?;
@@ -565,7 +592,7 @@ async fn grant_on<D: PayDialect>(
     } else {
         // The unique payment number held although the dedup row was gone (purged early):
         // the deeper guard caught a second grant.
-        GrantOutcome::Duplicate
+        GrantOutcome::ConstraintHeld
     };
     let processed = StoredResponse {
         status: 200,
@@ -902,11 +929,15 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
         outbox_sql::purge_sent(&self.store, sent_before_ms, limit).await
     }
 
-    async fn grant(&self, event: &PaymentSucceeded) -> Result<GrantOutcome, StoreError> {
+    async fn grant(
+        &self,
+        event: &PaymentSucceeded,
+        dedup: bool,
+    ) -> Result<GrantOutcome, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         transaction!(self, |connection| grant_on::<D>(
-            store, connection, event, now_ms
+            store, connection, event, dedup, now_ms
         ))
     }
 

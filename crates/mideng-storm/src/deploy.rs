@@ -235,6 +235,10 @@ impl Deployment {
         let consumer = ConsumerSettings {
             group: format!("{}-entitlements", self.options.run_id),
             visibility: Duration::from_secs(5),
+            dedup: self
+                .options
+                .payments
+                .layer_on(mideng_pay::api::BrokenLayer::GrantDedup),
             ..ConsumerSettings::default()
         };
         let broker = match (&self.options.stack, &self.broker) {

@@ -35,7 +35,7 @@ use anyhow::Context;
 use mideng::store::sql::PoolSettings;
 use mideng::store::sql::postgres::PostgresStore;
 use mideng::store::sql::sqlite::SqliteStore;
-use mideng_pay::api::PaymentSettings;
+use mideng_pay::api::{BrokenLayer, PaymentSettings};
 use mideng_pay::domain::events::PAYMENT_SUCCEEDED;
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use mideng_sim::{MerchantKeys, SimConfig};
@@ -52,6 +52,59 @@ pub enum StackKind {
     Embedded,
     /// PostgreSQL + Redis + RabbitMQ, several instances.
     Servers,
+}
+
+/// A layer the storm turns off, to show what it prevents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakLayer {
+    /// The `Idempotency-Key` records (and the token guard with them).
+    Keys,
+    /// The one-time token guard.
+    Tokens,
+    /// The per-order lock.
+    OrderLock,
+    /// The channel notifies' dedup records.
+    NotifyDedup,
+    /// The entitlement consumer's dedup claims.
+    GrantDedup,
+}
+
+impl BreakLayer {
+    fn name(self) -> &'static str {
+        match self {
+            BreakLayer::Keys => "keys",
+            BreakLayer::Tokens => "tokens",
+            BreakLayer::OrderLock => "order-lock",
+            BreakLayer::NotifyDedup => "notify-dedup",
+            BreakLayer::GrantDedup => "grant-dedup",
+        }
+    }
+
+    /// The layers expected to hold in its place, with the operation whose duplicates they
+    /// then catch.
+    fn deeper(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            BreakLayer::Keys => &[
+                ("constraint", "wallet.deduct"),
+                ("constraint", "payment.create"),
+            ],
+            BreakLayer::Tokens => &[("key", "payment.create"), ("constraint", "payment.create")],
+            BreakLayer::OrderLock => &[("constraint", "payment.create")],
+            BreakLayer::NotifyDedup => &[("cas", "notify.")],
+            BreakLayer::GrantDedup => &[("constraint", "entitlement.grant")],
+        }
+    }
+
+    fn apply(self, payments: &mut PaymentSettings) {
+        match self {
+            BreakLayer::Keys => payments.idempotency = false,
+            BreakLayer::Tokens => payments.broken = Some(BrokenLayer::Tokens),
+            BreakLayer::OrderLock => payments.broken = Some(BrokenLayer::OrderLock),
+            BreakLayer::NotifyDedup => payments.broken = Some(BrokenLayer::NotifyDedup),
+            BreakLayer::GrantDedup => payments.broken = Some(BrokenLayer::GrantDedup),
+        }
+    }
 }
 
 /// `mideng storm` flags.
@@ -96,6 +149,10 @@ pub struct StormArgs {
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Turn one layer off (a test switch): the audit must then report what that layer
+    /// prevents, or the report names the deeper layer that held.
+    #[arg(long, value_enum)]
+    pub break_layer: Option<BreakLayer>,
 }
 
 impl Default for StormArgs {
@@ -113,6 +170,7 @@ impl Default for StormArgs {
             redis: "127.0.0.1:6379".to_owned(),
             rabbitmq: "127.0.0.1:5672".to_owned(),
             json: None,
+            break_layer: None,
         }
     }
 }
@@ -144,6 +202,8 @@ pub struct StormReport {
     pub audit: AuditFigures,
     /// Broken invariants.
     pub violations: Vec<Violation>,
+    /// The layer turned off, if any.
+    pub broken_layer: Option<BreakLayer>,
 }
 
 impl StormReport {
@@ -201,6 +261,36 @@ impl StormReport {
             audit.ledger_entries,
             audit.deducts
         );
+        if let Some(layer) = self.broken_layer {
+            if self.violations.is_empty() {
+                let held: Vec<String> = layer
+                    .deeper()
+                    .iter()
+                    .map(|(deeper, operation)| {
+                        let caught: u64 = self.layers.get(*deeper).map_or(0, |outcomes| {
+                            outcomes
+                                .iter()
+                                .filter(|(outcome, _)| outcome.starts_with(operation))
+                                .map(|(_, count)| count)
+                                .sum()
+                        });
+                        format!("{deeper} caught {caught} on {operation}")
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "layer {} was OFF: no invariant broke — the deeper layers held ({})",
+                    layer.name(),
+                    held.join(", ")
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "layer {} was OFF: the audit found what it prevents (below)",
+                    layer.name()
+                );
+            }
+        }
         if self.violations.is_empty() {
             let _ = writeln!(out, "violations: none");
         } else {
@@ -444,17 +534,21 @@ pub async fn run(
         },
     };
     let stack_label = stack.label().to_owned();
+    let mut payments = PaymentSettings {
+        lock_wait: Duration::from_millis(500),
+        duplicate_wait: Duration::from_millis(500),
+        ..PaymentSettings::default()
+    };
+    if let Some(layer) = args.break_layer {
+        layer.apply(&mut payments);
+    }
     let mut deployment = Deployment::start(
         identity,
         DeployOptions {
             stack,
             instances: usize::from(args.instances),
             tenants: usize::from(args.tenants),
-            payments: PaymentSettings {
-                lock_wait: Duration::from_millis(500),
-                duplicate_wait: Duration::from_millis(500),
-                ..PaymentSettings::default()
-            },
+            payments,
             // Every instance reconciles often: rounds overlap callbacks all the time.
             reconcile: Some(ReconcileSettings {
                 min_age: Duration::from_secs(3),
@@ -625,6 +719,7 @@ pub async fn run(
         layers: layers(),
         audit: figures,
         violations,
+        broken_layer: args.break_layer,
     };
     deployment.stop().await;
     if let Some(path) = &args.json {
@@ -732,7 +827,10 @@ async fn keyed(
             .await;
         match answer {
             Some(answer) if answer.is_final() => {
+                // Every final answer counts, not only the one the caller keeps: with a layer
+                // off, two copies of a double click may both have taken effect.
                 shared.settle(&pending.label, &answer);
+                record(shared, &pending, &answer);
                 return (Some(answer), token);
             }
             Some(answer) if answer.code() == "duplicate-submission" => {
@@ -842,10 +940,7 @@ async fn credit(
             amount,
         },
     };
-    let (answer, _) = keyed_with_duplicates(shared, rng, pending.clone()).await;
-    if let Some(answer) = answer {
-        record(shared, &pending, &answer);
-    }
+    keyed_with_duplicates(shared, rng, pending).await;
 }
 
 /// Writes what a final answer means into the client facts.
@@ -895,9 +990,7 @@ async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, 
             amount,
         },
     };
-    if let (Some(answer), _) = keyed_with_duplicates(shared, rng, pending.clone()).await {
-        record(shared, &pending, &answer);
-    }
+    keyed_with_duplicates(shared, rng, pending.clone()).await;
     if rng.u8(..10) == 0 {
         // The same order under a new request key: the business key refuses a second debit.
         shared.count("same order, new key");
@@ -906,11 +999,7 @@ async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, 
             key: format!("dd-{n}-again"),
             ..pending
         };
-        if let (Some(answer), _) =
-            keyed(shared, rng, again.clone(), None, Duration::from_secs(20), 8).await
-        {
-            record(shared, &again, &answer);
-        }
+        keyed(shared, rng, again, None, Duration::from_secs(20), 8).await;
     }
     if rng.u8(..10) < 2 {
         shared.count("manual replay");
@@ -991,7 +1080,6 @@ async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n
     let (Some(answer), token) = keyed_with_duplicates(shared, rng, pending.clone()).await else {
         return;
     };
-    record(shared, &pending, &answer);
     let Some(number) = answer.json()["payment_no"].as_str().map(str::to_owned) else {
         return;
     };
@@ -1133,18 +1221,7 @@ async fn finish_pending(shared: &Shared) {
             return;
         }
         for request in pending {
-            if let (Some(answer), _) = keyed(
-                shared,
-                &mut rng,
-                request.clone(),
-                None,
-                Duration::from_secs(20),
-                3,
-            )
-            .await
-            {
-                record(shared, &request, &answer);
-            }
+            keyed(shared, &mut rng, request, None, Duration::from_secs(20), 3).await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -1254,7 +1331,8 @@ async fn channel_facts(
 }
 
 /// Outcomes that are a first arrival let through, not a duplicate caught.
-const FIRST_ARRIVALS: [&str; 14] = [
+const FIRST_ARRIVALS: [&str; 15] = [
+    "off",
     "proceed",
     "no_key",
     "stored",

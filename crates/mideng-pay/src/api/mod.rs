@@ -85,6 +85,29 @@ pub struct PaymentSettings {
     /// wallet operations complete no record (each is still one transaction, and the ledger's
     /// one-debit-per-order constraint still refuses a second deduct for an order).
     pub idempotency: bool,
+    /// One layer turned off, for the storm's proof of what each layer prevents (default
+    /// none). A test switch: never in production.
+    pub broken: Option<BrokenLayer>,
+}
+
+/// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokenLayer {
+    /// No one-time token guard on payment creation.
+    Tokens,
+    /// No per-order lock on payment creation and close.
+    OrderLock,
+    /// No dedup record for channel notifies.
+    NotifyDedup,
+    /// No dedup claim in the entitlement consumer.
+    GrantDedup,
+}
+
+impl PaymentSettings {
+    /// Whether `layer` is on.
+    pub fn layer_on(&self, layer: BrokenLayer) -> bool {
+        self.broken != Some(layer)
+    }
 }
 
 impl Default for PaymentSettings {
@@ -96,6 +119,7 @@ impl Default for PaymentSettings {
             duplicate_wait: Duration::from_secs(5),
             funds_retention: Duration::from_secs(30 * 24 * 3600),
             idempotency: true,
+            broken: None,
         }
     }
 }
@@ -255,9 +279,12 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
     }
     let create_payment = on
         .then(|| {
-            route_config(&state, operation::PAYMENT_CREATE, KeyRequirement::Optional)?
-                .token_guard(payment_guard)
-                .build()
+            let config = route_config(&state, operation::PAYMENT_CREATE, KeyRequirement::Optional)?;
+            if state.payments.layer_on(BrokenLayer::Tokens) {
+                config.token_guard(payment_guard).build()
+            } else {
+                config.build()
+            }
         })
         .transpose()?;
     let credit = on

@@ -70,6 +70,7 @@ async fn handle(
         payment_no: verified.out_trade_no.clone(),
         amount_fen: verified.amount_fen,
         event,
+        dedup: state.payments.layer_on(super::BrokenLayer::NotifyDedup),
     };
     let subject = verified.out_trade_no.as_str();
     let NotifyApplied { outcome, tenant } = match state.store.apply_notify(&effect).await {

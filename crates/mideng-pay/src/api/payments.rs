@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
 use mideng::lock::LockGuard;
 use mideng::{Name, clock};
-use mideng_channel::adapter::{ChannelError, CreateTrade, TradeState};
+use mideng_channel::adapter::{Channel, ChannelError, CreateTrade, TradeState};
 
 use super::models::{CreatePayment, PaymentView};
 use super::{ApiError, ApiJson, AppState, decision, operation};
@@ -45,6 +45,10 @@ async fn lock_order(
     let Some(name) = order_lock_name(tenant, order_id) else {
         return Ok(Some(None));
     };
+    if !state.payments.layer_on(super::BrokenLayer::OrderLock) {
+        decision("lock", operation, tenant, order_id, "off");
+        return Ok(Some(None));
+    }
     match state
         .locks
         .acquire(&name, ORDER_LOCK_TTL, state.payments.lock_wait)
@@ -134,15 +138,64 @@ async fn create_at_channel(
             tracing::warn!(%error, payment_no = %payment.payment_no, "trade creation without a definite answer");
             Ok(None)
         }
+        Err(error @ ChannelError::Rejected { .. }) => {
+            // A refusal may mean "this trade exists and is paid (or closed)": the trade was
+            // created by an earlier call whose answer was lost, and the buyer paid (or the
+            // merchant closed) since. Ask before failing the attempt.
+            tracing::warn!(%error, payment_no = %payment.payment_no, "channel refused the trade; asking what it knows");
+            settle_refused(state, channel.as_ref(), payment).await
+        }
         Err(error) => {
-            // Refused, or not sendable: the attempt failed and frees the order for another.
-            tracing::warn!(%error, payment_no = %payment.payment_no, "channel refused the trade");
+            // Not sendable: the attempt failed and frees the order for another.
+            tracing::warn!(%error, payment_no = %payment.payment_no, "the trade could not be sent");
             state.store.fail_payment(&payment.payment_no).await?;
-            Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "channel-rejected",
-                "the channel refused the payment; create another attempt",
+            Err(channel_rejected())
+        }
+    }
+}
+
+fn channel_rejected() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "channel-rejected",
+        "the channel refused the payment; create another attempt",
+    )
+}
+
+/// After the channel refused to create a trade: a paid trade runs the one success flow (409
+/// `order-already-paid`), a closed one closes the attempt here (409 `payment-closed`), an
+/// unknown answer leaves it pending (`None`: 202), and only a trade the channel does not have
+/// fails the attempt (502).
+async fn settle_refused(
+    state: &AppState,
+    channel: &dyn Channel,
+    payment: &PaymentRow,
+) -> Result<Option<PaymentRow>, ApiError> {
+    match channel.query_trade(&payment.payment_no).await {
+        Ok(TradeState::Paid(paid)) => {
+            state
+                .store
+                .apply_success(&payment.payment_no, &paid)
+                .await?;
+            let current = state
+                .store
+                .payment(&payment.payment_no)
+                .await?
+                .unwrap_or_else(|| payment.clone());
+            Err(already_paid("order-already-paid", &current))
+        }
+        Ok(TradeState::Refunded) => Err(already_paid("order-already-paid", payment)),
+        Ok(TradeState::Closed) => {
+            state.store.close_payment(&payment.payment_no).await?;
+            Err(ApiError::conflict(
+                "payment-closed",
+                "the channel closed this attempt; create another one",
             ))
+        }
+        Ok(TradeState::Pending) | Err(ChannelError::OutcomeUnknown(_)) => Ok(None),
+        Ok(TradeState::NotFound) | Err(_) => {
+            state.store.fail_payment(&payment.payment_no).await?;
+            Err(channel_rejected())
         }
     }
 }

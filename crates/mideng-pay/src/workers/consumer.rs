@@ -55,7 +55,7 @@ pub async fn handle(
             return Handled::Malformed;
         }
     };
-    let outcome = match store.grant(&event).await {
+    let outcome = match store.grant(&event, settings.dedup).await {
         Ok(GrantOutcome::Busy) => None,
         Ok(outcome) => Some(outcome),
         Err(error) => {
@@ -76,14 +76,15 @@ pub async fn handle(
         }
         return Handled::Retried;
     };
-    let label = match outcome {
-        GrantOutcome::Granted => "granted",
-        GrantOutcome::NothingToGrant => "nothing_to_grant",
-        GrantOutcome::Duplicate => "duplicate",
-        GrantOutcome::Busy => "busy",
+    let (layer, label) = match outcome {
+        GrantOutcome::Granted => ("dedup", "granted"),
+        GrantOutcome::NothingToGrant => ("dedup", "nothing_to_grant"),
+        GrantOutcome::Duplicate => ("dedup", "duplicate"),
+        GrantOutcome::Busy => ("dedup", "busy"),
+        GrantOutcome::ConstraintHeld => ("constraint", "grant_exists"),
     };
     decision(
-        "dedup",
+        layer,
         GRANT_KIND,
         &event.tenant_id,
         &event.payment_no,

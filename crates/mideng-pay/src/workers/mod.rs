@@ -112,6 +112,8 @@ pub struct ConsumerSettings {
     pub visibility: Duration,
     /// When a delivery cannot be processed now, how long before it is tried again.
     pub retry_after: Duration,
+    /// Claim each event in the dedup table (off only as the storm's test switch).
+    pub dedup: bool,
 }
 
 impl Default for ConsumerSettings {
@@ -121,6 +123,7 @@ impl Default for ConsumerSettings {
             prefetch: 16,
             visibility: Duration::from_secs(30),
             retry_after: Duration::from_secs(1),
+            dedup: true,
         }
     }
 }

@@ -129,7 +129,7 @@ pub(crate) async fn a_paid_order_is_granted_once(backend: Backend) {
     let outcomes = race(8, |_| {
         let store = store.clone();
         let event = event.clone();
-        async move { store.grant(&event).await.expect("grant") }
+        async move { store.grant(&event, true).await.expect("grant") }
     })
     .await;
     assert!(

@@ -498,4 +498,43 @@ pub(crate) async fn a_lost_channel_answer_keeps_the_attempt(backend: Backend) {
         assert_eq!(order["status"], "PAID");
         assert_eq!(order["payments"].as_array().map(Vec::len), Some(1));
     }
+
+    // The trade was created (answer lost) and the buyer paid it before anyone asked again,
+    // with the notify lost too: the channel refuses a second creation ("already paid"). That
+    // is the success flow, never a failed attempt.
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-10", 990).await;
+    service
+        .sim_post(
+            "/sim/fail-next",
+            json!({"method": "wechat.native", "apply_anyway": true}),
+        )
+        .await;
+    let first = service.create_payment(&order_id, "wechat").await;
+    assert_eq!(first.status, 202, "{}", first.json());
+    let number = payment_no(&first.json());
+    service
+        .sim_put(
+            "/sim/notify-policy",
+            json!({"mode": "drop", "out_trade_no": number}),
+        )
+        .await;
+    assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
+    service.settled_trade(&number).await;
+    let again = service.create_payment(&order_id, "wechat").await;
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "order-already-paid"),
+        "{}",
+        again.json()
+    );
+    let order = service.order(&order_id).await;
+    assert_eq!(
+        (
+            order["status"].as_str(),
+            order["payments"][0]["status"].as_str()
+        ),
+        (Some("PAID"), Some("PAID")),
+        "{order}"
+    );
 }
