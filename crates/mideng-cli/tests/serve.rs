@@ -308,3 +308,39 @@ async fn a_newcomer_pays_a_demo_order_and_a_crash_loses_nothing() {
     assert_eq!(order["status"], "PAID");
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+/// `mideng storm --target`: the storm against a service it did not start (the real binary,
+/// embedded), with the simulator's faults; the audit, over this run's ids only, finds nothing.
+#[test]
+fn a_storm_against_a_running_service_finds_nothing() {
+    let data_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("storm-target-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let running = serve(&data_dir);
+    let database = format!("sqlite://{}", data_dir.join("mideng.db").display());
+    let output = Command::new(env!("CARGO_BIN_EXE_mideng"))
+        .args(["storm", "--target", &running.api])
+        .args(["--tenant-key", &format!("demo:{DEMO_KEY}")])
+        .args(["--sim-url", &running.sim, "--database-url", &database])
+        .args([
+            "--duration-secs",
+            "5",
+            "--fault-every-secs",
+            "2",
+            "--concurrency",
+            "4",
+        ])
+        .args(["--seed", "11", "--settle-secs", "60"])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("the storm runs");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{report}");
+    assert!(report.contains("violations: none"), "{report}");
+    assert!(
+        report.contains("channel answer lost after applying"),
+        "{report}"
+    );
+}

@@ -102,6 +102,41 @@ pub struct Snapshot {
     pub entries: Vec<EntryFact>,
 }
 
+impl Snapshot {
+    /// Only what belongs to one storm run: its tenants, and orders and users whose ids start
+    /// with its prefix (a deployment the storm did not start holds other data too).
+    pub fn of_run(self, tenants: &std::collections::HashSet<String>, prefix: &str) -> Self {
+        let ours = |tenant: &str, id: &str| tenants.contains(tenant) && id.starts_with(prefix);
+        Self {
+            payments: self
+                .payments
+                .into_iter()
+                .filter(|payment| ours(&payment.tenant_id, &payment.order_id))
+                .collect(),
+            orders: self
+                .orders
+                .into_iter()
+                .filter(|order| ours(&order.tenant_id, &order.order_id))
+                .collect(),
+            grants: self
+                .grants
+                .into_iter()
+                .filter(|grant| ours(&grant.tenant_id, &grant.order_id))
+                .collect(),
+            wallets: self
+                .wallets
+                .into_iter()
+                .filter(|wallet| ours(&wallet.tenant_id, &wallet.user_id))
+                .collect(),
+            entries: self
+                .entries
+                .into_iter()
+                .filter(|entry| ours(&entry.tenant_id, &entry.user_id))
+                .collect(),
+        }
+    }
+}
+
 /// A trade as the channel sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TradeFact {

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mideng::store::sql::PoolSettings;
+use mideng::store::sql::mysql::MySqlStore;
 use mideng::store::sql::postgres::PostgresStore;
 use mideng::store::sql::sqlite::SqliteStore;
 use mideng_pay::api::{BrokenLayer, PaymentSettings};
@@ -153,6 +154,22 @@ pub struct StormArgs {
     /// prevents, or the report names the deeper layer that held.
     #[arg(long, value_enum)]
     pub break_layer: Option<BreakLayer>,
+    /// Storm a running deployment instead of starting one: its instances' base URLs
+    /// (comma-separated). Its faults are then the simulator's only.
+    #[arg(long, value_delimiter = ',')]
+    pub target: Vec<String>,
+    /// With `--target`: a tenant as `id:api-key` (repeatable).
+    #[arg(long)]
+    pub tenant_key: Vec<String>,
+    /// With `--target`: the simulator its channels point at.
+    #[arg(long)]
+    pub sim_url: Option<String>,
+    /// With `--target`: its database, read by the audit only.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// With `--target`: how long quiescence waits for its own workers to settle, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub settle_secs: u64,
 }
 
 impl Default for StormArgs {
@@ -171,6 +188,11 @@ impl Default for StormArgs {
             rabbitmq: "127.0.0.1:5672".to_owned(),
             json: None,
             break_layer: None,
+            target: Vec::new(),
+            tenant_key: Vec::new(),
+            sim_url: None,
+            database_url: None,
+            settle_secs: 120,
         }
     }
 }
@@ -396,6 +418,8 @@ enum PendingKind {
 }
 
 struct Shared {
+    /// Prefix of every id the storm makes (orders, users, keys), unique per run.
+    run: String,
     http: reqwest::Client,
     bases: Vec<String>,
     sim_base: String,
@@ -407,6 +431,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The tenants' hot wallet owner.
+    fn hot(&self) -> String {
+        format!("{}-hot", self.run)
+    }
+
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -523,53 +552,88 @@ pub async fn run(
             .unwrap_or(1)
     });
     let run_id = format!("storm{}x{}", seed % 1_000_000_007, fastrand::u32(..));
-    let stack = match args.stack {
-        StackKind::Embedded => Stack::Embedded {
-            dir: args.dir.clone(),
-        },
-        StackKind::Servers => Stack::Servers {
-            postgres_url: args.postgres_url.clone(),
-            redis: args.redis.clone(),
-            rabbitmq: args.rabbitmq.clone(),
-        },
+    let external = !args.target.is_empty();
+    let (mut deployment, bases, sim_base, tenants, database_url, stack_label) = if external {
+        let tenants = args
+            .tenant_key
+            .iter()
+            .map(|pair| {
+                pair.split_once(':')
+                    .map(|(id, key)| TenantAccess {
+                        id: id.to_owned(),
+                        api_key: key.to_owned(),
+                    })
+                    .context("--tenant-key takes id:api-key")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        anyhow::ensure!(
+            !tenants.is_empty(),
+            "--target needs at least one --tenant-key"
+        );
+        let sim = args.sim_url.clone().context("--target needs --sim-url")?;
+        let database = args
+            .database_url
+            .clone()
+            .context("--target needs --database-url (read by the audit only)")?;
+        let label = format!("the deployment at {}", args.target.join(", "));
+        (None, args.target.clone(), sim, tenants, database, label)
+    } else {
+        let stack = match args.stack {
+            StackKind::Embedded => Stack::Embedded {
+                dir: args.dir.clone(),
+            },
+            StackKind::Servers => Stack::Servers {
+                postgres_url: args.postgres_url.clone(),
+                redis: args.redis.clone(),
+                rabbitmq: args.rabbitmq.clone(),
+            },
+        };
+        let label = stack.label().to_owned();
+        let mut payments = PaymentSettings {
+            lock_wait: Duration::from_millis(500),
+            duplicate_wait: Duration::from_millis(500),
+            ..PaymentSettings::default()
+        };
+        if let Some(layer) = args.break_layer {
+            layer.apply(&mut payments);
+        }
+        let deployment = Deployment::start(
+            identity,
+            DeployOptions {
+                stack,
+                instances: usize::from(args.instances),
+                tenants: usize::from(args.tenants),
+                payments,
+                // Every instance reconciles often: rounds overlap callbacks all the time.
+                reconcile: Some(ReconcileSettings {
+                    min_age: Duration::from_secs(3),
+                    expiry_grace: Duration::from_secs(60),
+                    batch: 100,
+                    interval: Duration::from_secs(5),
+                    tenant: None,
+                }),
+                events: true,
+                run_id: run_id.clone(),
+            },
+        )
+        .await?;
+        let (bases, sim, tenants, database) = (
+            deployment.bases(),
+            deployment.sim_base.clone(),
+            deployment.tenants.clone(),
+            deployment.database_url.clone(),
+        );
+        (Some(deployment), bases, sim, tenants, database, label)
     };
-    let stack_label = stack.label().to_owned();
-    let mut payments = PaymentSettings {
-        lock_wait: Duration::from_millis(500),
-        duplicate_wait: Duration::from_millis(500),
-        ..PaymentSettings::default()
-    };
-    if let Some(layer) = args.break_layer {
-        layer.apply(&mut payments);
-    }
-    let mut deployment = Deployment::start(
-        identity,
-        DeployOptions {
-            stack,
-            instances: usize::from(args.instances),
-            tenants: usize::from(args.tenants),
-            payments,
-            // Every instance reconciles often: rounds overlap callbacks all the time.
-            reconcile: Some(ReconcileSettings {
-                min_age: Duration::from_secs(3),
-                expiry_grace: Duration::from_secs(60),
-                batch: 100,
-                interval: Duration::from_secs(5),
-                tenant: None,
-            }),
-            events: true,
-            run_id,
-        },
-    )
-    .await?;
     let shared = Arc::new(Shared {
+        run: run_id,
         http: reqwest::Client::builder()
             .no_proxy()
             .pool_max_idle_per_host(64)
             .build()?,
-        bases: deployment.bases(),
-        sim_base: deployment.sim_base.clone(),
-        tenants: deployment.tenants.clone(),
+        bases,
+        sim_base,
+        tenants,
         faults: FaultClock::default(),
         log: Mutex::new(Log::default()),
         requests: AtomicU64::new(0),
@@ -590,12 +654,12 @@ pub async fn run(
 
     // Every tenant's hot wallet gets money first.
     for tenant in 0..shared.tenants.len() {
-        let key = format!("seed-credit-{tenant}");
+        let key = format!("{}-seed-credit-{tenant}", shared.run);
         credit(
             &shared,
             &mut fastrand::Rng::with_seed(seed),
             tenant,
-            "hot",
+            &shared.hot(),
             &key,
             50_000_000,
         )
@@ -618,8 +682,8 @@ pub async fn run(
                     0..60 => order_script(&shared, &mut rng, tenant, n).await,
                     60..85 => deduct_script(&shared, &mut rng, tenant, n).await,
                     _ => {
-                        let user = format!("u{}", rng.u16(..200));
-                        let key = format!("cr-{n}");
+                        let user = format!("{}-u{}", shared.run, rng.u16(..200));
+                        let key = format!("{}-cr-{n}", shared.run);
                         let amount = rng.i64(100..10_000);
                         credit(&shared, &mut rng, tenant, &user, &key, amount).await;
                     }
@@ -652,7 +716,7 @@ pub async fn run(
         if Instant::now() >= deadline {
             break;
         }
-        let kind = inject(&mut deployment, &shared, &mut fault_rng, fault_cycle).await?;
+        let kind = inject(deployment.as_mut(), &shared, &mut fault_rng, fault_cycle).await?;
         fault_cycle += 1;
         *faults.entry(kind.to_owned()).or_default() += 1;
     }
@@ -665,63 +729,83 @@ pub async fn run(
     // Quiescence: everything back, pending keys answered, notifies settled, reconciliation
     // rounds until nothing changes, the outbox and the queue drained.
     let quiet = Instant::now();
-    deployment.restore_redis();
-    deployment.restore_broker();
-    for index in 0..deployment.instance_count() {
-        deployment.restart(index).await?;
+    if let Some(deployment) = deployment.as_mut() {
+        deployment.restore_redis();
+        deployment.restore_broker();
+        for index in 0..deployment.instance_count() {
+            deployment.restart(index).await?;
+        }
     }
     finish_pending(&shared).await;
     let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
     settle_notifies(&shared, &payments).await;
-    let operator = deployment.operator().clone();
-    let everything = ReconcileSettings {
-        min_age: Duration::ZERO,
-        expiry_grace: Duration::from_secs(60),
-        batch: 1000,
-        interval: Duration::from_secs(1),
-        tenant: None,
-    };
-    for _ in 0..20 {
-        let round = reconcile_once(&operator, &everything).await?;
-        if round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0 {
-            break;
+    if let Some(deployment) = &deployment {
+        let operator = deployment.operator().clone();
+        let everything = ReconcileSettings {
+            min_age: Duration::ZERO,
+            expiry_grace: Duration::from_secs(60),
+            batch: 1000,
+            interval: Duration::from_secs(1),
+            tenant: None,
+        };
+        for _ in 0..20 {
+            let round = reconcile_once(&operator, &everything).await?;
+            if round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        drain_events(&operator).await?;
     }
-    drain_events(&operator).await?;
-    bar.finish_and_clear();
 
-    // The audit.
-    let snapshot = if deployment.database_url.starts_with("sqlite") {
-        let store = SqliteStore::connect(&deployment.database_url, PoolSettings::default()).await?;
-        audit::snapshot(&store).await?
-    } else {
-        let store =
-            PostgresStore::connect(&deployment.database_url, PoolSettings::default()).await?;
-        audit::snapshot(&store).await?
+    // The audit; a deployment the storm did not start is given time for its own workers
+    // (reconciliation, relay, consumer) to settle, and audited again until it holds or the
+    // time is up.
+    let settle_until = Instant::now() + Duration::from_secs(args.settle_secs);
+    let (violations, figures) = loop {
+        let audited = audit_now(&shared, &database_url).await?;
+        if deployment.is_some() || audited.0.is_empty() || Instant::now() >= settle_until {
+            break audited;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
     };
-    let channel = channel_facts(&shared, &snapshot).await?;
-    let (client, duplicates) = {
-        let log = shared.log();
-        (log.client.clone(), log.duplicates.clone())
+    bar.finish_and_clear();
+    let duplicates = shared.log().duplicates.clone();
+    let metrics = match &deployment {
+        Some(_) => mideng_pay::app::metrics_handle()
+            .map(|handle| handle.render())
+            .unwrap_or_default(),
+        None => {
+            let mut text = String::new();
+            for base in &shared.bases {
+                if let Ok(response) = shared.http.get(format!("{base}/metrics")).send().await
+                    && let Ok(body) = response.text().await
+                {
+                    text.push_str(&body);
+                    text.push('\n');
+                }
+            }
+            text
+        }
     };
-    let (violations, figures) = audit::check(&snapshot, &channel, &client);
     let report = StormReport {
         seed,
         stack: stack_label,
-        instances: deployment.instance_count(),
+        instances: shared.bases.len(),
         duration_secs: args.duration_secs,
         quiescence_secs: quiet.elapsed().as_secs(),
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),
         duplicates,
         faults,
-        layers: layers(),
+        layers: layers(&metrics),
         audit: figures,
         violations,
         broken_layer: args.break_layer,
     };
-    deployment.stop().await;
+    if let Some(deployment) = deployment {
+        deployment.stop().await;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -729,13 +813,64 @@ pub async fn run(
     Ok(report)
 }
 
+/// The channel applies the next creation but its answer is lost.
+async fn lose_next_channel_answer(shared: &Shared, rng: &mut fastrand::Rng) {
+    let method = if rng.bool() {
+        "alipay.trade.precreate"
+    } else {
+        "wechat.native"
+    };
+    shared
+        .sim(
+            reqwest::Method::POST,
+            "/sim/fail-next",
+            json!({"method": method, "apply_anyway": true}),
+        )
+        .await;
+}
+
+/// Reads the database and the channel and checks every invariant, over this run's own ids.
+async fn audit_now(
+    shared: &Shared,
+    database_url: &str,
+) -> anyhow::Result<(Vec<Violation>, AuditFigures)> {
+    let pool = PoolSettings {
+        connections_max: 2,
+        ..PoolSettings::default()
+    };
+    let snapshot = if database_url.starts_with("sqlite") {
+        audit::snapshot(&SqliteStore::connect(database_url, pool).await?).await?
+    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
+        let url = database_url.replacen("mariadb://", "mysql://", 1);
+        audit::snapshot(&MySqlStore::connect(&url, pool).await?).await?
+    } else {
+        audit::snapshot(&PostgresStore::connect(database_url, pool).await?).await?
+    };
+    let tenants: HashSet<String> = shared
+        .tenants
+        .iter()
+        .map(|tenant| tenant.id.clone())
+        .collect();
+    let snapshot = snapshot.of_run(&tenants, &shared.run);
+    let channel = channel_facts(shared, &snapshot).await?;
+    let client = shared.log().client.clone();
+    Ok(audit::check(&snapshot, &channel, &client))
+}
+
 /// One fault, held for a moment, then undone; its name.
 async fn inject(
-    deployment: &mut Deployment,
+    deployment: Option<&mut Deployment>,
     shared: &Shared,
     rng: &mut fastrand::Rng,
     cycle: u64,
 ) -> anyhow::Result<&'static str> {
+    // A deployment the storm did not start gets the simulator's faults only.
+    let Some(deployment) = deployment else {
+        let window = shared.faults.open();
+        lose_next_channel_answer(shared, rng).await;
+        shared.faults.close(window);
+        return Ok("channel answer lost after applying");
+    };
     let kinds: u8 = if deployment.has_servers() { 5 } else { 2 };
     let choice = u8::try_from(cycle % u64::from(kinds)).unwrap_or(0);
     let hold = Duration::from_millis(rng.u64(500..2000));
@@ -749,19 +884,7 @@ async fn inject(
             "instance killed mid-request"
         }
         1 => {
-            // The channel applies the next creation but its answer is lost.
-            let method = if rng.bool() {
-                "alipay.trade.precreate"
-            } else {
-                "wechat.native"
-            };
-            shared
-                .sim(
-                    reqwest::Method::POST,
-                    "/sim/fail-next",
-                    json!({"method": method, "apply_anyway": true}),
-                )
-                .await;
+            lose_next_channel_answer(shared, rng).await;
             "channel answer lost after applying"
         }
         2 => {
@@ -975,18 +1098,20 @@ fn record(shared: &Shared, pending: &Pending, answer: &Answer) {
 }
 
 async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
-    let order = format!("do-{n}");
+    let order = format!("{}-do-{n}", shared.run);
+    let key = format!("{}-dd-{n}", shared.run);
+    let hot = shared.hot();
     let amount = rng.i64(1..5_000);
     let pending = Pending {
-        label: format!("deduct/{tenant}/dd-{n}"),
+        label: format!("deduct/{tenant}/{key}"),
         tenant,
-        path: "/v1/wallets/hot/deduct".to_owned(),
+        path: format!("/v1/wallets/{hot}/deduct"),
         body: json!({"order_id": order, "amount": amount}),
-        key: format!("dd-{n}"),
+        key: key.clone(),
         token_needed: false,
         kind: PendingKind::Deduct {
-            user: "hot".to_owned(),
-            order: order.clone(),
+            user: hot,
+            order,
             amount,
         },
     };
@@ -995,28 +1120,16 @@ async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, 
         // The same order under a new request key: the business key refuses a second debit.
         shared.count("same order, new key");
         let again = Pending {
-            label: format!("deduct/{tenant}/dd-{n}-again"),
-            key: format!("dd-{n}-again"),
-            ..pending
+            label: format!("deduct/{tenant}/{key}-again"),
+            key: format!("{key}-again"),
+            ..pending.clone()
         };
         keyed(shared, rng, again, None, Duration::from_secs(20), 8).await;
     }
     if rng.u8(..10) < 2 {
+        // The same request again, long after its answer.
         shared.count("manual replay");
-        let replay = Pending {
-            label: format!("deduct/{tenant}/dd-{n}"),
-            tenant,
-            path: "/v1/wallets/hot/deduct".to_owned(),
-            body: json!({"order_id": order, "amount": amount}),
-            key: format!("dd-{n}"),
-            token_needed: false,
-            kind: PendingKind::Deduct {
-                user: "hot".to_owned(),
-                order,
-                amount,
-            },
-        };
-        keyed(shared, rng, replay, None, Duration::from_secs(20), 8).await;
+        keyed(shared, rng, pending, None, Duration::from_secs(20), 8).await;
     }
 }
 
@@ -1032,8 +1145,8 @@ const NOTIFY_MODES: [&str; 8] = [
 ];
 
 async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
-    let order_id = format!("o-{n}");
-    let user = format!("u{}", rng.u16(..200));
+    let order_id = format!("{}-o-{n}", shared.run);
+    let user = format!("{}-u{}", shared.run, rng.u16(..200));
     let amount = rng.i64(1..100_000);
     let mut body =
         json!({"order_id": order_id, "user_id": user, "amount": amount, "currency": "CNY"});
@@ -1295,11 +1408,21 @@ async fn channel_facts(
         .sim(reqwest::Method::GET, "/sim/ledger", Value::Null)
         .await
         .context("the simulator's ledger")?;
+    // This run's trades: those its clients were told of and those its orders hold (a simulator
+    // the storm did not start may have others).
+    let mut ours: HashSet<String> = shared.log().payments.clone();
+    ours.extend(
+        snapshot
+            .payments
+            .iter()
+            .map(|payment| payment.payment_no.clone()),
+    );
     let mut facts = ChannelFacts::default();
     for entry in ledger["entries"].as_array().into_iter().flatten() {
         if entry["kind"] == "charge"
             && let (Some(number), Some(amount)) =
                 (entry["out_trade_no"].as_str(), entry["amount_fen"].as_i64())
+            && ours.contains(number)
         {
             facts
                 .charges
@@ -1350,12 +1473,9 @@ const FIRST_ARRIVALS: [&str; 15] = [
 ];
 
 /// The service's decision counters, by layer: what each layer caught in this process.
-fn layers() -> BTreeMap<String, BTreeMap<String, u64>> {
+fn layers(metrics: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut layers: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    let Some(handle) = mideng_pay::app::metrics_handle() else {
-        return layers;
-    };
-    for line in handle.render().lines() {
+    for line in metrics.lines() {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };

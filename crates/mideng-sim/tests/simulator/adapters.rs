@@ -82,14 +82,14 @@ async fn alipay_round_trip_through_the_adapter() {
     let merchant = Merchant::alipay_acknowledging().await;
     let channel = alipay(&sim, &merchant);
 
-    let created = channel
-        .create_trade(&trade("PA1"))
-        .await
-        .expect("precreate");
+    // One request, sent twice: its expiry is computed once (a second computed across a
+    // second boundary would be other parameters, which the channel refuses).
+    let request = trade("PA1");
+    let created = channel.create_trade(&request).await.expect("precreate");
     assert!(!created.pay_url.is_empty());
     assert_eq!(
         channel
-            .create_trade(&trade("PA1"))
+            .create_trade(&request)
             .await
             .expect("same parameters again"),
         created,
@@ -121,10 +121,8 @@ async fn alipay_round_trip_through_the_adapter() {
     // Scenario 1: a close after the buyer paid reports the payment, never a closed trade.
     assert!(paid(&channel.close_trade("PA1").await.expect("close")));
 
-    channel
-        .create_trade(&trade("PA2"))
-        .await
-        .expect("precreate");
+    let second = trade("PA2");
+    channel.create_trade(&second).await.expect("precreate");
     sim.control(reqwest::Method::POST, "/sim/trades/PA2/scan", None)
         .await;
     assert_eq!(
@@ -139,7 +137,7 @@ async fn alipay_round_trip_through_the_adapter() {
         channel.query_trade("PA2").await.expect("query"),
         TradeState::Closed
     );
-    let rejected = channel.create_trade(&trade("PA2")).await;
+    let rejected = channel.create_trade(&second).await;
     assert!(
         matches!(rejected, Err(ChannelError::Rejected { ref sub_code, .. }) if sub_code == "ACQ.TRADE_HAS_CLOSE"),
         "{rejected:?}"
