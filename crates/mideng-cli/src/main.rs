@@ -1,9 +1,11 @@
 //! `mideng`: the one binary.
 //!
-//! It runs the payment service (`mideng serve`), a reconciliation or purge round by hand
-//! (`mideng reconcile`, `mideng purge`), applies the toolkit's migrations (`mideng migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
-//! runs the channel simulator standalone (`mideng sim`) and makes tenant API keys (`mideng
-//! api-key`).
+//! It runs the payment service (`mideng serve`), proves it under duplicates and faults
+//! (`mideng storm`) and measures it (`mideng bench`), runs a reconciliation or purge round by
+//! hand (`mideng reconcile`, `mideng purge`), applies the toolkit's migrations (`mideng
+//! migrate`), walks through every mechanism against a store of your choice (`mideng demo`),
+//! runs the channel simulator standalone (`mideng sim`), makes tenant API keys (`mideng
+//! api-key`) and prints the OpenAPI document (`mideng openapi`).
 
 mod demo;
 mod serve;
