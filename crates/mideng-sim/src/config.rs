@@ -67,6 +67,31 @@ pub struct MerchantKeys {
 }
 
 impl SimConfig {
+    /// A configuration around keys the caller brings: `merchant` signs for the merchant on both
+    /// channels, `channel` for both gateways; fixed example ids and serials, a fixed API v3 key
+    /// and a real-time clock. For tests and tools that load fixed keys (generating RSA keys is
+    /// slow); never for anything facing real money.
+    pub fn with_keys(merchant: PrivateKey, channel: PrivateKey) -> (SimConfig, MerchantKeys) {
+        let config = SimConfig {
+            alipay_app_id: "2021000000000001".to_owned(),
+            alipay_merchant_public_key: merchant.public_key(),
+            alipay_gateway_key: channel.clone(),
+            wechat_mchid: "1230000109".to_owned(),
+            wechat_appid: "wxd678efh567hg6787".to_owned(),
+            wechat_merchant_public_key: merchant.public_key(),
+            wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
+            wechat_platform_key: channel,
+            wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
+            wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
+            clock_speed: 1,
+        };
+        let keys = MerchantKeys {
+            alipay_private: merchant.clone(),
+            wechat_private: merchant,
+        };
+        (config, keys)
+    }
+
     /// A configuration with fresh 2048-bit keys for both channels and both sides, fixed
     /// example ids, a random API v3 key and a real-time clock: for running the simulator on its
     /// own. Returns the merchant's private keys alongside. Key generation takes a while (four

@@ -55,6 +55,58 @@ impl Stack {
     }
 }
 
+/// Which stack to deploy: the storm's and the bench's `--stack`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum StackKind {
+    /// SQLite, in-process stores, the in-database queue; one instance.
+    Embedded,
+    /// PostgreSQL + Redis + RabbitMQ.
+    Servers,
+}
+
+/// Where the servers stack finds its servers: `--postgres-url`, `--redis`, `--rabbitmq`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServerArgs {
+    /// PostgreSQL of the servers stack (each run creates its own databases there).
+    #[arg(
+        long,
+        default_value = "postgres://mideng:mideng@127.0.0.1:5432/mideng_test"
+    )]
+    pub postgres_url: String,
+    /// Redis of the servers stack, `host:port`.
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    pub redis: String,
+    /// RabbitMQ of the servers stack, `host:port` (guest/guest).
+    #[arg(long, default_value = "127.0.0.1:5672")]
+    pub rabbitmq: String,
+}
+
+impl Default for ServerArgs {
+    fn default() -> Self {
+        Self {
+            postgres_url: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
+            redis: "127.0.0.1:6379".to_owned(),
+            rabbitmq: "127.0.0.1:5672".to_owned(),
+        }
+    }
+}
+
+impl StackKind {
+    /// The stack of this kind: the embedded one's database in `dir`, the servers' from `servers`.
+    pub fn stack(self, dir: &std::path::Path, servers: &ServerArgs) -> Stack {
+        match self {
+            StackKind::Embedded => Stack::Embedded {
+                dir: dir.to_path_buf(),
+            },
+            StackKind::Servers => Stack::Servers {
+                postgres_url: servers.postgres_url.clone(),
+                redis: servers.redis.clone(),
+                rabbitmq: servers.rabbitmq.clone(),
+            },
+        }
+    }
+}
+
 /// How to deploy.
 #[derive(Clone, Debug)]
 pub struct DeployOptions {

@@ -44,16 +44,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::audit::{self, AuditFigures, ChannelFacts, ClientFacts, TradeFact, Violation};
-use crate::deploy::{DeployOptions, Deployment, Stack, TenantAccess};
-
-/// Which stack the storm deploys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-pub enum StackKind {
-    /// SQLite, in-process stores, the in-database queue; one instance.
-    Embedded,
-    /// PostgreSQL + Redis + RabbitMQ, several instances.
-    Servers,
-}
+pub use crate::deploy::StackKind;
+use crate::deploy::{DeployOptions, Deployment, ServerArgs, TenantAccess};
 
 /// A layer the storm turns off, to show what it prevents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -135,18 +127,9 @@ pub struct StormArgs {
     /// Where the embedded stack's database goes.
     #[arg(long, default_value = ".mideng/storm")]
     pub dir: PathBuf,
-    /// PostgreSQL of the servers stack (the run creates a database of its own there).
-    #[arg(
-        long,
-        default_value = "postgres://mideng:mideng@127.0.0.1:5432/mideng_test"
-    )]
-    pub postgres_url: String,
-    /// Redis of the servers stack, `host:port`.
-    #[arg(long, default_value = "127.0.0.1:6379")]
-    pub redis: String,
-    /// RabbitMQ of the servers stack, `host:port` (guest/guest).
-    #[arg(long, default_value = "127.0.0.1:5672")]
-    pub rabbitmq: String,
+    /// The servers of the servers stack.
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -183,9 +166,7 @@ impl Default for StormArgs {
             tenants: 3,
             fault_every_secs: 3,
             dir: PathBuf::from(".mideng/storm"),
-            postgres_url: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
-            redis: "127.0.0.1:6379".to_owned(),
-            rabbitmq: "127.0.0.1:5672".to_owned(),
+            servers: ServerArgs::default(),
             json: None,
             break_layer: None,
             target: Vec::new(),
@@ -578,16 +559,7 @@ pub async fn run(
         let label = format!("the deployment at {}", args.target.join(", "));
         (None, args.target.clone(), sim, tenants, database, label)
     } else {
-        let stack = match args.stack {
-            StackKind::Embedded => Stack::Embedded {
-                dir: args.dir.clone(),
-            },
-            StackKind::Servers => Stack::Servers {
-                postgres_url: args.postgres_url.clone(),
-                redis: args.redis.clone(),
-                rabbitmq: args.rabbitmq.clone(),
-            },
-        };
+        let stack = args.stack.stack(&args.dir, &args.servers);
         let label = stack.label().to_owned();
         let mut payments = PaymentSettings {
             lock_wait: Duration::from_millis(500),

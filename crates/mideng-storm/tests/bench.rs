@@ -1,42 +1,9 @@
 //! The bench runs every scenario and its answers are the expected ones (speed is never
 //! asserted).
 
-use mideng_channel::keys::PrivateKey;
-use mideng_sim::{MerchantKeys, SimConfig};
+mod support;
+
 use mideng_storm::bench::{BenchArgs, Machinery, Operation, PathKind};
-
-fn fixture(name: &str) -> PrivateKey {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../mideng-channel/tests/fixtures")
-        .join(name);
-    let pem = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    PrivateKey::from_pem(&pem).expect("fixture key")
-}
-
-/// The simulator's identity from the fixture keys (generating RSA keys is slow).
-fn sim_identity() -> (SimConfig, MerchantKeys) {
-    let merchant = fixture("merchant-private.pem");
-    let channel = fixture("channel-private.pem");
-    let config = SimConfig {
-        alipay_app_id: "2021000000000001".to_owned(),
-        alipay_merchant_public_key: merchant.public_key(),
-        alipay_gateway_key: channel.clone(),
-        wechat_mchid: "1230000109".to_owned(),
-        wechat_appid: "wxd678efh567hg6787".to_owned(),
-        wechat_merchant_public_key: merchant.public_key(),
-        wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
-        wechat_platform_key: channel,
-        wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
-        wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
-        clock_speed: 1,
-    };
-    let keys = MerchantKeys {
-        alipay_private: merchant.clone(),
-        wechat_private: merchant,
-    };
-    (config, keys)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_runs_and_replays_are_replays() {
@@ -50,7 +17,7 @@ async fn every_scenario_runs_and_replays_are_replays() {
         json: Some(json.clone()),
         ..BenchArgs::default()
     };
-    let report = mideng_storm::bench::run(args, sim_identity())
+    let report = mideng_storm::bench::run(args, support::identity())
         .await
         .expect("the bench runs");
     let table = report.table();

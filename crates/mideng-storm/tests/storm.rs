@@ -1,45 +1,11 @@
 //! The CI-sized storm: seconds of duplicates and faults, then the audit must find nothing, and
 //! every source of duplicates must actually have occurred.
 
+mod support;
+
 use std::path::Path;
 
-use mideng_channel::keys::PrivateKey;
-use mideng_sim::{MerchantKeys, SimConfig};
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
-
-fn fixture(name: &str) -> PrivateKey {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../mideng-channel/tests/fixtures")
-        .join(name);
-    let pem = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    PrivateKey::from_pem(&pem).expect("fixture key")
-}
-
-/// The simulator's identity from the fixture keys (generating RSA keys would take longer than
-/// the storm).
-fn identity() -> (SimConfig, MerchantKeys) {
-    let merchant = fixture("merchant-private.pem");
-    let channel = fixture("channel-private.pem");
-    let config = SimConfig {
-        alipay_app_id: "2021000000000001".to_owned(),
-        alipay_merchant_public_key: merchant.public_key(),
-        alipay_gateway_key: channel.clone(),
-        wechat_mchid: "1230000109".to_owned(),
-        wechat_appid: "wxd678efh567hg6787".to_owned(),
-        wechat_merchant_public_key: merchant.public_key(),
-        wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
-        wechat_platform_key: channel,
-        wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
-        wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
-        clock_speed: 1,
-    };
-    let keys = MerchantKeys {
-        alipay_private: merchant.clone(),
-        wechat_private: merchant,
-    };
-    (config, keys)
-}
 
 fn assert_clean(report: &StormReport) {
     let table = report.table();
@@ -77,7 +43,7 @@ async fn embedded_storm_leaves_every_invariant_intact() {
             dir,
             ..StormArgs::default()
         },
-        identity(),
+        support::identity(),
         false,
     )
     .await
@@ -103,7 +69,7 @@ async fn postgres_redis_rabbitmq_storm_leaves_every_invariant_intact() {
             fault_every_secs: 2,
             ..StormArgs::default()
         },
-        identity(),
+        support::identity(),
         false,
     )
     .await
@@ -139,7 +105,7 @@ async fn each_broken_layer_is_caught_by_the_audit_or_by_a_deeper_layer() {
         break_layer: Some(layer),
         ..StormArgs::default()
     };
-    let keys = run(storm(BreakLayer::Keys), identity(), false)
+    let keys = run(storm(BreakLayer::Keys), support::identity(), false)
         .await
         .expect("the storm ran");
     let table = keys.table();
@@ -154,7 +120,7 @@ async fn each_broken_layer_is_caught_by_the_audit_or_by_a_deeper_layer() {
     );
     assert!(table.contains("layer keys was OFF: the audit found what it prevents"));
 
-    let notify = run(storm(BreakLayer::NotifyDedup), identity(), false)
+    let notify = run(storm(BreakLayer::NotifyDedup), support::identity(), false)
         .await
         .expect("the storm ran");
     let table = notify.table();

@@ -102,26 +102,10 @@ fn fixture(name: &str) -> PrivateKey {
 pub(crate) fn sim_identity() -> &'static (SimConfig, MerchantKeys) {
     static IDENTITY: OnceLock<(SimConfig, MerchantKeys)> = OnceLock::new();
     IDENTITY.get_or_init(|| {
-        let merchant = fixture("merchant-private.pem");
-        let channel = fixture("channel-private.pem");
-        let config = SimConfig {
-            alipay_app_id: "2021000000000001".to_owned(),
-            alipay_merchant_public_key: merchant.public_key(),
-            alipay_gateway_key: channel.clone(),
-            wechat_mchid: "1230000109".to_owned(),
-            wechat_appid: "wxd678efh567hg6787".to_owned(),
-            wechat_merchant_public_key: merchant.public_key(),
-            wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
-            wechat_platform_key: channel,
-            wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
-            wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
-            clock_speed: 1,
-        };
-        let keys = MerchantKeys {
-            alipay_private: merchant.clone(),
-            wechat_private: merchant,
-        };
-        (config, keys)
+        SimConfig::with_keys(
+            fixture("merchant-private.pem"),
+            fixture("channel-private.pem"),
+        )
     })
 }
 

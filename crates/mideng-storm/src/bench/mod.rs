@@ -77,31 +77,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use mideng_pay::api::PaymentSettings;
 use mideng_sim::{MerchantKeys, SimConfig};
-use serde::Serialize;
 
 pub use report::{
     BenchReport, Figures, LimitResult, Machinery, Operation, PathKind, Ratio, ScenarioResult,
 };
 
-use crate::deploy::{DeployOptions, Deployment, Stack};
+use crate::deploy::{DeployOptions, Deployment, ServerArgs, StackKind};
 use load::Tally;
 use scenarios::{Api, Wallets};
-
-/// Which stack the bench deploys (twice: machinery on and off).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-pub enum BenchStack {
-    /// SQLite, in-process tokens and locks, the in-database queue.
-    Embedded,
-    /// PostgreSQL + Redis + RabbitMQ.
-    Servers,
-}
 
 /// `mideng bench` flags.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
     /// The stack to deploy.
-    #[arg(long, value_enum, default_value_t = BenchStack::Embedded)]
-    pub stack: BenchStack,
+    #[arg(long, value_enum, default_value_t = StackKind::Embedded)]
+    pub stack: StackKind,
     /// Concurrent clients (1 to 512).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=512))]
     pub concurrency: u16,
@@ -111,18 +101,10 @@ pub struct BenchArgs {
     /// Where the embedded stack's databases go (deleted after the run).
     #[arg(long, default_value = ".mideng/bench")]
     pub dir: PathBuf,
-    /// PostgreSQL of the servers stack (the run creates its databases there, and drops them).
-    #[arg(
-        long,
-        default_value = "postgres://mideng:mideng@127.0.0.1:5432/mideng_test"
-    )]
-    pub postgres_url: String,
-    /// Redis of the servers stack, `host:port`.
-    #[arg(long, default_value = "127.0.0.1:6379")]
-    pub redis: String,
-    /// RabbitMQ of the servers stack, `host:port` (guest/guest).
-    #[arg(long, default_value = "127.0.0.1:5672")]
-    pub rabbitmq: String,
+    /// The servers of the servers stack (the run creates its databases there, and drops
+    /// them).
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -131,13 +113,11 @@ pub struct BenchArgs {
 impl Default for BenchArgs {
     fn default() -> Self {
         Self {
-            stack: BenchStack::Embedded,
+            stack: StackKind::Embedded,
             concurrency: 16,
             duration_secs: 5,
             dir: PathBuf::from(".mideng/bench"),
-            postgres_url: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
-            redis: "127.0.0.1:6379".to_owned(),
-            rabbitmq: "127.0.0.1:5672".to_owned(),
+            servers: ServerArgs::default(),
             json: None,
         }
     }
@@ -156,16 +136,7 @@ pub async fn run(
         .map(|elapsed| elapsed.as_secs())
         .unwrap_or_default();
     let run_id = format!("bench-{unix_secs}-{:04x}", fastrand::u16(..));
-    let stack = match args.stack {
-        BenchStack::Embedded => Stack::Embedded {
-            dir: args.dir.clone(),
-        },
-        BenchStack::Servers => Stack::Servers {
-            postgres_url: args.postgres_url.clone(),
-            redis: args.redis.clone(),
-            rabbitmq: args.rabbitmq.clone(),
-        },
-    };
+    let stack = args.stack.stack(&args.dir, &args.servers);
     let options = |idempotency: bool| DeployOptions {
         stack: stack.clone(),
         instances: 1,
@@ -312,7 +283,7 @@ async fn measure(
     );
     if on.has_servers() {
         let round_trips = limits::redis(
-            &args.redis,
+            &args.servers.redis,
             &format!("mideng-bench:{run_id}"),
             concurrency,
             duration,
@@ -490,7 +461,7 @@ async fn cleanup(args: &BenchArgs, urls: &[String]) {
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{path}{suffix}"));
             }
-        } else if let Err(error) = drop_database(&args.postgres_url, url).await {
+        } else if let Err(error) = drop_database(&args.servers.postgres_url, url).await {
             tracing::warn!(%error, "the run's database is left behind");
         }
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sqlx::Database;
 
-use super::sql::validate;
+use super::sql::{claim_rows, validate};
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
 use crate::clock::now_ms;
 use crate::constraint::SqlDialect;
@@ -151,42 +151,20 @@ impl<D: Dialect> Publisher for SqlQueue<D> {
     async fn publish(&self, message: &Message) -> Result<(), BrokerError> {
         validate(&message.topic, &message.key, &message.payload).map_err(StoreError::from)?;
         let now = now_ms();
-        run_with_retry(
-            &self.store,
-            statements::<D>().insert,
-            &[
-                Arg::Text(&message.id),
-                Arg::Text(&message.topic),
-                Arg::Text(&message.key),
-                Arg::OptBytes(Some(&message.payload)),
-                Arg::Int(now),
-                Arg::Int(now),
-            ],
-        )
-        .await?;
+        self.store
+            .run_once(
+                statements::<D>().insert,
+                &[
+                    Arg::Text(&message.id),
+                    Arg::Text(&message.topic),
+                    Arg::Text(&message.key),
+                    Arg::OptBytes(Some(&message.payload)),
+                    Arg::Int(now),
+                    Arg::Int(now),
+                ],
+            )
+            .await?;
         Ok(())
-    }
-}
-
-async fn run_with_retry<D: Dialect>(
-    store: &SqlStore<D>,
-    sql: &'static str,
-    args: &[Arg<'_>],
-) -> Result<u64, StoreError> {
-    let mut attempt = 0;
-    loop {
-        let outcome = async {
-            let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
-            connection.run(sql, args).await.map_err(store_error::<D>)
-        }
-        .await;
-        match outcome {
-            Err(StoreError::Conflict(_)) if attempt < CONFLICT_RETRIES_MAX => {
-                attempt += 1;
-                back_off(attempt).await;
-            }
-            other => return other,
-        }
     }
 }
 
@@ -235,43 +213,25 @@ async fn claim_on<D: Dialect>(
     until: i64,
     limit: i64,
 ) -> Result<Vec<(Message, bool)>, StoreError> {
-    let rows = connection
-        .rows(
-            statements::<D>().select_due_locked,
-            &[
-                Arg::Text(topic),
-                Arg::Int(now),
-                Arg::Int(now),
-                Arg::Int(limit),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    let read = |error: sqlx::Error| store_error::<D>(error);
-    // Decoded before the next statement: a driver row need not be shareable across an await.
-    let claimed = rows
-        .iter()
-        .map(|row| {
-            let message = Message {
-                id: row.text(0).map_err(read)?,
-                topic: row.text(1).map_err(read)?,
-                key: row.text(2).map_err(read)?,
-                payload: row.opt_bytes(3).map_err(read)?.unwrap_or_default(),
-            };
-            Ok((message, row.int(4).map_err(read)? > 0))
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    drop(rows);
-    for (message, _) in &claimed {
-        connection
-            .run(
-                statements::<D>().claim,
-                &[Arg::Text(owner), Arg::Int(until), Arg::Text(&message.id)],
-            )
-            .await
-            .map_err(store_error::<D>)?;
-    }
-    Ok(claimed)
+    let statements = statements::<D>();
+    let rows = claim_rows::<D>(
+        connection,
+        statements.select_due_locked,
+        &[
+            Arg::Text(topic),
+            Arg::Int(now),
+            Arg::Int(now),
+            Arg::Int(limit),
+        ],
+        statements.claim,
+        owner,
+        until,
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(message, deliveries)| (message, deliveries > 0))
+        .collect())
 }
 
 #[async_trait]
@@ -315,26 +275,26 @@ impl<D: Dialect> Acker for QueueAcker<D> {
     async fn ack(self: Box<Self>) -> Result<(), BrokerError> {
         // Zero rows: the claim ran out and another consumer holds the message now; it will
         // process it again (and dedup), so there is nothing left to settle here.
-        run_with_retry(
-            &self.store,
-            statements::<D>().ack,
-            &[Arg::Text(&self.id), Arg::Text(&self.owner)],
-        )
-        .await?;
+        self.store
+            .run_once(
+                statements::<D>().ack,
+                &[Arg::Text(&self.id), Arg::Text(&self.owner)],
+            )
+            .await?;
         Ok(())
     }
 
     async fn retry(self: Box<Self>, after: Duration) -> Result<(), BrokerError> {
-        run_with_retry(
-            &self.store,
-            statements::<D>().retry,
-            &[
-                Arg::Int(now_ms().saturating_add(millis(after))),
-                Arg::Text(&self.id),
-                Arg::Text(&self.owner),
-            ],
-        )
-        .await?;
+        self.store
+            .run_once(
+                statements::<D>().retry,
+                &[
+                    Arg::Int(now_ms().saturating_add(millis(after))),
+                    Arg::Text(&self.id),
+                    Arg::Text(&self.owner),
+                ],
+            )
+            .await?;
         Ok(())
     }
 }

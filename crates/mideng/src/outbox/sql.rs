@@ -377,26 +377,7 @@ impl<D: Dialect> Relay<D> {
     }
 
     async fn autocommit(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<(), StoreError> {
-        let mut attempt = 0;
-        loop {
-            let outcome = async {
-                let mut connection = self
-                    .store
-                    .pool()
-                    .acquire()
-                    .await
-                    .map_err(store_error::<D>)?;
-                connection.run(sql, args).await.map_err(store_error::<D>)
-            }
-            .await;
-            match outcome {
-                Err(StoreError::Conflict(_)) if attempt < CONFLICT_RETRIES_MAX => {
-                    attempt += 1;
-                    back_off(attempt).await;
-                }
-                other => return other.map(|_| ()),
-            }
-        }
+        self.store.run_once(sql, args).await.map(|_| ())
     }
 }
 
@@ -407,11 +388,38 @@ async fn claim_on<D: Dialect>(
     until: i64,
     batch: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
+    let statements = statements::<D>();
+    let rows = claim_rows::<D>(
+        connection,
+        statements.select_due_locked,
+        &[Arg::Int(now), Arg::Int(now), Arg::Int(batch)],
+        statements.claim,
+        owner,
+        until,
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(message, attempts)| Claimed {
+            message,
+            attempts: u32::try_from(attempts.saturating_add(1)).unwrap_or(u32::MAX),
+        })
+        .collect())
+}
+
+/// Selects due rows with `select` (columns: id, topic, message key, payload, a counter), then
+/// stamps each with `claim` (owner, until, id), in the caller's write transaction; the outbox
+/// and the in-database queue claim the same way. The messages and their counters.
+pub(crate) async fn claim_rows<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    select: &'static str,
+    select_args: &[Arg<'_>],
+    claim: &'static str,
+    owner: &str,
+    until: i64,
+) -> Result<Vec<(Message, i64)>, StoreError> {
     let rows = connection
-        .rows(
-            statements::<D>().select_due_locked,
-            &[Arg::Int(now), Arg::Int(now), Arg::Int(batch)],
-        )
+        .rows(select, select_args)
         .await
         .map_err(store_error::<D>)?;
     let read = |error: sqlx::Error| store_error::<D>(error);
@@ -425,21 +433,15 @@ async fn claim_on<D: Dialect>(
                 key: row.text(2).map_err(read)?,
                 payload: row.opt_bytes(3).map_err(read)?.unwrap_or_default(),
             };
-            let attempts =
-                u32::try_from(row.int(4).map_err(read)?.saturating_add(1)).unwrap_or(u32::MAX);
-            Ok(Claimed { message, attempts })
+            Ok((message, row.int(4).map_err(read)?))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     drop(rows);
-    for row in &claimed {
+    for (message, _) in &claimed {
         connection
             .run(
-                statements::<D>().claim,
-                &[
-                    Arg::Text(owner),
-                    Arg::Int(until),
-                    Arg::Text(&row.message.id),
-                ],
+                claim,
+                &[Arg::Text(owner), Arg::Int(until), Arg::Text(&message.id)],
             )
             .await
             .map_err(store_error::<D>)?;

@@ -371,7 +371,11 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     /// Runs one autocommit statement, retrying transient conflicts.
-    async fn run_once(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+    pub(crate) async fn run_once(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<u64, StoreError> {
         let mut attempt = 0;
         loop {
             let outcome = async {
