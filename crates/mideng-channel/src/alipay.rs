@@ -79,15 +79,17 @@ pub const NOTIFY_NACK: &str = "failure";
 #[error("malformed gateway response: {0}")]
 pub struct ResponseError(pub &'static str);
 
-/// The text that is signed: the parameters other than `excluded`, without empty values,
-/// sorted by key, joined `k=v&k=v`. Values are taken as they are (URL-decoded).
-pub fn sign_content<'a>(
+/// The text that is signed: the parameters other than `excluded`, sorted by key, joined
+/// `k=v&k=v`, values as they are (URL-decoded); empty values are skipped when
+/// `skip_empty`.
+fn sign_content<'a>(
     params: impl IntoIterator<Item = (&'a str, &'a str)>,
     excluded: &[&str],
+    skip_empty: bool,
 ) -> String {
     let sorted: BTreeMap<&str, &str> = params
         .into_iter()
-        .filter(|(key, value)| !value.is_empty() && !excluded.contains(key))
+        .filter(|(key, value)| !(excluded.contains(key) || (skip_empty && value.is_empty())))
         .collect();
     sorted
         .iter()
@@ -96,14 +98,17 @@ pub fn sign_content<'a>(
         .join("&")
 }
 
-/// The sign content of a gateway request (everything but `sign`).
+/// The sign content of a gateway request: everything but `sign`, empty values skipped.
 pub fn request_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    sign_content(params, &["sign"])
+    sign_content(params, &["sign"], true)
 }
 
-/// The sign content of a notify (everything but `sign` and `sign_type`).
+/// The sign content of a notify: everything but `sign` and `sign_type`, **empty values kept**
+/// (`passback_params=` is signed as `passback_params=`), as Alipay's own verifiers build it.
+/// The verifier passes a [`Form`], whose names are unique, so that the text signed is the
+/// text read.
 pub fn notify_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    sign_content(params, &["sign", "sign_type"])
+    sign_content(params, &["sign", "sign_type"], false)
 }
 
 /// The response node's key for `method`: `alipay.trade.query` → `alipay_trade_query_response`.
@@ -118,6 +123,10 @@ pub fn response_node<'a>(
     body: &'a str,
     method: &str,
 ) -> Result<(&'a str, Option<String>), ResponseError> {
+    // A key given twice (two response nodes, two signatures, a node with a repeated field)
+    // would let the signed text and the text read differ: refused before anything is read.
+    crate::strict::check_json(body)
+        .map_err(|_| ResponseError("not a JSON object with unique keys"))?;
     let envelope: HashMap<&'a str, &'a RawValue> =
         serde_json::from_str(body).map_err(|_| ResponseError("not a JSON object"))?;
     let node = envelope
@@ -183,7 +192,7 @@ mod tests {
             ("sign_type", "RSA2"),
         ];
         assert_eq!(request_sign_content(params), "a=1&b=2&sign_type=RSA2");
-        assert_eq!(notify_sign_content(params), "a=1&b=2");
+        assert_eq!(notify_sign_content(params), "a=1&b=2&c=");
     }
 
     #[test]
@@ -198,6 +207,10 @@ mod tests {
         let error = r#"{"error_response":{"code":"40002","msg":"Invalid Arguments","sub_code":"isv.invalid-signature"}}"#;
         assert!(response_node(error, "alipay.trade.query").is_ok_and(|(_, sign)| sign.is_none()));
         assert!(response_node("[]", "alipay.trade.query").is_err());
+        let two_nodes = r#"{"alipay_trade_query_response":{"code":"10000"},"alipay_trade_query_response":{"code":"40004"},"sign":"abc"}"#;
+        assert!(response_node(two_nodes, "alipay.trade.query").is_err());
+        let repeated_field = r#"{"alipay_trade_query_response":{"code":"10000","total_amount":"1.00","total_amount":"9.00"},"sign":"abc"}"#;
+        assert!(response_node(repeated_field, "alipay.trade.query").is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`alipay`] — sign content, response-node extraction over the raw text, notify rules.
 //! - [`wechat`] — request and notify signature messages, the `Authorization` header,
 //!   notification resources.
+//! - [`strict`] — forms and JSON parsed once, refusing a repeated name: every message is
+//!   verified over, and read from, the same value.
 //! - [`adapter`] — the [`adapter::Channel`] trait the service calls, with the Alipay and
 //!   WeChat Pay implementations: they sign requests, verify responses over the raw text, turn
 //!   timeouts and channel errors into an explicit "outcome unknown", and verify notifies.
@@ -19,4 +21,5 @@ pub mod adapter;
 pub mod alipay;
 pub mod keys;
 pub mod money;
+pub mod strict;
 pub mod wechat;

@@ -28,6 +28,10 @@ pub const HEADER_NONCE: &str = "wechatpay-nonce";
 pub const HEADER_SIGNATURE: &str = "wechatpay-signature";
 /// Notification header: serial number of the platform certificate.
 pub const HEADER_SERIAL: &str = "wechatpay-serial";
+/// Notification and answer header: the signature scheme ([`AUTHORIZATION_SCHEME`]).
+pub const HEADER_SIGNATURE_TYPE: &str = "wechatpay-signature-type";
+/// The only resource encryption.
+pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 
 /// Create a native (QR code) transaction.
 pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
@@ -62,6 +66,18 @@ pub const NOTIFY_SCHEDULE_SECS: [u64; 16] = {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("malformed Authorization header: {0}")]
 pub struct AuthorizationError(pub &'static str);
+
+/// Whether a message signed at `signed_at_secs` (Unix seconds) is within
+/// [`TIMESTAMP_SKEW_SECS_MAX`] of `now_ms`, either way: WeChat Pay's own SDKs refuse older (a
+/// replay) and newer (a clock far off) messages alike.
+pub fn timestamp_is_fresh(signed_at_secs: i64, now_ms: i64) -> bool {
+    signed_at_secs
+        .checked_mul(1000)
+        .and_then(|signed_at_ms| signed_at_ms.checked_sub(now_ms))
+        .is_some_and(|skew_ms| {
+            skew_ms.unsigned_abs() <= TIMESTAMP_SKEW_SECS_MAX.unsigned_abs() * 1000
+        })
+}
 
 /// The message a request signature covers.
 pub fn request_message(
@@ -247,6 +263,19 @@ mod tests {
         );
         assert!(Authorization::parse("Bearer x").is_err());
         assert!(Authorization::parse("WECHATPAY2-SHA256-RSA2048 mchid=\"1\"").is_err());
+    }
+
+    #[test]
+    fn timestamps_within_five_minutes_either_way_are_fresh() {
+        let now_ms = 1_764_417_600_000;
+        assert!(timestamp_is_fresh(1_764_417_600, now_ms));
+        assert!(timestamp_is_fresh(1_764_417_600 - 300, now_ms));
+        assert!(timestamp_is_fresh(1_764_417_600 + 300, now_ms));
+        assert!(!timestamp_is_fresh(1_764_417_600 - 301, now_ms));
+        assert!(!timestamp_is_fresh(1_764_417_600 + 301, now_ms));
+        assert!(!timestamp_is_fresh(1_764_417_600 - 86_400, now_ms));
+        assert!(!timestamp_is_fresh(i64::MAX, now_ms));
+        assert!(!timestamp_is_fresh(i64::MIN, now_ms));
     }
 
     #[test]

@@ -4,9 +4,14 @@
 
 use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
-use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, RawNotify};
+use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, NotifyVerdict, RawNotify};
 use mideng_channel::keys::{PrivateKey, PublicKey, aes_gcm_encrypt};
 use mideng_channel::{alipay, wechat};
+
+/// Our clock for Alipay notifies (they carry no signed time to check).
+const NOW_MS: i64 = 1_764_417_901_000;
+/// Our clock for WeChat notifies: the moment the fixtures were signed.
+const SIGNED_AT_MS: i64 = 1_764_417_901_000;
 
 fn fixture(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -83,7 +88,7 @@ fn alipay_notify(signer: &PrivateKey, changes: &[(&str, &str)]) -> RawNotify {
 fn a_genuine_alipay_notify_is_accepted() {
     let channel = alipay_channel();
     let verified = channel
-        .verify_notify(&alipay_notify(&channel_key(), &[]))
+        .verify_notify(&alipay_notify(&channel_key(), &[]), NOW_MS)
         .expect("genuine");
     assert_eq!(verified.out_trade_no, "P20261129000001");
     assert_eq!(verified.amount_fen, 46000);
@@ -92,15 +97,16 @@ fn a_genuine_alipay_notify_is_accepted() {
         matches!(&verified.state, NotifiedState::Paid(payment) if payment.channel_trade_no == "2026112922001400000000000001")
     );
     assert_eq!(verified.check_against(Some(46000)), Ok(()));
-    assert_eq!(channel.answer(true).body, "success");
-    assert_eq!(channel.answer(false).body, "failure");
+    assert_eq!(channel.answer(NotifyVerdict::Accepted).body, "success");
+    assert_eq!(channel.answer(NotifyVerdict::Refused).body, "failure");
+    assert_eq!(channel.answer(NotifyVerdict::RetryLater).body, "failure");
 }
 
 #[test]
 fn forged_alipay_notifies_are_rejected() {
     let channel = alipay_channel();
     assert_eq!(
-        channel.verify_notify(&alipay_notify(&merchant_key(), &[])),
+        channel.verify_notify(&alipay_notify(&merchant_key(), &[]), NOW_MS),
         Err(NotifyRejection::BadSignature),
         "signed by the wrong key"
     );
@@ -110,33 +116,36 @@ fn forged_alipay_notifies_are_rejected() {
         .replace("460.00", "0.01")
         .into_bytes();
     assert_eq!(
-        channel.verify_notify(&tampered),
+        channel.verify_notify(&tampered, NOW_MS),
         Err(NotifyRejection::BadSignature),
         "amount changed after signing"
     );
     assert_eq!(
-        channel.verify_notify(&alipay_notify(
-            &channel_key(),
-            &[("app_id", "2021000000000999")]
-        )),
+        channel.verify_notify(
+            &alipay_notify(&channel_key(), &[("app_id", "2021000000000999")]),
+            NOW_MS
+        ),
         Err(NotifyRejection::WrongMerchant)
     );
     assert_eq!(
-        channel.verify_notify(&alipay_notify(
-            &channel_key(),
-            &[("seller_id", "2088000000000999")]
-        )),
+        channel.verify_notify(
+            &alipay_notify(&channel_key(), &[("seller_id", "2088000000000999")]),
+            NOW_MS
+        ),
         Err(NotifyRejection::WrongMerchant)
     );
     let wrong_amount = channel
-        .verify_notify(&alipay_notify(&channel_key(), &[("total_amount", "0.01")]))
+        .verify_notify(
+            &alipay_notify(&channel_key(), &[("total_amount", "0.01")]),
+            NOW_MS,
+        )
         .expect("signed");
     assert_eq!(
         wrong_amount.check_against(Some(46000)),
         Err(NotifyRejection::AmountMismatch)
     );
     let genuine = channel
-        .verify_notify(&alipay_notify(&channel_key(), &[]))
+        .verify_notify(&alipay_notify(&channel_key(), &[]), NOW_MS)
         .expect("signed");
     assert_eq!(
         genuine.check_against(None),
@@ -147,11 +156,12 @@ fn forged_alipay_notifies_are_rejected() {
             headers: vec![],
             body: garbage.to_vec(),
         };
-        assert!(channel.verify_notify(&raw).is_err(), "{garbage:?}");
+        assert!(channel.verify_notify(&raw, NOW_MS).is_err(), "{garbage:?}");
     }
 }
 
 const API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
+const PLATFORM_SERIAL: &str = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1";
 
 fn wechat_channel(mchid: &str, api_v3_key: &str) -> WechatChannel {
     WechatChannel::new(WechatConfig {
@@ -162,6 +172,7 @@ fn wechat_channel(mchid: &str, api_v3_key: &str) -> WechatChannel {
         merchant_key: merchant_key(),
         platform_public_key: PublicKey::from_pem(&fixture("channel-public.pem"))
             .expect("platform key"),
+        platform_serial: PLATFORM_SERIAL.to_owned(),
         api_v3_key: api_v3_key.to_owned(),
         notify_url: "http://127.0.0.1:8080/v1/channels/wechat/notify".to_owned(),
     })
@@ -174,7 +185,7 @@ fn wechat_notify(body: &str, timestamp: &str, nonce: &str, signature: &str) -> R
             ("Wechatpay-Timestamp".to_owned(), timestamp.to_owned()),
             ("Wechatpay-Nonce".to_owned(), nonce.to_owned()),
             ("Wechatpay-Signature".to_owned(), signature.to_owned()),
-            ("Wechatpay-Serial".to_owned(), "PLATFORM-SERIAL".to_owned()),
+            ("Wechatpay-Serial".to_owned(), PLATFORM_SERIAL.to_owned()),
         ],
         body: body.as_bytes().to_vec(),
     }
@@ -215,7 +226,7 @@ fn a_genuine_wechat_notification_is_accepted() {
         "NONCEXYZ123",
         &fixture("wechat-notify.sign"),
     );
-    let verified = channel.verify_notify(&raw).expect("genuine");
+    let verified = channel.verify_notify(&raw, SIGNED_AT_MS).expect("genuine");
     assert_eq!(
         (
             verified.notify_id.as_str(),
@@ -225,8 +236,13 @@ fn a_genuine_wechat_notification_is_accepted() {
         ("EV-2026112912050001", "P20261129000001", 46000)
     );
     assert!(matches!(verified.state, NotifiedState::Paid(_)));
-    assert_eq!(channel.answer(true).status, 204);
-    assert_eq!(channel.answer(false).status, 500);
+    assert_eq!(channel.answer(NotifyVerdict::Accepted).status, 204);
+    assert_eq!(
+        channel.answer(NotifyVerdict::Refused).status,
+        400,
+        "a bad notify is the sender's fault, not ours"
+    );
+    assert_eq!(channel.answer(NotifyVerdict::RetryLater).status, 500);
 }
 
 #[test]
@@ -236,17 +252,18 @@ fn forged_wechat_notifications_are_rejected() {
     let signature = fixture("wechat-notify.sign");
     let probe = format!("{}{signature}", wechat::SIGNTEST_PREFIX);
     assert_eq!(
-        channel.verify_notify(&wechat_notify(&body, "1764417901", "NONCEXYZ123", &probe)),
+        channel.verify_notify(
+            &wechat_notify(&body, "1764417901", "NONCEXYZ123", &probe),
+            SIGNED_AT_MS
+        ),
         Err(NotifyRejection::BadSignature),
         "probe"
     );
     assert_eq!(
-        channel.verify_notify(&wechat_notify(
-            &body,
-            "1764417902",
-            "NONCEXYZ123",
-            &signature
-        )),
+        channel.verify_notify(
+            &wechat_notify(&body, "1764417902", "NONCEXYZ123", &signature),
+            SIGNED_AT_MS
+        ),
         Err(NotifyRejection::BadSignature),
         "timestamp changed"
     );
@@ -254,26 +271,27 @@ fn forged_wechat_notifications_are_rejected() {
         .sign(wechat::notify_message("1764417901", "NONCEXYZ123", &body).as_bytes())
         .expect("sign");
     assert_eq!(
-        channel.verify_notify(&wechat_notify(&body, "1764417901", "NONCEXYZ123", &forged)),
+        channel.verify_notify(
+            &wechat_notify(&body, "1764417901", "NONCEXYZ123", &forged),
+            SIGNED_AT_MS
+        ),
         Err(NotifyRejection::BadSignature),
         "wrong key"
     );
     let wrong_key = wechat_channel("1230000109", "vutsrqponmlkjihgfedcba9876543210");
     assert_eq!(
-        wrong_key.verify_notify(&wechat_notify(
-            &body,
-            "1764417901",
-            "NONCEXYZ123",
-            &signature
-        )),
+        wrong_key.verify_notify(
+            &wechat_notify(&body, "1764417901", "NONCEXYZ123", &signature),
+            SIGNED_AT_MS
+        ),
         Err(NotifyRejection::Undecryptable)
     );
     assert_eq!(
-        channel.verify_notify(&signed_wechat_notify("1230000999", 46000)),
+        channel.verify_notify(&signed_wechat_notify("1230000999", 46000), SIGNED_AT_MS),
         Err(NotifyRejection::WrongMerchant)
     );
     let cheap = channel
-        .verify_notify(&signed_wechat_notify("1230000109", 1))
+        .verify_notify(&signed_wechat_notify("1230000109", 1), SIGNED_AT_MS)
         .expect("signed");
     assert_eq!(
         cheap.check_against(Some(46000)),
@@ -284,7 +302,7 @@ fn forged_wechat_notifications_are_rejected() {
         .headers
         .retain(|(name, _)| name != "Wechatpay-Signature");
     assert!(matches!(
-        channel.verify_notify(&missing),
+        channel.verify_notify(&missing, SIGNED_AT_MS),
         Err(NotifyRejection::Malformed(_))
     ));
 }
@@ -299,9 +317,235 @@ fn an_api_v3_key_of_the_wrong_length_is_refused() {
             merchant_serial: String::new(),
             merchant_key: merchant_key(),
             platform_public_key: merchant_key().public_key(),
+            platform_serial: String::new(),
             api_v3_key: "short".to_owned(),
             notify_url: String::new(),
         })
         .is_err()
     );
+}
+
+/// The genuine form of `alipay_notify`, with `prefix` put before its first parameter — the
+/// parameter-pollution attack: the signature still covers the genuine values.
+fn polluted(prefix: &str) -> RawNotify {
+    let mut raw = alipay_notify(&channel_key(), &[]);
+    let mut body = prefix.as_bytes().to_vec();
+    body.append(&mut raw.body);
+    raw.body = body;
+    raw
+}
+
+#[test]
+fn a_genuine_alipay_notify_cannot_be_retargeted_by_repeating_its_names() {
+    let channel = alipay_channel();
+    for prefix in [
+        // Another tenant's order, its amount, a fresh notify id: the attack that once paid it.
+        "out_trade_no=P20261129999999&total_amount=8888.00&notify_id=fresh0001&trade_no=2026112922001400000000009999&",
+        "trade_status=TRADE_CLOSED&",
+        "app_id=2021000000000001&",
+        "sign_type=RSA2&",
+    ] {
+        assert_eq!(
+            channel.verify_notify(&polluted(prefix), NOW_MS),
+            Err(NotifyRejection::Malformed("a parameter appears twice")),
+            "{prefix}"
+        );
+    }
+    // Appended after the signature, or with the name spelled through percent-encoding: the
+    // same name, the same refusal.
+    let mut appended = alipay_notify(&channel_key(), &[]);
+    appended
+        .body
+        .extend_from_slice(b"&out_trade_no=P20261129999999");
+    assert!(channel.verify_notify(&appended, NOW_MS).is_err());
+    assert!(
+        channel
+            .verify_notify(&polluted("%6Fut_trade_no=P20261129999999&"), NOW_MS)
+            .is_err()
+    );
+    let mut second_sign = alipay_notify(&channel_key(), &[]);
+    second_sign.body.extend_from_slice(b"&sign=AAAA");
+    assert!(channel.verify_notify(&second_sign, NOW_MS).is_err());
+}
+
+#[test]
+fn an_alipay_notify_with_an_empty_field_verifies_as_the_channel_signs_it() {
+    // Alipay keeps empty values in a notify's sign content (`passback_params=`).
+    let channel = alipay_channel();
+    let verified = channel
+        .verify_notify(
+            &alipay_notify(&channel_key(), &[("passback_params", "")]),
+            NOW_MS,
+        )
+        .expect("an empty field is signed as `name=`");
+    assert_eq!(verified.amount_fen, 46000);
+}
+
+#[test]
+fn every_field_of_a_verified_alipay_notify_is_the_signed_one() {
+    // Whatever the form, verified ⇒ what is read equals what was signed.
+    let channel = alipay_channel();
+    let raw = alipay_notify(
+        &channel_key(),
+        &[("out_trade_no", "P-READ-ME"), ("total_amount", "0.01")],
+    );
+    let verified = channel.verify_notify(&raw, NOW_MS).expect("genuine");
+    let signed: Vec<(String, String)> = serde_urlencoded::from_bytes(&raw.body).expect("form");
+    let signed = |name: &str| {
+        signed
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    assert_eq!(
+        signed("out_trade_no").as_deref(),
+        Some(verified.out_trade_no.as_str())
+    );
+    assert_eq!(
+        signed("notify_id").as_deref(),
+        Some(verified.notify_id.as_str())
+    );
+    assert_eq!(verified.amount_fen, 1);
+}
+
+/// The fixture notification with its headers changed by `change`.
+fn fixture_wechat_notify(change: impl FnOnce(&mut RawNotify)) -> RawNotify {
+    let mut raw = wechat_notify(
+        &fixture("wechat-notify.body"),
+        "1764417901",
+        "NONCEXYZ123",
+        &fixture("wechat-notify.sign"),
+    );
+    change(&mut raw);
+    raw
+}
+
+#[test]
+fn a_wechat_notification_replayed_a_day_later_is_refused() {
+    let channel = wechat_channel("1230000109", API_V3_KEY);
+    let genuine = fixture_wechat_notify(|_| {});
+    for now_ms in [
+        SIGNED_AT_MS + 86_400_000,
+        SIGNED_AT_MS + 301_000,
+        SIGNED_AT_MS - 301_000,
+    ] {
+        assert_eq!(
+            channel.verify_notify(&genuine, now_ms),
+            Err(NotifyRejection::StaleTimestamp),
+            "{now_ms}"
+        );
+    }
+    for now_ms in [SIGNED_AT_MS + 299_000, SIGNED_AT_MS - 299_000] {
+        assert!(channel.verify_notify(&genuine, now_ms).is_ok(), "{now_ms}");
+    }
+    assert_eq!(
+        NotifyRejection::StaleTimestamp.label(),
+        "stale_timestamp",
+        "counted under its own label"
+    );
+}
+
+#[test]
+fn a_wechat_notification_under_an_unknown_serial_or_with_repeated_headers_is_refused() {
+    let channel = wechat_channel("1230000109", API_V3_KEY);
+    let other_serial = fixture_wechat_notify(|raw| {
+        for (name, value) in &mut raw.headers {
+            if name == "Wechatpay-Serial" {
+                *value = "PUB_KEY_ID_0000000000000000000000000000000001".to_owned();
+            }
+        }
+    });
+    assert_eq!(
+        channel.verify_notify(&other_serial, SIGNED_AT_MS),
+        Err(NotifyRejection::UnknownSerial)
+    );
+    let no_serial = fixture_wechat_notify(|raw| {
+        raw.headers.retain(|(name, _)| name != "Wechatpay-Serial");
+    });
+    assert!(matches!(
+        channel.verify_notify(&no_serial, SIGNED_AT_MS),
+        Err(NotifyRejection::Malformed(_))
+    ));
+    for header in [
+        "Wechatpay-Timestamp",
+        "Wechatpay-Signature",
+        "wechatpay-serial",
+    ] {
+        let doubled = fixture_wechat_notify(|raw| {
+            raw.headers
+                .push((header.to_owned(), "1764417901".to_owned()));
+        });
+        assert_eq!(
+            channel.verify_notify(&doubled, SIGNED_AT_MS),
+            Err(NotifyRejection::Malformed(
+                "a header appears more than once"
+            )),
+            "{header}"
+        );
+    }
+    let other_scheme = fixture_wechat_notify(|raw| {
+        raw.headers
+            .push(("Wechatpay-Signature-Type".to_owned(), "SM2".to_owned()));
+    });
+    assert!(matches!(
+        channel.verify_notify(&other_scheme, SIGNED_AT_MS),
+        Err(NotifyRejection::Malformed(_))
+    ));
+}
+
+/// A notification signed by the channel whose body and resource are given as text, so that
+/// they can carry a repeated key.
+fn signed_wechat_text(transaction: &str, body_of: impl Fn(&str) -> String) -> RawNotify {
+    let ciphertext = aes_gcm_encrypt(
+        API_V3_KEY.as_bytes(),
+        b"abcdefghijkl",
+        b"transaction",
+        transaction.as_bytes(),
+    )
+    .expect("encrypt");
+    let body = body_of(&ciphertext);
+    let signature = channel_key()
+        .sign(wechat::notify_message("1764417901", "N3", &body).as_bytes())
+        .expect("sign");
+    wechat_notify(&body, "1764417901", "N3", &signature)
+}
+
+#[test]
+fn a_signed_wechat_notification_with_a_repeated_key_is_refused() {
+    let channel = wechat_channel("1230000109", API_V3_KEY);
+    let transaction = |extra: &str| {
+        format!(
+            r#"{{"mchid":"1230000109","appid":"wxd678efh567hg6787","out_trade_no":"P1",{extra}"transaction_id":"4200","trade_state":"SUCCESS","amount":{{"total":1,"currency":"CNY"}}}}"#
+        )
+    };
+    let body = |id: &'static str| {
+        move |ciphertext: &str| {
+            format!(
+                r#"{{"id":"EV-3",{id}"create_time":"2026-11-29T12:05:01+08:00","event_type":"TRANSACTION.SUCCESS","resource_type":"encrypt-resource","resource":{{"algorithm":"AEAD_AES_256_GCM","ciphertext":"{ciphertext}","associated_data":"transaction","nonce":"abcdefghijkl"}}}}"#
+            )
+        }
+    };
+    assert!(
+        channel
+            .verify_notify(
+                &signed_wechat_text(&transaction(""), body("")),
+                SIGNED_AT_MS
+            )
+            .is_ok(),
+        "the same texts without a repeated key are accepted"
+    );
+    assert!(matches!(
+        channel.verify_notify(
+            &signed_wechat_text(&transaction(r#""out_trade_no":"P-OTHER","#), body("")),
+            SIGNED_AT_MS
+        ),
+        Err(NotifyRejection::Malformed(_))
+    ));
+    assert!(matches!(
+        channel.verify_notify(
+            &signed_wechat_text(&transaction(""), body(r#""id":"EV-OTHER","#)),
+            SIGNED_AT_MS
+        ),
+        Err(NotifyRejection::Malformed(_))
+    ));
 }

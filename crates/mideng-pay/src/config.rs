@@ -428,6 +428,9 @@ pub struct WechatFile {
     pub merchant_private_key_file: PathBuf,
     /// PEM file of the platform's public key.
     pub platform_public_key_file: PathBuf,
+    /// The serial that key signs under (`Wechatpay-Serial`: the platform certificate's serial,
+    /// or `PUB_KEY_ID_…` in public-key mode); notifies under any other serial are refused.
+    pub platform_serial: String,
     /// The 32-byte API v3 key (give it by environment).
     pub api_v3_key: String,
     /// Our notify URL, as the channel reaches it.
@@ -686,6 +689,7 @@ impl ServeConfig {
                     merchant_serial: file.merchant_serial.clone(),
                     merchant_key: private_key(&file.merchant_private_key_file)?,
                     platform_public_key: public_key(&file.platform_public_key_file)?,
+                    platform_serial: file.platform_serial.clone(),
                     api_v3_key: file.api_v3_key.clone(),
                     notify_url: file.notify_url.clone(),
                 })

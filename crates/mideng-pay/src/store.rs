@@ -90,6 +90,9 @@ pub enum LocalClose {
 pub struct NotifyEffect {
     /// `notify.alipay` or `notify.wechat`: the dedup scope's operation.
     pub operation: &'static str,
+    /// The channel whose configuration verified the notify (`alipay` or `wechat`); only a
+    /// payment of that channel may be touched.
+    pub channel: &'static str,
     /// The channel's id of the notify (the same on every resend).
     pub notify_id: String,
     /// Our payment number.
@@ -126,8 +129,9 @@ pub enum NotifyOutcome {
     Duplicate,
     /// Processed now; the success flow's outcome when it was a payment.
     Applied(Option<SuccessOutcome>),
-    /// Not ours: unknown payment or amount mismatch. Nothing changed; the channel is told
-    /// `failure`.
+    /// Not ours: unknown payment, a payment of another channel, an amount mismatch, a notify
+    /// id reused for another trade (the label says which). Nothing changed; the channel is
+    /// told the notify is refused.
     Rejected(&'static str),
     /// A success that cannot be recorded: for an attempt that failed at creation, or for a
     /// closed attempt of an order that another payment paid already (the buyer was charged
@@ -473,7 +477,7 @@ async fn notify_on<D: PayDialect>(
     let Some(payment) = payments::find_payment::<D>(connection, &notify.payment_no, true).await?
     else {
         return Ok(NotifyApplied {
-            outcome: NotifyOutcome::Rejected("unknown payment"),
+            outcome: NotifyOutcome::Rejected("unknown_trade"),
             tenant: None,
         });
     };
@@ -483,8 +487,15 @@ async fn notify_on<D: PayDialect>(
             tenant: Some(payment.tenant_id.clone()),
         })
     };
+    // Verified by one channel's configuration, a notify speaks only for payments made
+    // through that configuration: an Alipay-signed success never settles a WeChat payment.
+    // (Channel configurations are deployment-wide, one per channel, shared by the tenants, so
+    // the payment's channel names both the configuration and the key that verified it.)
+    if payment.channel != notify.channel {
+        return applied(NotifyOutcome::Rejected("channel_mismatch"));
+    }
     if payment.amount_fen != notify.amount_fen {
-        return applied(NotifyOutcome::Rejected("amount mismatch"));
+        return applied(NotifyOutcome::Rejected("amount_mismatch"));
     }
     let scope = Scope::new(&payment.tenant_id, notify.operation)?;
     let key = dedup_key(&notify.notify_id);
@@ -498,7 +509,7 @@ async fn notify_on<D: PayDialect>(
             Decision::Proceed(lease) => Some(lease),
             Decision::Replay(_) => return applied(NotifyOutcome::Duplicate),
             Decision::InFlight { .. } => return applied(NotifyOutcome::Busy),
-            Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify id reused")),
+            Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify_id_reused")),
         }
     } else {
         None

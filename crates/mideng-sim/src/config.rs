@@ -211,6 +211,7 @@ pub fn merchant_channels(
         merchant_serial: config.wechat_merchant_serial.clone(),
         merchant_key: merchant.wechat_private.clone(),
         platform_public_key: config.wechat_platform_key.public_key(),
+        platform_serial: config.wechat_platform_serial.clone(),
         api_v3_key: config.wechat_api_v3_key.clone(),
         notify_url: format!("{service}/v1/channels/wechat/notify"),
     })?;

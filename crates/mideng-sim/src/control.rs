@@ -24,7 +24,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use mideng_channel::wechat;
+use mideng_channel::{strict, wechat};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -137,7 +137,7 @@ async fn json_body<T: DeserializeOwned>(body: Body) -> Result<T, Problem> {
             "the body is unreadable or larger than 64 KiB",
         )
     })?;
-    serde_json::from_slice(&bytes)
+    strict::json_bytes(&bytes)
         .map_err(|error| Problem::invalid(format!("invalid JSON body: {error}")))
 }
 

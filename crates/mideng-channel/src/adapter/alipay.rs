@@ -6,12 +6,13 @@ use serde_json::{Value, json};
 
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
-    NotifyRejection, Payment, RawNotify, TradeState, VerifiedNotify, http_client, read_body,
-    transport_error,
+    NotifyRejection, NotifyVerdict, Payment, RawNotify, TradeState, VerifiedNotify, http_client,
+    read_body, transport_error,
 };
 use crate::alipay::{self as protocol, response_node};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::money::{fen_to_yuan, yuan_to_fen};
+use crate::strict::{Form, StrictError};
 
 /// What the adapter needs to talk to one Alipay app.
 #[derive(Clone, Debug)]
@@ -191,6 +192,10 @@ impl Channel for AlipayChannel {
             )
             .await
         {
+            // A signed answer about another trade is not an answer about this one.
+            Ok(node) if text(&node, "out_trade_no") != out_trade_no => Err(
+                ChannelError::OutcomeUnknown("query answer names another trade".to_owned()),
+            ),
             Ok(node) => trade_state(&node),
             Err(error) if is_sub_code(&error, protocol::SUB_TRADE_NOT_EXIST) => {
                 Ok(TradeState::NotFound)
@@ -219,21 +224,25 @@ impl Channel for AlipayChannel {
         }
     }
 
-    fn verify_notify(&self, notify: &RawNotify) -> Result<VerifiedNotify, NotifyRejection> {
-        let params: Vec<(String, String)> = serde_urlencoded::from_bytes(&notify.body)
-            .map_err(|_| NotifyRejection::Malformed("not a form"))?;
-        let field = |name: &str| {
-            params
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| value.as_str())
-        };
-        let signature = field("sign").ok_or(NotifyRejection::Malformed("no sign"))?;
-        let content = protocol::notify_sign_content(
-            params
-                .iter()
-                .map(|(key, value)| (key.as_str(), value.as_str())),
-        );
+    fn verify_notify(
+        &self,
+        notify: &RawNotify,
+        _now_ms: i64,
+    ) -> Result<VerifiedNotify, NotifyRejection> {
+        // One parse, unique names: the signature is verified over this form and every field
+        // below is read from it. (Alipay notifies carry no signed timestamp to check freshness
+        // against; a replay carries its own notify_id and is caught by deduplication.)
+        let form = Form::parse(&notify.body).map_err(|error| match error {
+            StrictError::Repeated(_) => NotifyRejection::Malformed("a parameter appears twice"),
+            _ => NotifyRejection::Malformed("not a form"),
+        })?;
+        let signature = form
+            .non_empty("sign")
+            .ok_or(NotifyRejection::Malformed("no sign"))?;
+        if form.get("sign_type").is_some_and(|kind| kind != "RSA2") {
+            return Err(NotifyRejection::Malformed("sign_type is not RSA2"));
+        }
+        let content = protocol::notify_sign_content(form.iter());
         if !self
             .config
             .gateway_public_key
@@ -241,26 +250,23 @@ impl Channel for AlipayChannel {
         {
             return Err(NotifyRejection::BadSignature);
         }
-        if field("app_id") != Some(self.config.app_id.as_str()) {
+        if form.get("app_id") != Some(self.config.app_id.as_str()) {
             return Err(NotifyRejection::WrongMerchant);
         }
-        if let (Some(ours), Some(theirs)) = (&self.config.seller_id, field("seller_id"))
+        if let (Some(ours), Some(theirs)) = (&self.config.seller_id, form.get("seller_id"))
             && ours != theirs
         {
             return Err(NotifyRejection::WrongMerchant);
         }
-        let required = |name: &'static str| {
-            field(name)
-                .filter(|value| !value.is_empty())
-                .ok_or(NotifyRejection::Malformed(name))
-        };
+        let required =
+            |name: &'static str| form.non_empty(name).ok_or(NotifyRejection::Malformed(name));
         let amount_fen = yuan_to_fen(required("total_amount")?)
             .map_err(|_| NotifyRejection::Malformed("total_amount"))?;
         let state = match required("trade_status")? {
             protocol::TRADE_SUCCESS | protocol::TRADE_FINISHED => NotifiedState::Paid(Payment {
                 channel_trade_no: required("trade_no")?.to_owned(),
                 amount_fen,
-                paid_at_ms: field("gmt_payment").and_then(protocol::parse_timestamp),
+                paid_at_ms: form.get("gmt_payment").and_then(protocol::parse_timestamp),
             }),
             protocol::TRADE_CLOSED => NotifiedState::Closed,
             other => NotifiedState::Other(other.to_owned()),
@@ -273,14 +279,15 @@ impl Channel for AlipayChannel {
         })
     }
 
-    fn answer(&self, accepted: bool) -> NotifyAnswer {
+    fn answer(&self, verdict: NotifyVerdict) -> NotifyAnswer {
+        // Alipay reads only the body: exactly `success` stops the resends; anything else is
+        // sent again on its schedule, whatever the reason.
         NotifyAnswer {
             status: 200,
             content_type: "text/plain",
-            body: if accepted {
-                protocol::NOTIFY_ACK
-            } else {
-                protocol::NOTIFY_NACK
+            body: match verdict {
+                NotifyVerdict::Accepted => protocol::NOTIFY_ACK,
+                NotifyVerdict::Refused | NotifyVerdict::RetryLater => protocol::NOTIFY_NACK,
             }
             .to_owned(),
         }

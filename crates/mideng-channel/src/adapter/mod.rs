@@ -90,11 +90,21 @@ pub struct RawNotify {
 }
 
 impl RawNotify {
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers
+    /// The one value of header `name`: absent is `None`, and a header given twice refuses the
+    /// notify, since the signer and the reader could then take different copies.
+    pub(crate) fn header(&self, name: &str) -> Result<Option<&str>, NotifyRejection> {
+        let mut values = self
+            .headers
             .iter()
-            .find(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
+            .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str());
+        let first = values.next();
+        if values.next().is_some() {
+            return Err(NotifyRejection::Malformed(
+                "a header appears more than once",
+            ));
+        }
+        Ok(first)
     }
 }
 
@@ -135,17 +145,24 @@ impl VerifiedNotify {
     }
 }
 
-/// Why a notify was not accepted. The service answers the channel's failure answer and changes
+/// Why a notify was not accepted. The service answers the channel's refusal and changes
 /// nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum NotifyRejection {
-    /// The body or headers are not a notify of this channel.
+    /// The body or headers are not a notify of this channel (a repeated name included).
     #[error("malformed notify: {0}")]
     Malformed(&'static str),
     /// The signature does not verify (forged, tampered, or a verification probe).
     #[error("notify signature does not verify")]
     BadSignature,
+    /// The signing timestamp is further than [`crate::wechat::TIMESTAMP_SKEW_SECS_MAX`] from
+    /// our clock: a replay of an old message, or a clock far off.
+    #[error("notify timestamp outside the accepted window")]
+    StaleTimestamp,
+    /// Signed under a platform serial we do not know.
+    #[error("notify signed under an unknown serial")]
+    UnknownSerial,
     /// Signed correctly, but for another merchant (app id, merchant id or seller id).
     #[error("notify is for another merchant")]
     WrongMerchant,
@@ -158,6 +175,35 @@ pub enum NotifyRejection {
     /// The amount is not the amount of our trade.
     #[error("notify amount differs from ours")]
     AmountMismatch,
+}
+
+impl NotifyRejection {
+    /// A stable label for logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            NotifyRejection::Malformed(_) => "malformed",
+            NotifyRejection::BadSignature => "bad_signature",
+            NotifyRejection::StaleTimestamp => "stale_timestamp",
+            NotifyRejection::UnknownSerial => "unknown_serial",
+            NotifyRejection::WrongMerchant => "wrong_merchant",
+            NotifyRejection::Undecryptable => "undecryptable",
+            NotifyRejection::UnknownTrade => "unknown_trade",
+            NotifyRejection::AmountMismatch => "amount_mismatch",
+        }
+    }
+}
+
+/// What the merchant tells the channel about a notify.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotifyVerdict {
+    /// Taken (or already taken): stop sending it.
+    Accepted,
+    /// The notify itself is bad (forged, stale, malformed, not ours): it will never be taken.
+    /// WeChat Pay gets a 4xx, so that an anonymous sender cannot raise our 5xx alerts at will.
+    Refused,
+    /// Genuine, but we could not take it now (database down, busy, a case for a person): send
+    /// it again. WeChat Pay gets a 5xx.
+    RetryLater,
 }
 
 /// The answer to send back to the channel for a notify.
@@ -211,12 +257,18 @@ pub trait Channel: Send + Sync {
     /// (never scanned; it may still be paid until the channel's own expiry).
     async fn close_trade(&self, out_trade_no: &str) -> Result<TradeState, ChannelError>;
 
-    /// Verifies a notify's signature and merchant identity and decodes it. The caller then
-    /// checks it against its own payment ([`VerifiedNotify::check_against`]).
-    fn verify_notify(&self, notify: &RawNotify) -> Result<VerifiedNotify, NotifyRejection>;
+    /// Verifies a notify's signature, freshness and merchant identity and decodes it, all from
+    /// one parse of the message that refuses a repeated name. `now_ms` is our clock (Unix ms),
+    /// for the freshness check. The caller then checks it against its own payment
+    /// ([`VerifiedNotify::check_against`]) and that the payment is of this channel.
+    fn verify_notify(
+        &self,
+        notify: &RawNotify,
+        now_ms: i64,
+    ) -> Result<VerifiedNotify, NotifyRejection>;
 
-    /// The answer that tells the channel the notify was (or was not) taken.
-    fn answer(&self, accepted: bool) -> NotifyAnswer;
+    /// The answer that tells the channel what became of the notify.
+    fn answer(&self, verdict: NotifyVerdict) -> NotifyAnswer;
 }
 
 /// Connect timeout for channel calls: the gateway is either reachable quickly or not at all.

@@ -7,10 +7,11 @@ use serde_json::{Value, json};
 
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
-    NotifyRejection, Payment, RawNotify, TradeState, VerifiedNotify, http_client, read_body,
-    transport_error,
+    NotifyRejection, NotifyVerdict, Payment, RawNotify, TradeState, VerifiedNotify, http_client,
+    read_body, transport_error,
 };
 use crate::keys::{PrivateKey, PublicKey, aes_gcm_decrypt, random_nonce};
+use crate::strict;
 use crate::wechat::{self as protocol, Authorization, Notification, Transaction};
 
 /// What the adapter needs to talk to one WeChat Pay merchant.
@@ -28,6 +29,9 @@ pub struct WechatConfig {
     pub merchant_key: PrivateKey,
     /// The platform's public key (verifies responses and notifications).
     pub platform_public_key: PublicKey,
+    /// The serial of that key (its certificate's serial, or `PUB_KEY_ID_…` in public-key
+    /// mode): a notify signed under any other serial is refused.
+    pub platform_serial: String,
     /// The 32-byte API v3 key (decrypts notifications). Never logged.
     pub api_v3_key: String,
     /// Where WeChat Pay sends notifications.
@@ -128,12 +132,13 @@ impl WechatChannel {
                 "channel answered {status}"
             )));
         }
+        // A signing header given twice is no signature at all: the copies could differ.
         let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned)
+            let mut values = response.headers().get_all(name).iter();
+            match (values.next(), values.next()) {
+                (Some(value), None) => value.to_str().ok().map(str::to_owned),
+                _ => None,
+            }
         };
         let signed = (
             header(protocol::HEADER_TIMESTAMP),
@@ -163,7 +168,7 @@ impl WechatChannel {
     }
 
     fn rejection(status: StatusCode, text: &str) -> ChannelError {
-        let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        let body: Value = strict::json(text).unwrap_or(Value::Null);
         ChannelError::Rejected {
             code: status.as_u16().to_string(),
             sub_code: body
@@ -227,7 +232,7 @@ impl Channel for WechatChannel {
         if !status.is_success() {
             return Err(Self::rejection(status, &text));
         }
-        let answer: Value = serde_json::from_str(&text)
+        let answer: Value = strict::json(&text)
             .map_err(|_| ChannelError::OutcomeUnknown("create answer is not JSON".to_owned()))?;
         Ok(CreatedTrade {
             pay_url: answer
@@ -251,7 +256,7 @@ impl Channel for WechatChannel {
         if !status.is_success() {
             return Err(Self::rejection(status, &text));
         }
-        let transaction: Transaction = serde_json::from_str(&text).map_err(|_| {
+        let transaction: Transaction = strict::json(&text).map_err(|_| {
             ChannelError::OutcomeUnknown("query answer is not a transaction".to_owned())
         })?;
         Ok(state_of(&transaction))
@@ -278,14 +283,35 @@ impl Channel for WechatChannel {
         self.query_trade(out_trade_no).await
     }
 
-    fn verify_notify(&self, notify: &RawNotify) -> Result<VerifiedNotify, NotifyRejection> {
+    fn verify_notify(
+        &self,
+        notify: &RawNotify,
+        now_ms: i64,
+    ) -> Result<VerifiedNotify, NotifyRejection> {
         let header =
-            |name: &'static str| notify.header(name).ok_or(NotifyRejection::Malformed(name));
-        let (timestamp, nonce, signature) = (
+            |name: &'static str| notify.header(name)?.ok_or(NotifyRejection::Malformed(name));
+        let (timestamp, nonce, signature, serial) = (
             header(protocol::HEADER_TIMESTAMP)?,
             header(protocol::HEADER_NONCE)?,
             header(protocol::HEADER_SIGNATURE)?,
+            header(protocol::HEADER_SERIAL)?,
         );
+        if let Some(kind) = notify.header(protocol::HEADER_SIGNATURE_TYPE)?
+            && kind != protocol::AUTHORIZATION_SCHEME
+        {
+            return Err(NotifyRejection::Malformed("unsupported signature type"));
+        }
+        // The platform signs under the serial of its certificate (or public key): a serial we
+        // were not given is not a key we can trust, whatever the signature.
+        if serial != self.config.platform_serial {
+            return Err(NotifyRejection::UnknownSerial);
+        }
+        let signed_at_secs: i64 = timestamp
+            .parse()
+            .map_err(|_| NotifyRejection::Malformed("timestamp"))?;
+        if !protocol::timestamp_is_fresh(signed_at_secs, now_ms) {
+            return Err(NotifyRejection::StaleTimestamp);
+        }
         let body = std::str::from_utf8(&notify.body)
             .map_err(|_| NotifyRejection::Malformed("body is not UTF-8"))?;
         if signature.starts_with(protocol::SIGNTEST_PREFIX)
@@ -296,9 +322,14 @@ impl Channel for WechatChannel {
         {
             return Err(NotifyRejection::BadSignature);
         }
-        let notification: Notification = serde_json::from_str(body)
-            .map_err(|_| NotifyRejection::Malformed("not a notification"))?;
+        // The body is signed whole, but it is still read once, refusing a repeated key, so
+        // that no reader of it can see another value than this one.
+        let notification: Notification =
+            strict::json(body).map_err(|_| NotifyRejection::Malformed("not a notification"))?;
         let resource = &notification.resource;
+        if resource.algorithm != protocol::RESOURCE_ALGORITHM {
+            return Err(NotifyRejection::Malformed("unsupported resource algorithm"));
+        }
         let plaintext = aes_gcm_decrypt(
             self.config.api_v3_key.as_bytes(),
             resource.nonce.as_bytes(),
@@ -306,7 +337,7 @@ impl Channel for WechatChannel {
             &resource.ciphertext,
         )
         .map_err(|_| NotifyRejection::Undecryptable)?;
-        let transaction: Transaction = serde_json::from_slice(&plaintext)
+        let transaction: Transaction = strict::json_bytes(&plaintext)
             .map_err(|_| NotifyRejection::Malformed("resource is not a transaction"))?;
         if transaction.mchid != self.config.mchid || transaction.appid != self.config.appid {
             return Err(NotifyRejection::WrongMerchant);
@@ -326,19 +357,25 @@ impl Channel for WechatChannel {
         })
     }
 
-    fn answer(&self, accepted: bool) -> NotifyAnswer {
-        if accepted {
-            NotifyAnswer {
-                status: 204,
-                content_type: "application/json",
-                body: String::new(),
-            }
-        } else {
-            NotifyAnswer {
-                status: 500,
-                content_type: "application/json",
-                body: r#"{"code":"FAIL","message":"not processed, please retry"}"#.to_owned(),
-            }
+    fn answer(&self, verdict: NotifyVerdict) -> NotifyAnswer {
+        // WeChat Pay reads only the status: 200/204 stops the resends, anything else is sent
+        // again. A bad notify gets a 4xx (nothing of ours failed); a 5xx is kept for our own
+        // failures, so that an alert on 5xx means something.
+        let (status, body) = match verdict {
+            NotifyVerdict::Accepted => (204, String::new()),
+            NotifyVerdict::Refused => (
+                400,
+                r#"{"code":"FAIL","message":"notify refused"}"#.to_owned(),
+            ),
+            NotifyVerdict::RetryLater => (
+                500,
+                r#"{"code":"FAIL","message":"not processed, please retry"}"#.to_owned(),
+            ),
+        };
+        NotifyAnswer {
+            status,
+            content_type: "application/json",
+            body,
         }
     }
 }

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mideng::clock;
-use mideng_channel::adapter::{Channel, NotifiedState, NotifyAnswer, RawNotify};
+use mideng_channel::adapter::{Channel, NotifiedState, NotifyAnswer, NotifyVerdict, RawNotify};
 
 use super::{AppState, decision, operation};
 use crate::db::payments::SuccessOutcome;
@@ -48,12 +48,12 @@ async fn handle(
             .collect(),
         body: body.to_vec(),
     };
-    let verified = match channel.verify_notify(&raw) {
+    let verified = match channel.verify_notify(&raw, clock::now_ms()) {
         Ok(verified) => verified,
         Err(rejection) => {
             tracing::warn!(%rejection, "notify refused");
-            decision("signature", operation, "-", "-", "refused");
-            return answer(channel.answer(false));
+            decision("signature", operation, "-", "-", rejection.label());
+            return answer(channel.answer(NotifyVerdict::Refused));
         }
     };
     let event = match &verified.state {
@@ -66,6 +66,7 @@ async fn handle(
     };
     let effect = NotifyEffect {
         operation,
+        channel: channel.kind().as_str(),
         notify_id: verified.notify_id.clone(),
         payment_no: verified.out_trade_no.clone(),
         amount_fen: verified.amount_fen,
@@ -77,40 +78,42 @@ async fn handle(
         Ok(applied) => applied,
         Err(error) => {
             tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
-            return answer(channel.answer(false));
+            return answer(channel.answer(NotifyVerdict::RetryLater));
         }
     };
-    let (layer, label, accepted) = match &outcome {
-        NotifyOutcome::Duplicate => ("dedup", "duplicate", true),
+    let (layer, label, verdict) = match &outcome {
+        NotifyOutcome::Duplicate => ("dedup", "duplicate", NotifyVerdict::Accepted),
         NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: true })) => {
-            ("cas", "paid", true)
+            ("cas", "paid", NotifyVerdict::Accepted)
         }
         NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
             tracing::warn!(
                 payment_no = subject,
                 "paid, but the order no longer waited for payment (canceled): refund case"
             );
-            ("cas", "paid_order_not_created", true)
+            ("cas", "paid_order_not_created", NotifyVerdict::Accepted)
         }
-        NotifyOutcome::Applied(Some(SuccessOutcome::AlreadyPaid)) => ("cas", "already_paid", true),
-        NotifyOutcome::Applied(Some(_)) => ("cas", "refused", false),
-        NotifyOutcome::Applied(None) => ("cas", "acknowledged", true),
+        NotifyOutcome::Applied(Some(SuccessOutcome::AlreadyPaid)) => {
+            ("cas", "already_paid", NotifyVerdict::Accepted)
+        }
+        NotifyOutcome::Applied(Some(_)) => ("cas", "refused", NotifyVerdict::RetryLater),
+        NotifyOutcome::Applied(None) => ("cas", "acknowledged", NotifyVerdict::Accepted),
         NotifyOutcome::Rejected(why) => {
             tracing::warn!(
                 payment_no = subject,
-                why,
+                why = *why,
                 "notify does not match our payment"
             );
-            ("signature", "not_ours", false)
+            ("signature", *why, NotifyVerdict::Refused)
         }
         NotifyOutcome::LateSuccess(status) => {
             tracing::error!(
                 payment_no = subject, status = ?status,
                 "charged at the channel, but the order is paid by another payment (or the attempt failed): refund by hand; not acknowledged"
             );
-            ("cas", "double_charge", false)
+            ("cas", "double_charge", NotifyVerdict::RetryLater)
         }
-        NotifyOutcome::Busy => ("dedup", "busy", false),
+        NotifyOutcome::Busy => ("dedup", "busy", NotifyVerdict::RetryLater),
     };
     decision(
         layer,
@@ -119,7 +122,7 @@ async fn handle(
         subject,
         label,
     );
-    answer(channel.answer(accepted))
+    answer(channel.answer(verdict))
 }
 
 /// Alipay's asynchronous notification (form body, RSA2). Answers `success` or `failure`.
@@ -143,14 +146,16 @@ pub(super) async fn alipay(
     .await
 }
 
-/// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204, or
-/// 500 `{"code": "FAIL"}` to be sent again.
+/// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204; 400
+/// `{"code": "FAIL"}` for a notify that is refused; 500 `{"code": "FAIL"}` when we could not
+/// process it now (it is sent again).
 #[utoipa::path(
     post, path = "/v1/channels/wechat/notify", tag = "channels",
     request_body(content = String, content_type = "application/json"),
     responses(
         (status = 204, description = "Accepted"),
-        (status = 500, description = "`{\"code\":\"FAIL\"}`: not accepted, send again"),
+        (status = 400, description = "`{\"code\":\"FAIL\"}`: the notify is refused (signature, serial, timestamp, merchant, not ours, malformed)"),
+        (status = 500, description = "`{\"code\":\"FAIL\"}`: not processed now, send again"),
     )
 )]
 pub(super) async fn wechat(

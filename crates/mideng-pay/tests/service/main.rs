@@ -1,6 +1,7 @@
 //! End-to-end tests of the payment service: the real router, database, Redis and the channel
 //! simulator, on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod attacks;
 mod events;
 mod harness;
 mod inputs;
@@ -35,6 +36,7 @@ backend_suite!(
     crate::payments::duplicate_and_concurrent_notifies_pay_once => duplicate_and_concurrent_notifies_pay_once,
     crate::payments::close_racing_payment_is_never_both => close_racing_payment_is_never_both,
     crate::payments::forged_callbacks_change_nothing => forged_callbacks_change_nothing,
+    crate::attacks::hostile_notifies_move_no_money => hostile_notifies_move_no_money,
     crate::payments::a_lost_channel_answer_keeps_the_attempt => a_lost_channel_answer_keeps_the_attempt,
     crate::payments::a_close_before_the_scan_never_strands_a_payment => a_close_before_the_scan_never_strands_a_payment,
     crate::reconcile::lost_notifies_are_found_by_reconciliation => lost_notifies_are_found_by_reconciliation,

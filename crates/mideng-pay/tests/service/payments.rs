@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{Backend, Service, fixture_channel_key, race, unique};
 
-fn payment_no(answer: &Value) -> String {
+pub(crate) fn payment_no(answer: &Value) -> String {
     answer["payment_no"]
         .as_str()
         .expect("payment_no")
@@ -278,7 +278,10 @@ pub(crate) async fn close_racing_payment_is_never_both(backend: Backend) {
 }
 
 /// Form-encodes an Alipay notify signed by `key` (the channel's, or a forger's).
-fn alipay_notify(key: &mideng_channel::keys::PrivateKey, fields: &[(&str, &str)]) -> String {
+pub(crate) fn alipay_notify(
+    key: &mideng_channel::keys::PrivateKey,
+    fields: &[(&str, &str)],
+) -> String {
     let content = alipay::notify_sign_content(fields.iter().copied());
     let signature = key.sign(content.as_bytes()).expect("sign");
     let mut all: Vec<(&str, &str)> = fields.to_vec();
@@ -358,8 +361,8 @@ pub(crate) async fn forged_callbacks_change_nothing(backend: Backend) {
         .expect("answer");
     assert_eq!(
         forged_wechat.status(),
-        500,
-        "WeChat's protocol: FAIL is a 5xx"
+        400,
+        "a refused notify is the sender's fault: a 4xx (WeChat resends any non-2xx), never a 5xx"
     );
     let body: Value = forged_wechat.json().await.expect("json");
     assert_eq!(body["code"], "FAIL");

@@ -11,12 +11,11 @@
 //! Common parameters are read from the query string and the form body alike, as the official
 //! SDKs put them in the query string and the protocol document in the body.
 
-use std::collections::HashMap;
-
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use mideng_channel::strict::{self, Form, StrictError};
 use mideng_channel::{alipay, money};
 use serde_json::{Map, Value, json};
 
@@ -193,34 +192,24 @@ fn handle(shared: &Shared, query_string: &str, body: &[u8]) -> Answer {
     }
 }
 
-/// The parameters of the query string and the form body; a parameter given twice is illegal.
-fn parse_params(query: &str, body: &[u8]) -> Result<HashMap<String, String>, Failure> {
-    let mut params = HashMap::new();
-    for source in [query.as_bytes(), body] {
-        let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(source)
-            .map_err(|_| Failure::illegal("isv.invalid-parameter", "malformed form encoding"))?;
-        for (key, value) in pairs {
-            if params.insert(key, value).is_some() {
-                return Err(Failure::illegal(
-                    "isv.invalid-parameter",
-                    "a parameter appears twice",
-                ));
-            }
+/// The parameters of the query string and the form body, parsed once; a parameter given twice
+/// (in one of them or across both) is illegal, as is a body over the form limit.
+fn parse_params(query: &str, body: &[u8]) -> Result<Form, Failure> {
+    Form::parse_sources(&[query.as_bytes(), body]).map_err(|error| match error {
+        StrictError::Repeated(_) => {
+            Failure::illegal("isv.invalid-parameter", "a parameter appears twice")
         }
-    }
-    Ok(params)
+        _ => Failure::illegal("isv.invalid-parameter", "malformed form encoding"),
+    })
 }
 
 /// A parameter, if present and not empty (the gateway treats empty values as absent).
-fn non_empty<'a>(params: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
-    params
-        .get(key)
-        .map(String::as_str)
-        .filter(|value| !value.is_empty())
+fn non_empty<'a>(params: &'a Form, key: &str) -> Option<&'a str> {
+    params.non_empty(key)
 }
 
 /// The common parameters and the signature.
-fn authenticate(shared: &Shared, params: &HashMap<String, String>) -> Result<(), Failure> {
+fn authenticate(shared: &Shared, params: &Form) -> Result<(), Failure> {
     let config = &shared.config;
     let required = |key: &str, sub_code: &'static str| {
         non_empty(params, key).ok_or_else(|| Failure::missing(sub_code, key))
@@ -263,11 +252,7 @@ fn authenticate(shared: &Shared, params: &HashMap<String, String>) -> Result<(),
             "version must be 1.0",
         ));
     }
-    let content = alipay::request_sign_content(
-        params
-            .iter()
-            .map(|(key, value)| (key.as_str(), value.as_str())),
-    );
+    let content = alipay::request_sign_content(params.iter());
     if !config
         .alipay_merchant_public_key
         .verify(content.as_bytes(), sign)
@@ -281,11 +266,15 @@ fn authenticate(shared: &Shared, params: &HashMap<String, String>) -> Result<(),
 }
 
 /// `biz_content` as a JSON object.
-fn biz_content(params: &HashMap<String, String>) -> Result<Map<String, Value>, Failure> {
+fn biz_content(params: &Form) -> Result<Map<String, Value>, Failure> {
     let text = non_empty(params, "biz_content")
         .ok_or_else(|| Failure::missing("isv.missing-parameter", "biz_content"))?;
-    serde_json::from_str(text)
-        .map_err(|_| Failure::illegal("isv.invalid-parameter", "biz_content is not a JSON object"))
+    strict::json(text).map_err(|_| {
+        Failure::illegal(
+            "isv.invalid-parameter",
+            "biz_content is not a JSON object with unique keys",
+        )
+    })
 }
 
 /// A business field as text: a JSON string, or an integer written as a number. Empty strings
@@ -309,11 +298,7 @@ fn required_field(biz: &Map<String, Value>, name: &str) -> Result<String, Failur
 }
 
 /// `alipay.trade.precreate`.
-fn precreate(
-    shared: &Shared,
-    params: &HashMap<String, String>,
-    biz: &Map<String, Value>,
-) -> Result<Value, Failure> {
+fn precreate(shared: &Shared, params: &Form, biz: &Map<String, Value>) -> Result<Value, Failure> {
     let out_trade_no = required_field(biz, "out_trade_no")?;
     if !is_valid_out_trade_no(&out_trade_no) {
         return Err(Failure::invalid_business_parameter(

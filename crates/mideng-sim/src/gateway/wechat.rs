@@ -17,6 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use mideng_channel::keys::random_nonce;
+use mideng_channel::strict::{self, Form};
 use mideng_channel::{money, wechat};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -218,7 +219,7 @@ pub(crate) async fn create_native(
 fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result<Reply, Reply> {
     let config = &shared.config;
     authenticate(shared, "POST", uri, headers, body)?;
-    let request: NativeRequest = serde_json::from_str(body)
+    let request: NativeRequest = strict::json(body)
         .map_err(|error| Reply::param_error(format!("invalid request body: {error}")))?;
     if request.mchid != config.wechat_mchid {
         return Err(Reply::param_error("mchid does not match the Authorization"));
@@ -334,12 +335,10 @@ fn query_trade(
 ) -> Result<Reply, Reply> {
     authenticate(shared, "GET", uri, headers, "")?;
     let out_trade_no = path_out_trade_no(path)?;
-    let query: Vec<(String, String)> = serde_urlencoded::from_str(uri.query().unwrap_or_default())
-        .map_err(|_| Reply::param_error("malformed query string"))?;
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes())
+        .map_err(|_| Reply::param_error("malformed query string (or a parameter given twice)"))?;
     let mchid = query
-        .iter()
-        .find(|(key, _)| key == "mchid")
-        .map(|(_, value)| value.as_str())
+        .non_empty("mchid")
         .ok_or_else(|| Reply::param_error("mchid is required"))?;
     if mchid != shared.config.wechat_mchid {
         return Err(Reply::param_error("mchid does not match the Authorization"));
@@ -426,7 +425,7 @@ fn close_trade(
 ) -> Result<Reply, Reply> {
     authenticate(shared, "POST", uri, headers, body)?;
     let out_trade_no = path_out_trade_no(path)?;
-    let request: CloseRequest = serde_json::from_str(body)
+    let request: CloseRequest = strict::json(body)
         .map_err(|error| Reply::param_error(format!("invalid request body: {error}")))?;
     if request.mchid != shared.config.wechat_mchid {
         return Err(Reply::param_error("mchid does not match the Authorization"));

@@ -191,7 +191,10 @@ fn signed_request(
                 .body(body))
         }
         Payload::WechatJson(body) => {
-            let timestamp = at_ms.div_euclid(1000).to_string();
+            // The signing timestamp is the moment the message leaves, on the wall clock, as a
+            // receiver's five-minute freshness check sees it; the simulated clock (which may
+            // run fast or jump) schedules the deliveries and dates what they report.
+            let timestamp = crate::clock::wall_clock_ms().div_euclid(1000).to_string();
             let nonce = random_nonce(32);
             let signature = config
                 .wechat_platform_key
@@ -207,6 +210,7 @@ fn signed_request(
                 .header(wechat::HEADER_TIMESTAMP, timestamp)
                 .header(wechat::HEADER_NONCE, nonce)
                 .header(wechat::HEADER_SIGNATURE, signature)
+                .header(wechat::HEADER_SIGNATURE_TYPE, wechat::AUTHORIZATION_SCHEME)
                 .header(
                     wechat::HEADER_SERIAL,
                     config.wechat_platform_serial.as_str(),

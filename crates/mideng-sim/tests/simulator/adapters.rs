@@ -13,8 +13,8 @@ use mideng_channel::adapter::{
 use serde_json::json;
 
 use crate::harness::{
-    ALIPAY_APP_ID, API_V3_KEY, MERCHANT_SERIAL, Merchant, Received, TestSim, WECHAT_APPID,
-    WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
+    ALIPAY_APP_ID, API_V3_KEY, MERCHANT_SERIAL, Merchant, PLATFORM_SERIAL, Received, TestSim,
+    WECHAT_APPID, WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
 };
 
 fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
@@ -40,6 +40,7 @@ fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
             merchant_serial: MERCHANT_SERIAL.to_owned(),
             merchant_key: merchant_key().clone(),
             platform_public_key: channel_public_key(),
+            platform_serial: PLATFORM_SERIAL.to_owned(),
             api_v3_key: API_V3_KEY.to_owned(),
             notify_url: merchant.url.clone(),
         })
@@ -109,7 +110,7 @@ async fn alipay_round_trip_through_the_adapter() {
     assert!(paid(&channel.query_trade("PA1").await.expect("query")));
     let notify = &merchant.wait_for(1).await[0];
     let verified = channel
-        .verify_notify(&raw(notify))
+        .verify_notify(&raw(notify), wall_clock_ms())
         .expect("the adapter accepts the simulator's notify");
     assert_eq!(
         (verified.out_trade_no.as_str(), verified.amount_fen),
@@ -179,7 +180,7 @@ async fn wechat_round_trip_through_the_adapter() {
     sim.pay("PW2").await;
     let notify = &merchant.wait_for(1).await[0];
     let verified = channel
-        .verify_notify(&raw(notify))
+        .verify_notify(&raw(notify), wall_clock_ms())
         .expect("the adapter accepts and decrypts the notify");
     assert_eq!(
         (verified.out_trade_no.as_str(), verified.amount_fen),
@@ -278,7 +279,7 @@ async fn duplicate_notifies_carry_one_id_and_a_lost_one_is_found_by_query() {
         .iter()
         .map(|copy| {
             channel
-                .verify_notify(&raw(copy))
+                .verify_notify(&raw(copy), wall_clock_ms())
                 .expect("each copy verifies")
                 .notify_id
         })
@@ -325,7 +326,10 @@ async fn the_channel_takes_payment_until_its_own_expiry_and_a_late_notify_still_
     sim.pay("PL1").await;
     let notify = &merchant.wait_for(1).await[0];
     assert!(matches!(
-        channel.verify_notify(&raw(notify)).expect("verifies").state,
+        channel
+            .verify_notify(&raw(notify), wall_clock_ms())
+            .expect("verifies")
+            .state,
         NotifiedState::Paid(_)
     ));
 
@@ -362,7 +366,9 @@ async fn a_notify_can_arrive_after_a_query_already_settled_the_payment() {
     // … and the notify comes afterwards, still genuine: the consumer must treat it as a duplicate.
     sim.advance(121).await;
     let notify = &merchant.wait_for(1).await[0];
-    let verified = channel.verify_notify(&raw(notify)).expect("verifies");
+    let verified = channel
+        .verify_notify(&raw(notify), wall_clock_ms())
+        .expect("verifies");
     assert_eq!(verified.out_trade_no, "PQ1");
     sim.stop().await;
 }
