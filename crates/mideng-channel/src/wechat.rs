@@ -135,7 +135,11 @@ impl Authorization {
                 .strip_prefix('"')
                 .and_then(|value| value.strip_suffix('"'))
                 .ok_or(AuthorizationError("unquoted value"))?;
-            fields.insert(name, value.to_owned());
+            if fields.insert(name, value.to_owned()).is_some() {
+                // Two `signature=` (or `timestamp=`) fields: which one was checked would
+                // depend on the reader. Refused.
+                return Err(AuthorizationError("a field appears more than once"));
+            }
         }
         let mut take = |name: &'static str| fields.remove(name).ok_or(AuthorizationError(name));
         Ok(Self {
@@ -259,10 +263,15 @@ mod tests {
         };
         assert_eq!(
             Authorization::parse(&authorization.to_header()),
-            Ok(authorization)
+            Ok(authorization.clone())
         );
         assert!(Authorization::parse("Bearer x").is_err());
         assert!(Authorization::parse("WECHATPAY2-SHA256-RSA2048 mchid=\"1\"").is_err());
+        let doubled = format!("{},mchid=\"1230000999\"", authorization.to_header());
+        assert_eq!(
+            Authorization::parse(&doubled),
+            Err(AuthorizationError("a field appears more than once"))
+        );
     }
 
     #[test]

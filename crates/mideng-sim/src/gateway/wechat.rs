@@ -129,10 +129,13 @@ fn authenticate(
     body: &str,
 ) -> Result<(), Reply> {
     let config = &shared.config;
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .ok_or_else(|| Reply::sign_error("Http头Authorization值格式错误: missing"))?;
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let header = match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        // Two Authorization headers: which one was verified would depend on the reader.
+        _ => None,
+    }
+    .ok_or_else(|| Reply::sign_error("Http头Authorization值格式错误: missing or repeated"))?;
     let authorization = wechat::Authorization::parse(header)
         .map_err(|_| Reply::sign_error("Http头Authorization值格式错误"))?;
     if authorization.mchid != config.wechat_mchid {

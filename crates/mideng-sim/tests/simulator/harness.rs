@@ -213,6 +213,32 @@ impl TestSim {
         answer
     }
 
+    /// The `Authorization` header of a WeChat Pay call signed at `timestamp` (Unix seconds).
+    pub(crate) fn wechat_authorization(
+        method: &reqwest::Method,
+        path_and_query: &str,
+        body_text: &str,
+        timestamp: i64,
+        signing_key: &PrivateKey,
+    ) -> String {
+        let nonce = random_nonce(32);
+        let message = wechat::request_message(
+            method.as_str(),
+            path_and_query,
+            timestamp,
+            &nonce,
+            body_text,
+        );
+        wechat::Authorization {
+            mchid: WECHAT_MCHID.to_owned(),
+            nonce,
+            timestamp,
+            serial: MERCHANT_SERIAL.to_owned(),
+            signature: signing_key.sign(message.as_bytes()).expect("sign"),
+        }
+        .to_header()
+    }
+
     /// A signed WeChat Pay call with an `Authorization` timestamp of `timestamp` (Unix seconds).
     pub(crate) async fn wechat_at(
         &self,
@@ -223,25 +249,12 @@ impl TestSim {
         signing_key: &PrivateKey,
     ) -> WechatAnswer {
         let body_text = body.map(Value::to_string).unwrap_or_default();
-        let nonce = random_nonce(32);
-        let message = wechat::request_message(
-            method.as_str(),
-            path_and_query,
-            timestamp,
-            &nonce,
-            &body_text,
-        );
-        let authorization = wechat::Authorization {
-            mchid: WECHAT_MCHID.to_owned(),
-            nonce,
-            timestamp,
-            serial: MERCHANT_SERIAL.to_owned(),
-            signature: signing_key.sign(message.as_bytes()).expect("sign"),
-        };
+        let authorization =
+            Self::wechat_authorization(&method, path_and_query, &body_text, timestamp, signing_key);
         let mut request = self
             .client
             .request(method, format!("{}{path_and_query}", self.base))
-            .header("authorization", authorization.to_header());
+            .header("authorization", authorization);
         if body.is_some() {
             request = request
                 .header("content-type", "application/json")

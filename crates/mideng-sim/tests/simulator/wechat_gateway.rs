@@ -216,6 +216,32 @@ async fn requests_without_a_valid_recent_signature_are_refused_with_401() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_authorization_or_query_parameter_is_refused() {
+    let sim = TestSim::start(1).await;
+    let now = wall_clock_ms() / 1000;
+    let path = query_path("W5");
+    let genuine = TestSim::wechat_authorization(&Method::GET, &path, "", now, merchant_key());
+    let forged = format!("{genuine},mchid=\"1230000999\"");
+    for authorizations in [vec![genuine.clone(), genuine.clone()], vec![forged]] {
+        let mut request = sim.client.get(format!("{}{path}", sim.base));
+        for value in authorizations {
+            request = request.header("authorization", value);
+        }
+        let answer = TestSim::wechat_answer(request.send().await.expect("answer")).await;
+        assert_eq!(answer.status, 401, "{}", answer.body);
+        assert_eq!(answer.json["code"], "SIGN_ERROR");
+    }
+    // The signed URL itself names mchid twice: refused, though the signature covers it.
+    let doubled = format!("{path}&mchid=1230000999");
+    let answer = sim
+        .wechat_at(Method::GET, &doubled, None, now, merchant_key())
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(answer.json["code"], "PARAM_ERROR");
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_orders_get_param_errors() {
     let sim = TestSim::start(1).await;
     let mut order = native_order(&sim, "W5", 0, "http://127.0.0.1:1/notify");
