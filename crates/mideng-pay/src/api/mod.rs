@@ -8,6 +8,7 @@
 
 mod entitlements;
 pub mod error;
+mod fields;
 pub mod models;
 mod notify;
 mod ops;
