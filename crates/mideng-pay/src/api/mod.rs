@@ -6,6 +6,7 @@
 //! /v1/channels/*/notify ─► signature + merchant ─► dedup by notify id + row lock + CAS (one transaction)
 //! ```
 
+mod contract;
 mod entitlements;
 pub mod error;
 mod fields;

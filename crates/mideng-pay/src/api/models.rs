@@ -106,6 +106,7 @@ impl OrderView {
 #[serde(deny_unknown_fields)]
 pub struct TransitionBody {
     /// The target status.
+    #[schema(pattern = "^(CREATED|PAID|SHIPPED|DELIVERED|COMPLETED|CANCELED|REFUNDING|REFUNDED)$")]
     pub to: String,
 }
 
@@ -114,6 +115,7 @@ pub struct TransitionBody {
 #[serde(deny_unknown_fields)]
 pub struct CreatePayment {
     /// `alipay` or `wechat`.
+    #[schema(pattern = "^(alipay|wechat)$")]
     pub channel: String,
 }
 

@@ -124,7 +124,7 @@ async fn handle(
 
 /// Alipay's asynchronous notification (form body, RSA2). Answers `success` or `failure`.
 #[utoipa::path(
-    post, path = "/v1/channels/alipay/notify", tag = "channels",
+    post, path = "/v1/channels/alipay/notify", tag = "channels", operation_id = "alipay_notify",
     request_body(content = String, content_type = "application/x-www-form-urlencoded"),
     responses((status = 200, description = "`success`, or `failure` to be sent again", body = String))
 )]
@@ -146,7 +146,7 @@ pub(super) async fn alipay(
 /// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204, or
 /// 500 `{"code": "FAIL"}` to be sent again.
 #[utoipa::path(
-    post, path = "/v1/channels/wechat/notify", tag = "channels",
+    post, path = "/v1/channels/wechat/notify", tag = "channels", operation_id = "wechat_notify",
     request_body(content = String, content_type = "application/json"),
     responses(
         (status = 204, description = "Accepted"),

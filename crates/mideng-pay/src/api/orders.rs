@@ -52,7 +52,7 @@ fn validated(tenant: &str, body: &CreateOrder) -> Result<OrderRow, ApiError> {
 
 /// Creates an order; the same order again answers 200 with the order as it is now.
 #[utoipa::path(
-    post, path = "/v1/orders", tag = "orders",
+    post, path = "/v1/orders", tag = "orders", operation_id = "create_order",
     request_body = CreateOrder,
     responses(
         (status = 201, description = "Created", body = OrderView),
@@ -116,7 +116,7 @@ pub(super) async fn create(
 
 /// The order and its payment attempts.
 #[utoipa::path(
-    get, path = "/v1/orders/{order_id}", tag = "orders",
+    get, path = "/v1/orders/{order_id}", tag = "orders", operation_id = "show_order",
     params(("order_id" = String, Path, description = "Order id")),
     responses(
         (status = 200, body = OrderView),
@@ -140,7 +140,7 @@ pub(super) async fn show(
 
 /// Moves the order along its state machine. PAID is reached only through a payment.
 #[utoipa::path(
-    post, path = "/v1/orders/{order_id}/transitions", tag = "orders",
+    post, path = "/v1/orders/{order_id}/transitions", tag = "orders", operation_id = "transition_order",
     params(("order_id" = String, Path, description = "Order id")),
     request_body = TransitionBody,
     responses(

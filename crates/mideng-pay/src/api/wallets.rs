@@ -162,7 +162,7 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 
 /// Credits a wallet.
 #[utoipa::path(
-    post, path = "/v1/wallets/{user_id}/credit", tag = "wallets",
+    post, path = "/v1/wallets/{user_id}/credit", tag = "wallets", operation_id = "credit_wallet",
     params(
         ("user_id" = String, Path, description = "Wallet owner"),
         ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
@@ -170,7 +170,8 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
     request_body = CreditBody,
     responses(
         (status = 200, body = CreditView),
-        (status = 422, description = "invalid, or the balance would exceed its bound", body = super::ProblemBody),
+        (status = 409, description = "already-credited: the reference was credited under another key (`existing`: that credit)", body = super::ProblemBody),
+        (status = 422, description = "balance-limit: the balance would exceed its bound", body = super::ProblemBody),
     ),
     security(("api_key" = []))
 )]
@@ -244,7 +245,7 @@ pub(super) async fn credit(
 
 /// Deducts from a wallet for an order.
 #[utoipa::path(
-    post, path = "/v1/wallets/{user_id}/deduct", tag = "wallets",
+    post, path = "/v1/wallets/{user_id}/deduct", tag = "wallets", operation_id = "deduct_wallet",
     params(
         ("user_id" = String, Path, description = "Wallet owner"),
         ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
@@ -329,7 +330,7 @@ pub(super) async fn deduct(
 
 /// The wallet's balance and latest entries.
 #[utoipa::path(
-    get, path = "/v1/wallets/{user_id}", tag = "wallets",
+    get, path = "/v1/wallets/{user_id}", tag = "wallets", operation_id = "show_wallet",
     params(("user_id" = String, Path, description = "Wallet owner")),
     responses((status = 200, body = WalletView), (status = 404, body = super::ProblemBody)),
     security(("api_key" = []))
