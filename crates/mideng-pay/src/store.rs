@@ -152,19 +152,7 @@ pub struct NotifyApplied {
     pub tenant: Option<String>,
 }
 
-/// A credit's result.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CreditOutcome {
-    /// Credited: the entry and the balance after.
-    Credited {
-        /// Entry number.
-        entry_no: String,
-        /// Balance after.
-        balance_fen: i64,
-    },
-    /// The balance would exceed its bound.
-    TooLarge,
-}
+pub use crate::db::wallets::CreditOutcome;
 
 /// A wallet and its latest entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -265,8 +253,8 @@ pub trait PayStore: Send + Sync {
     /// A verified notify: dedup by its id, then the success (or close) flow, in one
     /// transaction with the dedup record.
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError>;
-    /// Credits a wallet and completes the record, if any, with `respond(outcome)` in one
-    /// transaction.
+    /// Credits a wallet (at most once per reference) and completes the record, if any, with
+    /// `respond(outcome)` in one transaction, whatever the outcome.
     async fn credit(
         &self,
         record: WalletRecord<'_>,
@@ -857,17 +845,10 @@ impl<D: PayDialect> PayStore for SqlPay<D> {
         let store = &self.store;
         let tenant_id = record.tenant();
         transaction!(self, |connection| async {
-            let outcome = match wallets::credit::<D>(
+            let outcome = wallets::credit::<D>(
                 connection, tenant_id, user_id, amount, reference, entry_no, now_ms,
             )
-            .await?
-            {
-                Ok(balance) => CreditOutcome::Credited {
-                    entry_no: entry_no.to_owned(),
-                    balance_fen: balance.fen(),
-                },
-                Err(_) => CreditOutcome::TooLarge,
-            };
+            .await?;
             let response = respond(&outcome);
             if let WalletRecord::Lease(lease) = record {
                 store.complete_in(connection, lease, &response).await?;

@@ -35,3 +35,129 @@ fn the_committed_document_matches_the_code() {
         assert!(document["paths"][path].is_object(), "{path} is documented");
     }
 }
+
+fn document() -> serde_json::Value {
+    let generated = mideng_pay::api::ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("renders");
+    serde_json::from_str(&generated).expect("JSON")
+}
+
+fn operations(document: &serde_json::Value) -> Vec<(String, &serde_json::Value)> {
+    let mut found = Vec::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("path item") {
+            found.push((format!("{} {path}", method.to_uppercase()), operation));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_operation_has_its_own_id() {
+    let document = document();
+    let mut ids: Vec<&str> = operations(&document)
+        .iter()
+        .map(|(name, operation)| {
+            operation["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name} has an operationId"))
+        })
+        .collect();
+    let count = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), count, "operationIds are unique: {ids:?}");
+}
+
+#[test]
+fn every_refusal_is_a_documented_problem_document() {
+    let document = document();
+    assert!(document["components"]["schemas"]["Problem"].is_object());
+    assert_eq!(
+        document["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+    for (name, operation) in operations(&document) {
+        let responses = operation["responses"].as_object().expect("responses");
+        for (status, response) in responses {
+            let content = response["content"].as_object();
+            if status.starts_with('4') || status.starts_with('5') {
+                if name == "POST /v1/channels/wechat/notify" || name == "GET /readyz" {
+                    continue; // WeChat Pay's own answer format; a health answer
+                }
+                let content = content.unwrap_or_else(|| panic!("{name} {status} has a body"));
+                assert_eq!(
+                    content.keys().collect::<Vec<_>>(),
+                    ["application/problem+json"],
+                    "{name} {status}"
+                );
+                assert_eq!(
+                    content["application/problem+json"]["schema"]["$ref"],
+                    "#/components/schemas/Problem",
+                    "{name} {status}"
+                );
+            }
+        }
+        if operation["security"].is_array() {
+            for status in ["401", "503"] {
+                assert!(responses.contains_key(status), "{name} documents {status}");
+            }
+        }
+        if operation["requestBody"]["content"]["application/json"].is_object()
+            && operation["security"].is_array()
+        {
+            for status in ["400", "413", "415", "422"] {
+                assert!(responses.contains_key(status), "{name} documents {status}");
+            }
+        }
+    }
+}
+
+#[test]
+fn amounts_ids_quantities_and_keys_carry_the_services_bounds() {
+    use mideng_pay::domain::ids::{ID_BYTES_MAX, ID_PATTERN};
+    use mideng_pay::domain::money::{AMOUNT_FEN_MAX, AMOUNT_FEN_MIN};
+    let document = document();
+    let schemas = &document["components"]["schemas"];
+    for schema in ["CreateOrder", "CreditBody", "DeductBody"] {
+        let amount = &schemas[schema]["properties"]["amount"];
+        assert_eq!(amount["minimum"], AMOUNT_FEN_MIN, "{schema}");
+        assert_eq!(amount["maximum"], AMOUNT_FEN_MAX, "{schema}");
+    }
+    for (schema, field) in [
+        ("CreateOrder", "order_id"),
+        ("CreateOrder", "user_id"),
+        ("EntitlementBody", "sku"),
+        ("CreditBody", "reference"),
+        ("DeductBody", "order_id"),
+    ] {
+        let id = &schemas[schema]["properties"][field];
+        assert_eq!(id["pattern"], ID_PATTERN, "{schema}.{field}");
+        assert_eq!(id["maxLength"], ID_BYTES_MAX, "{schema}.{field}");
+    }
+    let quantity = &schemas["EntitlementBody"]["properties"]["quantity"];
+    assert_eq!(
+        (&quantity["minimum"], &quantity["maximum"]),
+        (&1.into(), &1000.into())
+    );
+
+    for (name, operation) in operations(&document) {
+        for parameter in operation["parameters"].as_array().into_iter().flatten() {
+            match parameter["name"].as_str() {
+                Some("user_id" | "order_id" | "payment_no") => {
+                    assert_eq!(parameter["schema"]["pattern"], ID_PATTERN, "{name}");
+                }
+                Some("Idempotency-Key") => {
+                    assert_eq!(parameter["schema"]["maxLength"], 255, "{name}");
+                    let required = name.contains("/wallets/");
+                    assert_eq!(
+                        parameter["required"], required,
+                        "{name}: required only where required"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -84,19 +84,23 @@ macro_rules! schema_case {
                 .expect("balance");
                 assert_eq!(balance, 100);
 
-                // One debit per user + order; credits carry no order and never conflict.
-                let entry = |number: &str, kind: &str, order: &str| {
+                // One debit per user + order, one credit per user + reference; a debit's
+                // reference (its order) never collides with a credit's.
+                let entry = |number: &str, kind: &str, reference: &str, order: &str| {
                     format!(
                         "INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) \
-                         VALUES ('{tenant}-{number}', '{tenant}', 'u1', '{kind}', 10, 'r', {order}, 90, 0)"
+                         VALUES ('{tenant}-{number}', '{tenant}', 'u1', '{kind}', 10, '{reference}', {order}, 90, 0)"
                     )
                 };
-                run(entry("E1", "CREDIT", "NULL")).await.expect("credit");
-                run(entry("E2", "CREDIT", "NULL")).await.expect("another credit");
-                run(entry("E3", "DEBIT", "'o1'")).await.expect("debit");
-                let twice = run(entry("E4", "DEBIT", "'o1'")).await;
+                run(entry("E1", "CREDIT", "r1", "NULL")).await.expect("credit");
+                let credited_twice = run(entry("E2", "CREDIT", "r1", "NULL")).await;
+                assert!(credited_twice.as_ref().is_err_and(is_unique_violation), "one credit per reference");
+                run(entry("E2b", "CREDIT", "r2", "NULL")).await.expect("a credit for another reference");
+                run(entry("E3", "DEBIT", "o1", "'o1'")).await.expect("debit");
+                let twice = run(entry("E4", "DEBIT", "o1", "'o1'")).await;
                 assert!(twice.as_ref().is_err_and(is_unique_violation), "one debit per order");
-                run(entry("E5", "DEBIT", "'o2'")).await.expect("a debit for another order");
+                run(entry("E5", "DEBIT", "o2", "'o2'")).await.expect("a debit for another order");
+                run(entry("E6", "DEBIT", "r1", "'o3'")).await.expect("a debit never collides with a credit");
 
                 // One grant per payment.
                 let grant = |number: &str| {

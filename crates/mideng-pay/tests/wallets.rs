@@ -1,12 +1,13 @@
 //! Wallets under races, on every SQL dialect: concurrent deducts never overdraw and money is
-//! conserved; concurrent deducts for one order debit once; refusals change nothing.
+//! conserved; concurrent deducts for one order debit once; concurrent credits for one reference
+//! credit once; refusals change nothing.
 
 mod support;
 
 use mideng::clock::now_ms;
 use mideng::store::sql::SqlStore;
 use mideng_pay::db::PayDialect;
-use mideng_pay::db::wallets::{DeductOutcome, balance, credit, deduct};
+use mideng_pay::db::wallets::{CreditOutcome, DeductOutcome, balance, credit, deduct};
 use mideng_pay::domain::money::Amount;
 use support::unique;
 
@@ -25,9 +26,11 @@ async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(sto
         &unique("E"),
         now_ms()
     ))
-    .expect("credit")
-    .expect("within bounds");
-    assert_eq!(credited.fen(), 1000);
+    .expect("credit");
+    let CreditOutcome::Credited(credited) = credited else {
+        panic!("a first credit within bounds is credited: {credited:?}");
+    };
+    assert_eq!(credited.balance_after_fen, 1000);
 
     let tasks: Vec<_> = (0..100)
         .map(|index| {
@@ -87,8 +90,7 @@ async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlSt
         &unique("E"),
         now_ms()
     ))
-    .expect("credit")
-    .expect("bounded");
+    .expect("credit");
     let tasks: Vec<_> = (0..50)
         .map(|_| {
             let (store, tenant) = (store.clone(), tenant.clone());
@@ -150,7 +152,51 @@ async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlSt
     assert_eq!(left.fen(), 400, "a refused deduct changes nothing");
 }
 
+async fn concurrent_credits_for_one_reference_credit_once<D: PayDialect>(store: SqlStore<D>) {
+    let tenant = unique("t");
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (store, tenant) = (store.clone(), tenant.clone());
+            tokio::spawn(async move {
+                let entry = unique("C");
+                in_transaction!(store, |connection| credit::<D>(
+                    connection,
+                    &tenant,
+                    "u1",
+                    fen(250),
+                    "top-up-7",
+                    &entry,
+                    now_ms()
+                ))
+            })
+        })
+        .collect();
+    let (mut credits, mut found) = (Vec::new(), Vec::new());
+    for task in tasks {
+        match task.await.expect("task").expect("no store errors") {
+            CreditOutcome::Credited(credit) => credits.push(credit),
+            CreditOutcome::AlreadyCredited(existing) => found.push(existing),
+            CreditOutcome::TooLarge => panic!("250 fen is far below the bound"),
+        }
+    }
+    assert_eq!(credits.len(), 1, "one credit per user and reference");
+    assert_eq!(found.len(), 49);
+    assert!(
+        found.iter().all(|existing| *existing == credits[0]),
+        "the others are shown that credit"
+    );
+    let left = in_transaction!(store, |connection| balance::<D>(
+        connection,
+        &tenant,
+        "u1",
+        now_ms()
+    ))
+    .expect("balance");
+    assert_eq!(left.fen(), 250, "credited once");
+}
+
 dialect_suite!(
     concurrent_deducts_never_overdraw_and_conserve_money,
-    concurrent_deducts_for_one_order_debit_once
+    concurrent_deducts_for_one_order_debit_once,
+    concurrent_credits_for_one_reference_credit_once
 );

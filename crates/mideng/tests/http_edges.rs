@@ -528,6 +528,8 @@ mod handler_decides {
         .execute(&mut *transaction)
         .await
         .expect("insert");
+        // Long enough that racing duplicates find the key in flight.
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let answer = StoredResponse {
             status: 201,
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
@@ -545,24 +547,76 @@ mod handler_decides {
             .expect("response")
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_handler_completes_the_record_in_its_own_transaction() {
+    /// The payment route on a fresh SQLite store, with `wait` for in-flight duplicates if any.
+    async fn payment_app(wait: Option<Duration>) -> (SqliteStore, Router) {
         let store = support::sqlite_store().await;
         mideng::sqlx::raw_sql("CREATE TABLE demo_payments (payment_no TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL)")
             .execute(store.pool())
             .await
             .expect("table");
-        let config = RouteConfig::builder(Arc::new(store.clone()), "payments.create")
+        let mut config = RouteConfig::builder(Arc::new(store.clone()), "payments.create")
             .tenant(TenantSource::Fixed("t1".to_owned()))
-            .handler_decides()
-            .build()
-            .expect("config");
+            .handler_decides();
+        if let Some(wait) = wait {
+            config = config.wait_for_in_flight(wait);
+        }
         let app = Router::new()
             .route(
                 "/pay",
-                post(create_payment).route_layer(IdempotencyLayer::new(config)),
+                post(create_payment)
+                    .route_layer(IdempotencyLayer::new(config.build().expect("config"))),
             )
             .with_state(store.clone());
+        (store, app)
+    }
+
+    async fn count_payments(store: &SqliteStore) -> i64 {
+        mideng::sqlx::query_scalar("SELECT COUNT(*) FROM demo_payments")
+            .fetch_one(store.pool())
+            .await
+            .expect("count")
+    }
+
+    fn pay_request() -> Request<Body> {
+        Request::post("/pay")
+            .header("idempotency-key", "k1")
+            .body(Body::from("{}"))
+            .expect("request")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_handler_that_decides_lets_duplicates_wait_for_the_first_answer() {
+        let (store, app) = payment_app(Some(Duration::from_secs(5))).await;
+        let answers = race(20, |_| {
+            let app = app.clone();
+            async move { send(&app, pay_request()).await }
+        })
+        .await;
+        assert_eq!(count_payments(&store).await, 1, "one effect");
+        let first = answers
+            .iter()
+            .find(|(_, headers, _)| !headers.contains_key(&IDEMPOTENT_REPLAYED))
+            .expect("one request ran the handler");
+        for (status, _, body) in &answers {
+            assert_eq!(*status, StatusCode::CREATED, "no 409 while the wait lasts");
+            assert_eq!(
+                body, &first.2,
+                "every answer is the first one, byte for byte"
+            );
+        }
+        assert_eq!(
+            answers
+                .iter()
+                .filter(|(_, headers, _)| headers.contains_key(&IDEMPOTENT_REPLAYED))
+                .count(),
+            19,
+            "the rest are replays"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_handler_completes_the_record_in_its_own_transaction() {
+        let (store, app) = payment_app(None).await;
         let answers = race(20, |_| {
             let app = app.clone();
             async move {
@@ -574,11 +628,11 @@ mod handler_decides {
             }
         })
         .await;
-        let rows: i64 = mideng::sqlx::query_scalar("SELECT COUNT(*) FROM demo_payments")
-            .fetch_one(store.pool())
-            .await
-            .expect("count");
-        assert_eq!(rows, 1, "one effect for 20 concurrent requests");
+        assert_eq!(
+            count_payments(&store).await,
+            1,
+            "one effect for 20 concurrent requests"
+        );
         let created: Vec<_> = answers
             .iter()
             .filter(|(status, headers, _)| {

@@ -11,9 +11,9 @@ use crate::domain::ids::UserId;
 
 /// The user's grants, newest first (at most 100).
 #[utoipa::path(
-    get, path = "/v1/entitlements", tag = "entitlements",
+    get, path = "/v1/entitlements", tag = "entitlements", operation_id = "list_entitlements",
     params(("user_id" = String, Query, description = "The holder")),
-    responses((status = 200, body = EntitlementsView), (status = 400, body = super::ProblemBody)),
+    responses((status = 200, body = EntitlementsView), (status = 400, description = "invalid-query", body = super::ProblemBody)),
     security(("api_key" = []))
 )]
 pub(super) async fn list(

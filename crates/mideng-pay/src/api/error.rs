@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 
 /// A problem document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = Problem)]
 pub struct ProblemBody {
     /// `urn:mideng:problem:<code>`, as the toolkit's own refusals.
     #[serde(rename = "type")]

@@ -6,8 +6,10 @@
 //! /v1/channels/*/notify ─► signature + merchant ─► dedup by notify id + row lock + CAS (one transaction)
 //! ```
 
+mod contract;
 mod entitlements;
 pub mod error;
+mod fields;
 pub mod models;
 mod notify;
 mod ops;

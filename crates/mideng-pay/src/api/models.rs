@@ -8,6 +8,8 @@ use crate::db::grants::GrantRow;
 use crate::db::payments::{OrderRow, PaymentRow};
 use crate::db::wallets::EntryRow;
 
+pub use super::fields::AmountField;
+
 /// RFC 3339 (UTC, milliseconds) for a Unix-ms instant.
 pub fn rfc3339(unix_ms: i64) -> String {
     let nanos = i128::from(unix_ms) * 1_000_000;
@@ -26,12 +28,16 @@ pub fn rfc3339(unix_ms: i64) -> String {
 #[serde(deny_unknown_fields)]
 pub struct CreateOrder {
     /// Unique per tenant: the business key that makes creation idempotent.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub order_id: String,
     /// The buyer.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub user_id: String,
     /// Fen, 1 ..= 10^10.
-    pub amount: i64,
+    #[schema(value_type = i64, minimum = 1, maximum = 10_000_000_000_i64)]
+    pub amount: AmountField,
     /// `CNY`.
+    #[schema(pattern = "^CNY$")]
     pub currency: String,
     /// What paying the order grants.
     #[serde(default)]
@@ -43,8 +49,10 @@ pub struct CreateOrder {
 #[serde(deny_unknown_fields)]
 pub struct EntitlementBody {
     /// Stock-keeping unit.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub sku: String,
     /// 1 ..= 1000.
+    #[schema(minimum = 1, maximum = 1000)]
     pub quantity: u32,
 }
 
@@ -98,6 +106,7 @@ impl OrderView {
 #[serde(deny_unknown_fields)]
 pub struct TransitionBody {
     /// The target status.
+    #[schema(pattern = "^(CREATED|PAID|SHIPPED|DELIVERED|COMPLETED|CANCELED|REFUNDING|REFUNDED)$")]
     pub to: String,
 }
 
@@ -106,6 +115,7 @@ pub struct TransitionBody {
 #[serde(deny_unknown_fields)]
 pub struct CreatePayment {
     /// `alipay` or `wechat`.
+    #[schema(pattern = "^(alipay|wechat)$")]
     pub channel: String,
 }
 
@@ -170,17 +180,22 @@ pub struct TokenView {
 #[serde(deny_unknown_fields)]
 pub struct CreditBody {
     /// Fen, 1 ..= 10^10.
-    pub amount: i64,
-    /// The caller's reference (top-up id).
+    #[schema(value_type = i64, minimum = 1, maximum = 10_000_000_000_i64)]
+    pub amount: AmountField,
+    /// The caller's reference (top-up id): the credit's business key, one credit per user and
+    /// reference whatever the `Idempotency-Key`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub reference: String,
 }
 
-/// A credit's answer.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+/// A credit's answer (also the `existing` credit of a 409 `already-credited`).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
 pub struct CreditView {
     /// Ledger entry.
     pub entry_no: String,
-    /// Balance after the credit, fen.
+    /// The amount credited, fen.
+    pub amount: i64,
+    /// Balance right after the credit, fen.
     pub balance: i64,
 }
 
@@ -189,9 +204,11 @@ pub struct CreditView {
 #[serde(deny_unknown_fields)]
 pub struct DeductBody {
     /// The order paid from the wallet: at most one debit per user and order.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$", min_length = 1, max_length = 64)]
     pub order_id: String,
     /// Fen, 1 ..= 10^10.
-    pub amount: i64,
+    #[schema(value_type = i64, minimum = 1, maximum = 10_000_000_000_i64)]
+    pub amount: AmountField,
 }
 
 /// A deduction.

@@ -125,9 +125,20 @@ async fn handle(
     answer(channel.answer(verdict))
 }
 
+/// WeChat Pay's failure answer (the channel reads only the status; the body is for people).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // Documents the body that `WechatChannel::answer` writes.
+pub(super) struct WechatNotifyFailure {
+    /// Always `FAIL`.
+    #[schema(pattern = "^FAIL$")]
+    code: String,
+    /// What went wrong, briefly.
+    message: String,
+}
+
 /// Alipay's asynchronous notification (form body, RSA2). Answers `success` or `failure`.
 #[utoipa::path(
-    post, path = "/v1/channels/alipay/notify", tag = "channels",
+    post, path = "/v1/channels/alipay/notify", tag = "channels", operation_id = "alipay_notify",
     request_body(content = String, content_type = "application/x-www-form-urlencoded"),
     responses((status = 200, description = "`success`, or `failure` to be sent again", body = String))
 )]
@@ -150,12 +161,12 @@ pub(super) async fn alipay(
 /// `{"code": "FAIL"}` for a notify that is refused; 500 `{"code": "FAIL"}` when we could not
 /// process it now (it is sent again).
 #[utoipa::path(
-    post, path = "/v1/channels/wechat/notify", tag = "channels",
+    post, path = "/v1/channels/wechat/notify", tag = "channels", operation_id = "wechat_notify",
     request_body(content = String, content_type = "application/json"),
     responses(
         (status = 204, description = "Accepted"),
-        (status = 400, description = "`{\"code\":\"FAIL\"}`: the notify is refused (signature, serial, timestamp, merchant, not ours, malformed)"),
-        (status = 500, description = "`{\"code\":\"FAIL\"}`: not processed now, send again"),
+        (status = 400, description = "The notify is refused (signature, serial, timestamp, merchant, not ours, malformed)", body = WechatNotifyFailure, content_type = "application/json"),
+        (status = 500, description = "Not processed now: send it again", body = WechatNotifyFailure, content_type = "application/json"),
     )
 )]
 pub(super) async fn wechat(

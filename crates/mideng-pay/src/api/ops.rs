@@ -10,6 +10,7 @@ use mideng::http::Tenant;
 use mideng::{IdempotencyKey, Scope};
 use utoipa::OpenApi;
 
+use super::contract::Contract;
 use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
 use super::{ApiError, AppState, operation};
 
@@ -28,26 +29,13 @@ const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
         super::entitlements::list,
     ),
-    modifiers(&BearerAuth)
+    modifiers(&Contract)
 )]
 pub struct ApiDoc;
 
-struct BearerAuth;
-
-impl utoipa::Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "api_key",
-            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
-        );
-    }
-}
-
 /// Issues a one-time submit token for creating a payment.
 #[utoipa::path(
-    post, path = "/v1/tokens", tag = "tokens",
+    post, path = "/v1/tokens", tag = "tokens", operation_id = "issue_token",
     responses((status = 201, body = TokenView), (status = 503, body = super::ProblemBody)),
     security(("api_key" = []))
 )]
@@ -77,12 +65,16 @@ pub(super) async fn issue_token(
 
 /// An idempotency record of the caller's tenant.
 #[utoipa::path(
-    get, path = "/v1/idempotency-keys/{key}", tag = "idempotency",
+    get, path = "/v1/idempotency-keys/{key}", tag = "idempotency", operation_id = "inspect_idempotency_key",
     params(
-        ("key" = String, Path, description = "The Idempotency-Key"),
-        ("operation" = String, Query, description = "payment.create, wallet.credit, wallet.deduct"),
+        ("key" = String, Path, description = "The Idempotency-Key", min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$"),
+        ("operation" = String, Query, description = "payment.create, wallet.credit, wallet.deduct", min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.:-]{1,64}$"),
     ),
-    responses((status = 200, body = RecordView), (status = 404, body = super::ProblemBody)),
+    responses(
+        (status = 200, body = RecordView),
+        (status = 400, description = "idempotency-key-malformed, invalid-query", body = super::ProblemBody),
+        (status = 404, description = "not-found", body = super::ProblemBody),
+    ),
     security(("api_key" = []))
 )]
 pub(super) async fn inspect_key(
@@ -113,7 +105,7 @@ pub(super) async fn inspect_key(
 }
 
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, body = HealthView)))]
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "healthz", responses((status = 200, body = HealthView)))]
 pub(super) async fn healthz() -> axum::Json<HealthView> {
     axum::Json(HealthView {
         status: "ok".to_owned(),
@@ -122,7 +114,7 @@ pub(super) async fn healthz() -> axum::Json<HealthView> {
 
 /// Readiness: the database answers.
 #[utoipa::path(
-    get, path = "/readyz", tag = "ops",
+    get, path = "/readyz", tag = "ops", operation_id = "readyz",
     responses((status = 200, body = HealthView), (status = 503, body = HealthView))
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {

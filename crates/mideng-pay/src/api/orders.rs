@@ -8,30 +8,29 @@ use mideng::Fingerprint;
 use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
 use mideng::state::StateMachine;
 
+use super::fields::identifier;
 use super::models::{CreateOrder, OrderView, TransitionBody};
 use super::{ApiError, ApiJson, AppState, decision, operation};
 use crate::db::payments::{OrderInsert, OrderRow};
 use crate::domain::ids::{OrderId, Sku, UserId};
-use crate::domain::money::{Amount, Currency};
+use crate::domain::money::Currency;
 use crate::domain::order::{Entitlement, OrderStatus};
 use crate::store::OrderTransition;
 
 /// Checks a create-order body; the row to insert.
 fn validated(tenant: &str, body: &CreateOrder) -> Result<OrderRow, ApiError> {
-    let invalid = |error: &dyn std::fmt::Display| {
-        ApiError::unprocessable("invalid-request", error.to_string())
-    };
-    let order_id = OrderId::parse(&body.order_id).map_err(|error| invalid(&error))?;
-    let user_id = UserId::parse(&body.user_id).map_err(|error| invalid(&error))?;
-    let amount = Amount::new(body.amount).map_err(|error| invalid(&error))?;
+    let order_id = identifier(OrderId::parse(&body.order_id))?;
+    let user_id = identifier(UserId::parse(&body.user_id))?;
+    let amount = body.amount.parse()?;
     let currency = Currency::parse(&body.currency)
         .map_err(|error| ApiError::unprocessable("unsupported-currency", error.to_string()))?;
     let entitlement = body
         .entitlement
         .as_ref()
         .map(|entitlement| {
-            let sku = Sku::parse(&entitlement.sku).map_err(|error| invalid(&error))?;
-            Entitlement::new(sku, entitlement.quantity).map_err(|error| invalid(&error))
+            let sku = identifier(Sku::parse(&entitlement.sku))?;
+            Entitlement::new(sku, entitlement.quantity)
+                .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))
         })
         .transpose()?;
     let canonical = serde_json::to_value(body).unwrap_or_default();
@@ -53,7 +52,7 @@ fn validated(tenant: &str, body: &CreateOrder) -> Result<OrderRow, ApiError> {
 
 /// Creates an order; the same order again answers 200 with the order as it is now.
 #[utoipa::path(
-    post, path = "/v1/orders", tag = "orders",
+    post, path = "/v1/orders", tag = "orders", operation_id = "create_order",
     request_body = CreateOrder,
     responses(
         (status = 201, description = "Created", body = OrderView),
@@ -117,7 +116,7 @@ pub(super) async fn create(
 
 /// The order and its payment attempts.
 #[utoipa::path(
-    get, path = "/v1/orders/{order_id}", tag = "orders",
+    get, path = "/v1/orders/{order_id}", tag = "orders", operation_id = "show_order",
     params(("order_id" = String, Path, description = "Order id")),
     responses(
         (status = 200, body = OrderView),
@@ -141,7 +140,7 @@ pub(super) async fn show(
 
 /// Moves the order along its state machine. PAID is reached only through a payment.
 #[utoipa::path(
-    post, path = "/v1/orders/{order_id}/transitions", tag = "orders",
+    post, path = "/v1/orders/{order_id}/transitions", tag = "orders", operation_id = "transition_order",
     params(("order_id" = String, Path, description = "Order id")),
     request_body = TransitionBody,
     responses(

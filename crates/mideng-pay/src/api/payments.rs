@@ -202,7 +202,7 @@ async fn settle_refused(
 
 /// Creates a payment attempt for an order, or answers the order's pending one.
 #[utoipa::path(
-    post, path = "/v1/orders/{order_id}/payments", tag = "payments",
+    post, path = "/v1/orders/{order_id}/payments", tag = "payments", operation_id = "create_payment",
     params(
         ("order_id" = String, Path, description = "Order id"),
         ("Idempotency-Token" = Option<String>, Header, description = "One-time token from POST /v1/tokens (required unless disabled)"),
@@ -363,7 +363,7 @@ async fn own_payment(
 
 /// A payment attempt.
 #[utoipa::path(
-    get, path = "/v1/payments/{payment_no}", tag = "payments",
+    get, path = "/v1/payments/{payment_no}", tag = "payments", operation_id = "show_payment",
     params(("payment_no" = String, Path, description = "Payment number")),
     responses((status = 200, body = PaymentView), (status = 404, body = super::ProblemBody)),
     security(("api_key" = []))
@@ -380,7 +380,7 @@ pub(super) async fn show(
 /// Closes a pending payment: at the channel first, then locally. Closing a closed payment
 /// answers 200 again.
 #[utoipa::path(
-    post, path = "/v1/payments/{payment_no}/close", tag = "payments",
+    post, path = "/v1/payments/{payment_no}/close", tag = "payments", operation_id = "close_payment",
     params(("payment_no" = String, Path, description = "Payment number")),
     responses(
         (status = 200, description = "Closed (now or before)", body = PaymentView),

@@ -1,7 +1,9 @@
 //! Wallets: credit and deduct under a required `Idempotency-Key`, each in one transaction with
 //! its idempotency record, so that the money moves and the answer is stored together or not at
-//! all. Refusals a retry would repeat (insufficient funds, the order already debited) are
-//! stored and replayed like successes.
+//! all. Each has a business key besides the request's key — a deduct one debit per user and
+//! order, a credit one credit per user and reference — held by a unique index; a second
+//! operation under another key is answered 409 naming the first. Refusals a retry would repeat
+//! (insufficient funds, the business key taken) are stored and replayed like successes.
 //!
 //! With the idempotency machinery off ([`super::PaymentSettings::idempotency`], for measuring
 //! its cost only) the routes have no layer: the same transaction runs without a record, and
@@ -16,12 +18,12 @@ use mideng::clock;
 use mideng::http::{IdempotencyDecision, Tenant};
 use mideng::record::{Decision, StoredResponse};
 
+use super::fields::identifier;
 use super::models::{CreditBody, CreditView, DeductBody, DeductionView, EntryView, WalletView};
 use super::{ApiError, AppState, decision, operation};
-use crate::db::wallets::{Debit, DeductOutcome};
-use crate::domain::ids::{OrderId, UserId, new_number};
-use crate::domain::money::Amount;
-use crate::store::{CreditOutcome, WalletRecord};
+use crate::db::wallets::{Credit, CreditOutcome, Debit, DeductOutcome};
+use crate::domain::ids::{OrderId, Reference, UserId, new_number};
+use crate::store::WalletRecord;
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
     StoredResponse {
@@ -160,7 +162,7 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 
 /// Credits a wallet.
 #[utoipa::path(
-    post, path = "/v1/wallets/{user_id}/credit", tag = "wallets",
+    post, path = "/v1/wallets/{user_id}/credit", tag = "wallets", operation_id = "credit_wallet",
     params(
         ("user_id" = String, Path, description = "Wallet owner"),
         ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
@@ -168,7 +170,8 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
     request_body = CreditBody,
     responses(
         (status = 200, body = CreditView),
-        (status = 422, description = "invalid, or the balance would exceed its bound", body = super::ProblemBody),
+        (status = 409, description = "already-credited: the reference was credited under another key (`existing`: that credit)", body = super::ProblemBody),
+        (status = 422, description = "balance-limit: the balance would exceed its bound", body = super::ProblemBody),
     ),
     security(("api_key" = []))
 )]
@@ -180,34 +183,30 @@ pub(super) async fn credit(
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
-        let user_id = UserId::parse(&user_id)
-            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
+        let user_id = identifier(UserId::parse(&user_id))?;
         let body: CreditBody = parse_body(&body)?;
-        let amount = Amount::new(body.amount)
-            .map_err(|error| ApiError::unprocessable("invalid-amount", error.to_string()))?;
-        if body.reference.is_empty() || body.reference.len() > 64 {
-            return Err(ApiError::unprocessable(
-                "invalid-request",
-                "reference must be 1 to 64 bytes",
-            ));
-        }
-        Ok((user_id, amount, body.reference))
+        let amount = body.amount.parse()?;
+        let reference = identifier(Reference::parse(&body.reference))?;
+        Ok((user_id, amount, reference))
     })();
+    let view = |credit: &Credit| CreditView {
+        entry_no: credit.entry_no.clone(),
+        amount: credit.amount_fen,
+        balance: credit.balance_after_fen,
+    };
     let respond = |outcome: &CreditOutcome| match outcome {
-        CreditOutcome::Credited {
-            entry_no,
-            balance_fen,
-        } => stored_json(
-            StatusCode::OK,
-            &CreditView {
-                entry_no: entry_no.clone(),
-                balance: *balance_fen,
-            },
-        ),
+        CreditOutcome::Credited(credit) => stored_json(StatusCode::OK, &view(credit)),
         CreditOutcome::TooLarge => stored_problem(&ApiError::unprocessable(
             "balance-limit",
             "the balance would exceed its bound",
         )),
+        CreditOutcome::AlreadyCredited(credit) => stored_problem(
+            &ApiError::conflict(
+                "already-credited",
+                "this reference was credited under another key",
+            )
+            .with_existing(view(credit)),
+        ),
     };
     keyed(
         &state,
@@ -221,15 +220,15 @@ pub(super) async fn credit(
                     record_of(lease.as_ref(), &tenant),
                     user_id.as_str(),
                     amount,
-                    &reference,
+                    reference.as_str(),
                     &entry_no,
                     &respond,
                 )
                 .await?;
-            let label = if stored.status == 200 {
-                "credited"
-            } else {
-                "refused"
+            let label = match stored.status {
+                200 => "credited",
+                409 => "already_credited",
+                _ => "refused",
             };
             decision(
                 "constraint",
@@ -246,7 +245,7 @@ pub(super) async fn credit(
 
 /// Deducts from a wallet for an order.
 #[utoipa::path(
-    post, path = "/v1/wallets/{user_id}/deduct", tag = "wallets",
+    post, path = "/v1/wallets/{user_id}/deduct", tag = "wallets", operation_id = "deduct_wallet",
     params(
         ("user_id" = String, Path, description = "Wallet owner"),
         ("Idempotency-Key" = String, Header, description = "Required: a retry replays the first answer"),
@@ -267,13 +266,10 @@ pub(super) async fn deduct(
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
-        let user_id = UserId::parse(&user_id)
-            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
+        let user_id = identifier(UserId::parse(&user_id))?;
         let body: DeductBody = parse_body(&body)?;
-        let order_id = OrderId::parse(&body.order_id)
-            .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))?;
-        let amount = Amount::new(body.amount)
-            .map_err(|error| ApiError::unprocessable("invalid-amount", error.to_string()))?;
+        let order_id = identifier(OrderId::parse(&body.order_id))?;
+        let amount = body.amount.parse()?;
         Ok((user_id, order_id, amount))
     })();
     let view = |debit: &Debit| DeductionView {
@@ -334,7 +330,7 @@ pub(super) async fn deduct(
 
 /// The wallet's balance and latest entries.
 #[utoipa::path(
-    get, path = "/v1/wallets/{user_id}", tag = "wallets",
+    get, path = "/v1/wallets/{user_id}", tag = "wallets", operation_id = "show_wallet",
     params(("user_id" = String, Path, description = "Wallet owner")),
     responses((status = 200, body = WalletView), (status = 404, body = super::ProblemBody)),
     security(("api_key" = []))

@@ -3,7 +3,8 @@
 //! The schema lives in `migrations/<dialect>/`. Each dialect holds the invariants of
 //! `docs/design.md` §5 that a database can hold: one PENDING and at most one PAID payment per
 //! order (partial unique indexes; on MySQL, generated flags under unique indexes), balances
-//! never negative (CHECK), one debit per user + order, one grant per payment. The service's
+//! never negative (CHECK), one debit per user + order, one credit per user + reference, one grant
+//! per payment. The service's
 //! bookkeeping table is `mideng_pay_migrations`, apart from the toolkit's.
 
 pub mod grants;
@@ -28,11 +29,18 @@ fn failed(error: sqlx::migrate::MigrateError) -> StoreError {
 pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
     versioned_migrator(
         MIGRATIONS_TABLE,
-        &[(
-            1,
-            "service",
-            include_str!("../../migrations/postgres/0001_service.sql"),
-        )],
+        &[
+            (
+                1,
+                "service",
+                include_str!("../../migrations/postgres/0001_service.sql"),
+            ),
+            (
+                2,
+                "one credit per reference",
+                include_str!("../../migrations/postgres/0002_one_credit_per_reference.sql"),
+            ),
+        ],
     )
     .run(pool)
     .await
@@ -45,11 +53,18 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
 pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
     let migrator = versioned_migrator(
         MIGRATIONS_TABLE,
-        &[(
-            1,
-            "service",
-            include_str!("../../migrations/mysql/0001_service.sql"),
-        )],
+        &[
+            (
+                1,
+                "service",
+                include_str!("../../migrations/mysql/0001_service.sql"),
+            ),
+            (
+                2,
+                "one credit per reference",
+                include_str!("../../migrations/mysql/0002_one_credit_per_reference.sql"),
+            ),
+        ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
 }
@@ -58,11 +73,18 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
 pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
     versioned_migrator(
         MIGRATIONS_TABLE,
-        &[(
-            1,
-            "service",
-            include_str!("../../migrations/sqlite/0001_service.sql"),
-        )],
+        &[
+            (
+                1,
+                "service",
+                include_str!("../../migrations/sqlite/0001_service.sql"),
+            ),
+            (
+                2,
+                "one credit per reference",
+                include_str!("../../migrations/sqlite/0002_one_credit_per_reference.sql"),
+            ),
+        ],
     )
     .run(pool)
     .await

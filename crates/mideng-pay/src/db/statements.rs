@@ -23,6 +23,7 @@ pub struct PayStatements {
     pub(crate) wallet_set_balance: &'static str,
     pub(crate) entry_insert: &'static str,
     pub(crate) entry_select_debit: &'static str,
+    pub(crate) entry_select_credit: &'static str,
     pub(crate) tenant_insert: &'static str,
     pub(crate) tenant_set_key: &'static str,
     pub(crate) tenant_select_by_key: &'static str,
@@ -91,6 +92,10 @@ macro_rules! statements {
             entry_select_debit: concat!(
                 "SELECT entry_no, amount, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
                 " AND user_id = ", $p2, " AND order_id = ", $p3, " AND kind = 'DEBIT'"
+            ),
+            entry_select_credit: concat!(
+                "SELECT entry_no, amount, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = ", $p1,
+                " AND user_id = ", $p2, " AND reference = ", $p3, " AND kind = 'CREDIT'"
             ),
             tenant_insert: concat!(
                 $insert, " pay_tenants (tenant_id, api_key_hash, created_at) VALUES (", $p1, ", ", $p2, ", ", $p3, ")", $conflict

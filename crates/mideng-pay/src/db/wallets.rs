@@ -4,15 +4,17 @@
 //! a retried request replays instead of moving money again). The wallet row is locked for the
 //! whole operation, the new balance is computed with checked arithmetic
 //! ([`crate::domain::money::Balance`]), and the database's CHECK refuses a negative balance
-//! should anything get past that. A deduct for an order that was debited already (under
-//! another key) finds that debit instead: the unique debit-per-order key decides.
+//! should anything get past that. Each operation has a business key besides the request's
+//! `Idempotency-Key`: a deduct for an order that was debited already (under another key) finds
+//! that debit instead, and a credit whose reference was credited already finds that credit; the
+//! unique debit-per-order and credit-per-reference indexes decide.
 
 use mideng::StoreError;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
 
 use super::statements::PayDialect;
-use crate::domain::money::{Amount, Balance, MoneyError};
+use crate::domain::money::{Amount, Balance};
 
 /// A debit as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +27,30 @@ pub struct Debit {
     pub balance_after_fen: i64,
     /// When (Unix ms).
     pub created_at_ms: i64,
+}
+
+/// A credit as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credit {
+    /// The ledger entry.
+    pub entry_no: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// Balance right after it.
+    pub balance_after_fen: i64,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+}
+
+/// What a credit did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreditOutcome {
+    /// Credited.
+    Credited(Credit),
+    /// The balance would exceed its bound; nothing changed.
+    TooLarge,
+    /// This reference was credited before (under another key): that credit. Nothing changed.
+    AlreadyCredited(Credit),
 }
 
 /// What a deduct did.
@@ -114,7 +140,8 @@ struct Entry<'a> {
     now_ms: i64,
 }
 
-/// Inserts an entry; false when the debit-per-order key (or the entry number) exists already.
+/// Inserts an entry; false when the debit-per-order or credit-per-reference key (or the entry
+/// number) exists already.
 async fn insert_entry<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     entry: &Entry<'_>,
@@ -139,7 +166,37 @@ async fn insert_entry<D: PayDialect>(
     Ok(inserted == 1)
 }
 
-/// Credits `amount` to the user's wallet; the balance after.
+/// The credit recorded for the user's reference, if any.
+pub async fn find_credit<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    reference: &str,
+) -> Result<Option<Credit>, StoreError> {
+    let row = connection
+        .row(
+            D::pay_statements().entry_select_credit,
+            &[
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+                Arg::Text(reference),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    row.map(|row| {
+        Ok(Credit {
+            entry_no: row.text(0).map_err(read)?,
+            amount_fen: row.int(1).map_err(read)?,
+            balance_after_fen: row.int(2).map_err(read)?,
+            created_at_ms: row.int(3).map_err(read)?,
+        })
+    })
+    .transpose()
+}
+
+/// Credits `amount` to the user's wallet under `reference`: at most one credit per user and
+/// reference, never above the balance's bound.
 pub async fn credit<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
@@ -148,11 +205,15 @@ pub async fn credit<D: PayDialect>(
     reference: &str,
     entry_no: &str,
     now_ms: i64,
-) -> Result<Result<Balance, MoneyError>, StoreError> {
+) -> Result<CreditOutcome, StoreError> {
     let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
-    let after = match balance.credit(amount) {
-        Ok(after) => after,
-        Err(refusal) => return Ok(Err(refusal)),
+    // Under the wallet lock no other credit of this user runs, so an existing credit for the
+    // reference is final and a missing one cannot appear before ours.
+    if let Some(existing) = find_credit::<D>(connection, tenant_id, user_id, reference).await? {
+        return Ok(CreditOutcome::AlreadyCredited(existing));
+    }
+    let Ok(after) = balance.credit(amount) else {
+        return Ok(CreditOutcome::TooLarge);
     };
     let entry = Entry {
         entry_no,
@@ -166,10 +227,18 @@ pub async fn credit<D: PayDialect>(
         now_ms,
     };
     if !insert_entry::<D>(connection, &entry).await? {
-        return Err(StoreError::Conflict("entry number taken".to_owned()));
+        // The entry number, or the credit key under the wallet lock: retried whole.
+        return Err(StoreError::Conflict(
+            "entry number or credit key taken".to_owned(),
+        ));
     }
     set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
-    Ok(Ok(after))
+    Ok(CreditOutcome::Credited(Credit {
+        entry_no: entry_no.to_owned(),
+        amount_fen: amount.fen(),
+        balance_after_fen: after.fen(),
+        created_at_ms: now_ms,
+    }))
 }
 
 /// The debit recorded for the user's order, if any.

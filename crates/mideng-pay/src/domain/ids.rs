@@ -1,7 +1,10 @@
-//! Identifiers chosen by clients (order, user, SKU) and payment numbers chosen by the service.
+//! Identifiers chosen by clients (order, user, SKU, credit reference) and payment numbers chosen
+//! by the service.
 //!
-//! Client identifiers are 1 to 64 bytes of letters, digits, `_` and `-`: they appear in URLs,
-//! in channel parameters and in database keys, so anything wider is refused at the edge.
+//! Client identifiers are 1 to 64 bytes of letters, digits, `_` and `-` ([`ID_PATTERN`]): they
+//! appear in URLs, in channel parameters, in database keys and in logs, so anything wider — NUL,
+//! control characters, bidirectional overrides such as U+202E, spaces, non-ASCII — is refused at
+//! the edge by this one rule.
 //! Payment numbers are the channels' `out_trade_no`: `P`, the creation time to the second, and
 //! 48 random bits — 27 characters, within WeChat Pay's 6 to 32 and Alipay's 64.
 
@@ -10,6 +13,9 @@ use thiserror::Error;
 
 /// Longest client identifier.
 pub const ID_BYTES_MAX: usize = 64;
+
+/// The rule every client identifier follows, as the OpenAPI document states it.
+pub const ID_PATTERN: &str = "^[A-Za-z0-9_-]{1,64}$";
 
 /// An identifier that breaks the rules.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -68,6 +74,12 @@ identifier!(
     Sku,
     "sku"
 );
+identifier!(
+    /// A credit's reference (the caller's top-up id): the credit's business key, one credit
+    /// per tenant, user and reference.
+    Reference,
+    "reference"
+);
 
 /// A fresh number for a ledger entry or grant: `prefix`, the UTC time to the second, and 48
 /// random bits (27 characters).
@@ -117,13 +129,34 @@ mod tests {
     fn client_identifiers_are_short_and_url_safe() {
         assert!(OrderId::parse("o-1001_A").is_ok());
         assert!(OrderId::parse(&"o".repeat(64)).is_ok());
-        for bad in ["", "o 1", "o/1", "订单", &"o".repeat(65), "o%20"] {
+        for bad in [
+            "",
+            "o 1",
+            "o/1",
+            "订单",
+            &"o".repeat(65),
+            "o%20",
+            "o\u{0}1",
+            "o\n1",
+            "o\u{7f}",
+            "o\u{202e}1",
+        ] {
             assert_eq!(
                 OrderId::parse(bad),
                 Err(IdError { what: "order_id" }),
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn every_client_identifier_follows_the_documented_pattern() {
+        assert_eq!(ID_PATTERN, format!("^[A-Za-z0-9_-]{{1,{ID_BYTES_MAX}}}$"));
+        assert_eq!(
+            Reference::parse("top\u{0}up"),
+            Err(IdError { what: "reference" })
+        );
+        assert!(Reference::parse("top-up_1").is_ok());
     }
 
     #[test]

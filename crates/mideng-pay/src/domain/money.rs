@@ -7,8 +7,11 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Largest single amount: 100 000 000 yuan, the channels' own limit.
-pub const AMOUNT_FEN_MAX: i64 = 10_000_000_000;
+/// Largest single amount: 100 000 000 yuan, the channels' own limit. The channel crate's
+/// constant itself, so that the service can never accept an amount a channel refuses.
+pub use mideng_channel::money::AMOUNT_FEN_MAX;
+/// Smallest single amount: 1 fen.
+pub use mideng_channel::money::AMOUNT_FEN_MIN;
 
 /// Largest wallet balance: a thousand times the largest amount, far below `i64::MAX`, so that
 /// sums of balances stay exact too.
@@ -19,7 +22,7 @@ pub const BALANCE_FEN_MAX: i64 = 1_000 * AMOUNT_FEN_MAX;
 #[non_exhaustive]
 pub enum MoneyError {
     /// An amount is zero, negative or above [`AMOUNT_FEN_MAX`].
-    #[error("amount must be 1 to {AMOUNT_FEN_MAX} fen, got {0}")]
+    #[error("amount must be an integer of {AMOUNT_FEN_MIN} to {AMOUNT_FEN_MAX} fen, got {0}")]
     AmountOutOfRange(i64),
     /// A currency other than CNY.
     #[error("currency must be CNY")]
@@ -70,7 +73,7 @@ pub struct Amount(i64);
 impl Amount {
     /// Validates an amount.
     pub fn new(fen: i64) -> Result<Self, MoneyError> {
-        if (1..=AMOUNT_FEN_MAX).contains(&fen) {
+        if (AMOUNT_FEN_MIN..=AMOUNT_FEN_MAX).contains(&fen) {
             Ok(Self(fen))
         } else {
             Err(MoneyError::AmountOutOfRange(fen))

@@ -9,24 +9,31 @@ pub(crate) async fn bad_input_is_a_problem_and_writes_nothing(backend: Backend) 
     let cases: Vec<(&str, String, u16, &str)> = vec![
         ("/v1/orders", "{not json".into(), 400, "malformed-json"),
         ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":1,"currency":"CNY","extra":1}"#.into(), 422, "invalid-request"),
-        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":-5,"currency":"CNY"}"#.into(), 422, "invalid-request"),
-        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":100000000000000000000000,"currency":"CNY"}"#.into(), 422, "invalid-request"),
-        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":10000000001,"currency":"CNY"}"#.into(), 422, "invalid-request"),
+        // Every wrong amount, on every route, is the same refusal.
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":-5,"currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":0,"currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":100000000000000000000000,"currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":10000000001,"currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":"100","currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/wallets/u-bad/credit", r#"{"amount":1.5,"reference":"r"}"#.into(), 422, "invalid-amount"),
+        ("/v1/wallets/u-bad/deduct", r#"{"order_id":"o-1","amount":100000000000000000000000}"#.into(), 422, "invalid-amount"),
         ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":100,"currency":"USD"}"#.into(), 422, "unsupported-currency"),
         ("/v1/orders", r#"{"order_id":"o x","user_id":"u","amount":100,"currency":"CNY"}"#.into(), 422, "invalid-request"),
-        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":1.5,"currency":"CNY"}"#.into(), 422, "invalid-request"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":1.5,"currency":"CNY"}"#.into(), 422, "invalid-amount"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":1,"currency":"CNY","entitlement":{"sku":"s","quantity":0}}"#.into(), 422, "invalid-request"),
+        ("/v1/orders", r#"{"order_id":"o-x","user_id":"u","amount":1,"currency":"CNY","entitlement":{"sku":"s","quantity":1001}}"#.into(), 422, "invalid-request"),
         ("/v1/orders", format!(r#"{{"order_id":"{}"}}"#, "x".repeat(70_000)), 413, "payload-too-large"),
         ("/v1/wallets/u-bad/deduct", r#"{"order_id":"o-1","amount":-1}"#.into(), 422, "invalid-amount"),
         ("/v1/wallets/u-bad/credit", r#"{"amount":9223372036854775807,"reference":"r"}"#.into(), 422, "invalid-amount"),
         ("/v1/orders/o-x/transitions", r#"{"to":"FLYING"}"#.into(), 422, "invalid-request"),
     ];
-    for (path, body, status, code) in cases {
+    for (index, (path, body, status, code)) in cases.into_iter().enumerate() {
         let answer = service
             .send(
                 reqwest::Method::POST,
                 path,
                 Some(body.as_bytes().to_vec()),
-                &[("Idempotency-Key", "k-bad")],
+                &[("Idempotency-Key", &format!("k-bad-{index}"))],
             )
             .await;
         assert_eq!(
@@ -38,6 +45,75 @@ pub(crate) async fn bad_input_is_a_problem_and_writes_nothing(backend: Backend) 
         );
         assert_eq!(answer.code(), code, "{path}");
     }
+    // Hostile identifiers — NUL, control characters, a right-to-left override, spaces,
+    // non-ASCII, over 64 bytes — are refused by the one identifier rule, naming the field.
+    let hostile = [
+        "r\\u0000x",
+        "r\\u001bx",
+        "r\\nx",
+        "r\\u007fx",
+        "r\\u202ex",
+        "r x",
+        "ré",
+        "",
+    ];
+    let long = "r".repeat(65);
+    for (index, text) in hostile.iter().copied().chain([long.as_str()]).enumerate() {
+        let cases = [
+            (
+                "/v1/wallets/u-bad/credit",
+                format!(r#"{{"amount":5,"reference":"{text}"}}"#),
+                "reference",
+            ),
+            (
+                "/v1/wallets/u-bad/deduct",
+                format!(r#"{{"amount":5,"order_id":"{text}"}}"#),
+                "order_id",
+            ),
+            (
+                "/v1/orders",
+                format!(r#"{{"order_id":"{text}","user_id":"u","amount":1,"currency":"CNY"}}"#),
+                "order_id",
+            ),
+            (
+                "/v1/orders",
+                format!(r#"{{"order_id":"o-x","user_id":"{text}","amount":1,"currency":"CNY"}}"#),
+                "user_id",
+            ),
+            (
+                "/v1/orders",
+                format!(
+                    r#"{{"order_id":"o-x","user_id":"u","amount":1,"currency":"CNY","entitlement":{{"sku":"{text}","quantity":1}}}}"#
+                ),
+                "sku",
+            ),
+        ];
+        for (case, (path, body, field)) in cases.into_iter().enumerate() {
+            let answer = service
+                .send(
+                    reqwest::Method::POST,
+                    path,
+                    Some(body.into_bytes()),
+                    &[("Idempotency-Key", &format!("k-hostile-{index}-{case}"))],
+                )
+                .await;
+            assert_eq!(
+                (answer.status, answer.code().as_str()),
+                (422, "invalid-request"),
+                "{path} {field} {text:?}"
+            );
+            assert_eq!(
+                answer.header("content-type"),
+                Some("application/problem+json")
+            );
+            let detail = answer.json()["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(detail.starts_with(field), "{detail:?} names {field}");
+        }
+    }
+
     // Keys: missing and malformed.
     let missing = service
         .post(

@@ -45,6 +45,8 @@ backend_suite!(
     crate::reconcile::unpaid_payments_never_hide_a_lost_notify => unpaid_payments_never_hide_a_lost_notify,
     crate::events::a_paid_order_is_granted_once => a_paid_order_is_granted_once,
     crate::wallets::one_key_debits_once => one_key_debits_once,
+    crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,
+    crate::wallets::one_reference_credits_once_whatever_the_key => one_reference_credits_once_whatever_the_key,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
     crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,

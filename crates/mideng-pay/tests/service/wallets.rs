@@ -43,10 +43,10 @@ pub(crate) async fn one_key_debits_once(backend: Backend) {
         .collect();
     assert!(!successes.is_empty());
     for answer in &answers {
-        assert!(
-            answer.status == 200 || (answer.status == 409 && answer.code() == "in-progress"),
-            "{}: {}",
+        assert_eq!(
             answer.status,
+            200,
+            "a duplicate waits for the first answer: {}",
             String::from_utf8_lossy(&answer.body)
         );
     }
@@ -102,6 +102,110 @@ pub(crate) async fn one_key_debits_once(backend: Backend) {
         service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
         9_300
     );
+}
+
+pub(crate) async fn identical_concurrent_credits_credit_once_and_answer_alike(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    let key = unique("credit");
+    let answers = race(20, |_| {
+        let (service, user, key) = (service.clone(), user.clone(), key.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/credit"),
+                    json!({"amount": 1_500, "reference": "top-up-1"}),
+                    &[("Idempotency-Key", &key)],
+                )
+                .await
+        }
+    })
+    .await;
+    for answer in &answers {
+        assert_eq!(
+            answer.status,
+            200,
+            "a duplicate waits for the first answer instead of a 409: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            answer.body, answers[0].body,
+            "the same answer, byte for byte"
+        );
+    }
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|answer| answer.header("idempotent-replayed").is_none())
+            .count(),
+        1,
+        "one execution; the rest are replays"
+    );
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 1_500, "credited once");
+    assert_eq!(wallet["entries"].as_array().map(Vec::len), Some(1));
+}
+
+pub(crate) async fn one_reference_credits_once_whatever_the_key(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    let answers = race(30, |index| {
+        let (service, user) = (service.clone(), user.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/credit"),
+                    json!({"amount": 800, "reference": "top-up-9"}),
+                    &[("Idempotency-Key", &format!("credit-{index}"))],
+                )
+                .await
+        }
+    })
+    .await;
+    let credited: Vec<_> = answers
+        .iter()
+        .filter(|answer| answer.status == 200)
+        .collect();
+    assert_eq!(credited.len(), 1, "one credit per user and reference");
+    let first = credited[0].json();
+    for answer in answers.iter().filter(|answer| answer.status != 200) {
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (409, "already-credited"),
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(answer.json()["existing"]["entry_no"], first["entry_no"]);
+        assert_eq!(answer.json()["existing"]["amount"], 800);
+    }
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 800, "credited once");
+
+    // The refusal is stored under its key: a retry answers the same.
+    let refused = answers
+        .iter()
+        .position(|answer| answer.status == 409)
+        .expect("a refusal");
+    let retry = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 800, "reference": "top-up-9"}),
+            &[("Idempotency-Key", &format!("credit-{refused}"))],
+        )
+        .await;
+    assert_eq!(retry.status, 409);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, answers[refused].body);
+    // Another reference credits.
+    let other = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 200, "reference": "top-up-10"}),
+            &[("Idempotency-Key", "credit-other")],
+        )
+        .await;
+    assert_eq!(other.status, 200, "{}", other.json());
+    assert_eq!(other.json()["balance"], 1_000);
 }
 
 pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
@@ -200,6 +304,23 @@ pub(crate) async fn without_the_machinery_the_constraint_still_refuses(backend: 
     assert_eq!(keyed.header("idempotent-replayed"), None);
     let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
     assert_eq!(wallet["balance"], 700);
+
+    // And the one-credit-per-reference constraint a second credit.
+    let again = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 1_000, "reference": "r-1"}),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "already-credited")
+    );
+    assert_eq!(
+        service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
+        700
+    );
 
     // Payment creation needs no token either.
     let order_id = unique("o");

@@ -310,7 +310,8 @@ impl RouteConfigBuilder {
     /// mismatches (`standard_response` gives the usual answers) and, on `Proceed`, completes
     /// the record itself — typically with a SQL store's `complete_in`, in the same transaction
     /// as its effect. The layer stores nothing in this mode; it still frees the key after a
-    /// panic or a timeout.
+    /// panic or a timeout, and still lets a duplicate wait ([`Self::wait_for_in_flight`]) so
+    /// that the handler sees the first request's replay rather than `InFlight`.
     pub fn handler_decides(mut self) -> Self {
         self.handler_decides = true;
         self

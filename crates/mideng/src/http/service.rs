@@ -442,7 +442,8 @@ where
     finish(&config, &lease, response, &log).await
 }
 
-/// `handler_decides` mode: one `begin`, then the handler runs with the decision whatever it is.
+/// `handler_decides` mode: `begin` (with the route's wait for an in-flight duplicate), then the
+/// handler runs with the decision whatever it is.
 #[allow(clippy::too_many_arguments)]
 async fn hand_over<S>(
     config: &RouteConfig,
@@ -460,11 +461,9 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let decision = match config
-        .records
-        .begin(&scope, &key, &fingerprint, &config.policy)
-        .await
-    {
+    // The same bounded wait for an in-flight duplicate as the layer's own routes: the
+    // handler then sees the first request's replay rather than a bare 409.
+    let decision = match begin_waiting(config, &scope, &key, &fingerprint).await {
         Ok(decision) => decision,
         Err(error) => return log.refuse(Outcome::StoreUnavailable, store_problem(&error)),
     };
@@ -499,6 +498,33 @@ where
     }
 }
 
+/// Runs `begin`, and while a duplicate is in flight polls again until the route's
+/// `in_flight_wait` is over (no wait without one): the first decision that is not `InFlight`,
+/// or `InFlight` when the wait ran out.
+async fn begin_waiting(
+    config: &RouteConfig,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<Decision, StoreError> {
+    let deadline = config
+        .in_flight_wait
+        .map(|wait| tokio::time::Instant::now() + wait);
+    loop {
+        let decision = config
+            .records
+            .begin(scope, key, fingerprint, &config.policy)
+            .await?;
+        let now = tokio::time::Instant::now();
+        match (&decision, deadline) {
+            (Decision::InFlight { .. }, Some(deadline)) if now < deadline => {
+                tokio::time::sleep(IN_FLIGHT_POLL.min(deadline - now)).await;
+            }
+            _ => return Ok(decision),
+        }
+    }
+}
+
 /// Runs `begin`, waiting for an in-flight duplicate if the route allows; the lease, or the
 /// response to send instead of running the handler.
 async fn begin(
@@ -508,35 +534,18 @@ async fn begin(
     fingerprint: &Fingerprint,
     log: &DecisionLog<'_>,
 ) -> Result<Lease, Response<Body>> {
-    let deadline = config
-        .in_flight_wait
-        .map(|wait| tokio::time::Instant::now() + wait);
-    loop {
-        let decision = config
-            .records
-            .begin(scope, key, fingerprint, &config.policy)
-            .await
-            .map_err(|error| log.refuse(Outcome::StoreUnavailable, store_problem(&error)))?;
-        match decision {
-            Decision::Proceed(lease) => return Ok(lease),
-            Decision::Replay(stored) => {
-                log.record(Outcome::Replay);
-                return Err(replay(stored));
-            }
-            Decision::Mismatch => return Err(log.refuse(Outcome::Mismatch, Problem::KeyReused)),
-            Decision::InFlight { retry_after } => {
-                let now = tokio::time::Instant::now();
-                match deadline {
-                    Some(deadline) if now < deadline => {
-                        tokio::time::sleep(IN_FLIGHT_POLL.min(deadline - now)).await;
-                    }
-                    _ => {
-                        return Err(
-                            log.refuse(Outcome::InFlight, Problem::InProgress { retry_after })
-                        );
-                    }
-                }
-            }
+    let decision = begin_waiting(config, scope, key, fingerprint)
+        .await
+        .map_err(|error| log.refuse(Outcome::StoreUnavailable, store_problem(&error)))?;
+    match decision {
+        Decision::Proceed(lease) => Ok(lease),
+        Decision::Replay(stored) => {
+            log.record(Outcome::Replay);
+            Err(replay(stored))
+        }
+        Decision::Mismatch => Err(log.refuse(Outcome::Mismatch, Problem::KeyReused)),
+        Decision::InFlight { retry_after } => {
+            Err(log.refuse(Outcome::InFlight, Problem::InProgress { retry_after }))
         }
     }
 }
