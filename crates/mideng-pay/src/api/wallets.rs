@@ -11,7 +11,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use mideng::Lease;
 use mideng::clock;
@@ -150,7 +150,33 @@ fn record_of<'a>(lease: Option<&'a Lease>, tenant_id: &'a str) -> WalletRecord<'
     }
 }
 
-fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// The body as `T`, after the same check every other route's JSON extractor makes: exactly one
+/// `Content-Type`, and it says JSON (`application/json` or `application/…+json`).
+fn parse_body<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, ApiError> {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let declared_json = match (types.next(), types.next()) {
+        (Some(value), None) => value.to_str().is_ok_and(|value| {
+            let essence = value
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
+            essence == "application/json"
+                || (essence.starts_with("application/") && essence.ends_with("+json"))
+        }),
+        _ => false,
+    };
+    if !declared_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "send one Content-Type: application/json",
+        ));
+    }
     serde_json::from_slice(body).map_err(|error| {
         if error.is_syntax() || error.is_eof() {
             ApiError::bad_request("malformed-json", error.to_string())
@@ -180,11 +206,12 @@ pub(super) async fn credit(
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
     decided: Option<axum::Extension<IdempotencyDecision>>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
         let user_id = identifier(UserId::parse(&user_id))?;
-        let body: CreditBody = parse_body(&body)?;
+        let body: CreditBody = parse_body(&headers, &body)?;
         let amount = body.amount.parse()?;
         let reference = identifier(Reference::parse(&body.reference))?;
         Ok((user_id, amount, reference))
@@ -263,11 +290,12 @@ pub(super) async fn deduct(
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
     decided: Option<axum::Extension<IdempotencyDecision>>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response<Body> {
     let checked = (|| {
         let user_id = identifier(UserId::parse(&user_id))?;
-        let body: DeductBody = parse_body(&body)?;
+        let body: DeductBody = parse_body(&headers, &body)?;
         let order_id = identifier(OrderId::parse(&body.order_id))?;
         let amount = body.amount.parse()?;
         Ok((user_id, order_id, amount))

@@ -249,6 +249,31 @@ pub(crate) async fn bad_input_is_a_problem_and_writes_nothing(backend: Backend) 
         (pay_canceled.status, pay_canceled.code().as_str()),
         (409, "order-not-payable")
     );
+    // A wallet body that is not declared JSON (another type, or two Content-Type headers) is
+    // refused like on every other route, and credits nothing.
+    for (index, content_type) in ["text/plain", "application/json"].into_iter().enumerate() {
+        let key = format!("ctype-{index}-{}", unique("k"));
+        let credit = service
+            .send(
+                reqwest::Method::POST,
+                "/v1/wallets/u-ctype/credit",
+                None,
+                &[
+                    ("content-type", "text/plain"),
+                    ("content-type", content_type),
+                    ("idempotency-key", &key),
+                ],
+            )
+            .await;
+        assert_eq!(
+            (credit.status, credit.code().as_str()),
+            (415, "unsupported-media-type")
+        );
+    }
+    assert_eq!(
+        service.get("/v1/wallets/u-ctype").await.json()["balance"],
+        0
+    );
 }
 
 pub(crate) async fn tenants_never_see_each_other(backend: Backend) {
