@@ -38,6 +38,9 @@ enum Command {
         /// Address of the embedded simulator (default 127.0.0.1:8090).
         #[arg(long)]
         sim_listen: Option<std::net::SocketAddr>,
+        /// Address of `/metrics`, apart from the API (default 127.0.0.1:9090; keep it private).
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
         /// Where the embedded database and the simulator's keys live (default `.mideng`).
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
@@ -158,11 +161,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             listen,
             sim_listen,
+            metrics_listen,
             data_dir,
             demo_api_key,
         } => {
             let overrides = mideng_pay::config::Overrides {
                 listen,
+                metrics_listen,
                 data_dir,
                 sim_listen,
                 demo_api_key,

@@ -23,6 +23,12 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let api_address = listener.local_addr()?;
+    // The counters name every tenant's volumes: they get a listener of their own, loopback
+    // unless the operator says otherwise.
+    let metrics_listener = tokio::net::TcpListener::bind(config.metrics_listen)
+        .await
+        .with_context(|| format!("binding the metrics listener to {}", config.metrics_listen))?;
+    let metrics_address = metrics_listener.local_addr()?;
     let configured = config.channels()?;
     let (mut alipay, mut wechat) = (configured.alipay, configured.wechat);
 
@@ -57,8 +63,15 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         .then(|| config.demo.api_key.clone().unwrap_or_else(generate_api_key));
     let settings = settings(&config, alipay, wechat, demo_key.as_deref());
     tracing::info!(?settings, "starting");
-    let application = Application::build(settings, listener).await?;
-    banner(api_address, sim_address, demo_key.as_deref())?;
+    let application = Application::build(settings, listener)
+        .await?
+        .with_metrics_listener(metrics_listener);
+    banner(
+        api_address,
+        metrics_address,
+        sim_address,
+        demo_key.as_deref(),
+    )?;
 
     let mut api_stop = stopped.clone();
     let served = application.run_until(async move {
@@ -118,6 +131,7 @@ fn settings(
         reconcile: Some(config.reconcile_settings()),
         purge: Some(config.purge_settings()),
         events: config.event_settings(),
+        transport: config.transport_settings(),
     }
 }
 
@@ -188,11 +202,13 @@ pub(crate) async fn reconcile(
 /// What a newcomer needs: where things listen, the demo key, a first command.
 fn banner(
     api: std::net::SocketAddr,
+    metrics: std::net::SocketAddr,
     sim: Option<std::net::SocketAddr>,
     demo_key: Option<&str>,
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "mideng payment service listening on http://{api}")?;
+    writeln!(out, "metrics (Prometheus) on http://{metrics}/metrics")?;
     if let Some(sim) = sim {
         writeln!(
             out,

@@ -13,6 +13,7 @@ const DEMO_KEY: &str = "demo-key-for-the-binary-test";
 struct Running {
     child: Child,
     api: String,
+    metrics: String,
     sim: String,
 }
 
@@ -32,6 +33,8 @@ fn serve(data_dir: &std::path::Path) -> Running {
             "127.0.0.1:0",
             "--sim-listen",
             "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
         ])
         .arg("--data-dir")
         .arg(data_dir)
@@ -43,11 +46,17 @@ fn serve(data_dir: &std::path::Path) -> Running {
         .expect("the binary starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let (mut api, mut sim) = (None, None);
+    let (mut api, mut metrics, mut sim) = (None, None, None);
     for line in lines.by_ref() {
         let line = line.expect("banner");
         if let Some(address) = line.strip_prefix("mideng payment service listening on ") {
             api = Some(address.to_owned());
+        }
+        if let Some(rest) = line
+            .strip_prefix("metrics (Prometheus) on ")
+            .and_then(|url| url.strip_suffix("/metrics"))
+        {
+            metrics = Some(rest.to_owned());
         }
         if let Some(rest) = line.strip_prefix("channel simulator (Alipay + WeChat Pay) on ") {
             sim = Some(rest.to_owned());
@@ -62,6 +71,7 @@ fn serve(data_dir: &std::path::Path) -> Running {
     Running {
         child,
         api: api.expect("the banner names the API"),
+        metrics: metrics.expect("the banner names the metrics listener"),
         sim: sim.expect("the banner names the simulator"),
     }
 }
@@ -107,6 +117,22 @@ async fn a_newcomer_pays_a_demo_order_and_a_crash_loses_nothing() {
         let api = running.api.clone();
         let (status, order) = call(&client, post.clone(), format!("{api}/v1/orders"), json!({"order_id": "o-1", "user_id": "u-1", "amount": 1999, "currency": "CNY", "entitlement": {"sku": "vip-month", "quantity": 1}}), &[]).await;
         assert_eq!(status, 201, "{order}");
+        // The counters are served on the metrics listener only, never beside the API.
+        let public = client
+            .get(format!("{api}/metrics"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(public.status(), 404);
+        assert_eq!(public.headers()["content-type"], "application/problem+json");
+        let scraped = client
+            .get(format!("{}/metrics", running.metrics))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(scraped.status(), 200);
+        let text = scraped.text().await.expect("text");
+        assert!(text.contains("mideng_service_decisions_total"), "{text}");
         let (status, token) = call(
             &client,
             post.clone(),
@@ -320,6 +346,7 @@ fn a_storm_against_a_running_service_finds_nothing() {
     let database = format!("sqlite://{}", data_dir.join("mideng.db").display());
     let output = Command::new(env!("CARGO_BIN_EXE_mideng"))
         .args(["storm", "--target", &running.api])
+        .args(["--target-metrics", &running.metrics])
         .args(["--tenant-key", &format!("demo:{DEMO_KEY}")])
         .args(["--sim-url", &running.sim, "--database-url", &database])
         .args([

@@ -1,6 +1,7 @@
 //! The running service: [`Application::build`] connects and migrates the database, connects
 //! Redis (or uses in-process stores), provisions tenants and assembles the router on a listener
-//! the caller bound (port 0 in tests).
+//! the caller bound (port 0 in tests); [`Application::run_until`] serves it through
+//! [`crate::transport`], and `/metrics` on a listener of its own when one is given.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use crate::api::{self, AppState, PaymentSettings};
 use crate::db;
 use crate::domain::events::PAYMENT_SUCCEEDED;
 use crate::store::{PayStore, SqlPay};
+use crate::transport::{self, TransportSettings};
 use crate::workers::purge::{self, PurgeSettings};
 use crate::workers::reconcile::{self, ReconcileSettings};
 use crate::workers::{EventSettings, consumer, relay};
@@ -66,6 +68,8 @@ pub struct Settings {
     pub purge: Option<PurgeSettings>,
     /// The broker, and whether the outbox relay and the entitlement consumer run here.
     pub events: EventSettings,
+    /// Deadlines and bounds of the HTTP server (heads, bodies, connections).
+    pub transport: TransportSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -86,6 +90,7 @@ impl std::fmt::Debug for Settings {
             .field("broker", &self.events.broker.name())
             .field("relay", &self.events.relay.is_some())
             .field("consumer", &self.events.consumer.is_some())
+            .field("transport", &self.transport)
             .finish()
     }
 }
@@ -207,6 +212,8 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
 pub struct Application {
     listener: TcpListener,
     address: SocketAddr,
+    metrics_listener: Option<TcpListener>,
+    transport: TransportSettings,
     router: Router,
     state: AppState,
     reconcile: Option<ReconcileSettings>,
@@ -235,6 +242,8 @@ impl Application {
         Ok(Self {
             listener,
             address,
+            metrics_listener: None,
+            transport: settings.transport,
             router,
             state,
             reconcile: settings.reconcile.clone(),
@@ -246,6 +255,20 @@ impl Application {
     /// Where it listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Serves `/metrics` on `listener` (and nowhere else). Without one, the metrics are not
+    /// served: the public listener never shows them.
+    pub fn with_metrics_listener(mut self, listener: TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|listener| listener.local_addr().ok())
     }
 
     /// The shared state (for workers beside the API).
@@ -302,9 +325,23 @@ impl Application {
                 Err(error) => tracing::error!(%error, "no entitlement consumer runs"),
             }
         }
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        if let Some(listener) = self.metrics_listener {
+            let mut metrics_stop = stopped.clone();
+            let metrics = transport::serve(
+                listener,
+                api::metrics_router(self.state.clone()),
+                self.transport,
+                async move {
+                    let _ = metrics_stop.wait_for(|stop| *stop).await;
+                },
+            );
+            workers.push(tokio::spawn(async move {
+                if let Err(error) = metrics.await {
+                    tracing::error!(%error, "the metrics listener failed");
+                }
+            }));
+        }
+        let served = transport::serve(self.listener, self.router, self.transport, shutdown).await;
         stop.send_replace(true);
         for worker in workers {
             let _ = worker.await;

@@ -5,7 +5,14 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:8080"
+//! metrics_listen = "127.0.0.1:9090"   # /metrics only; keep it off the public network
 //! data_dir = ".mideng"
+//!
+//! [http]
+//! header_read_timeout_ms = 10000  # a request head, and an idle kept-alive connection
+//! body_read_timeout_ms = 30000    # a whole request body, from the end of its head
+//! connections_max = 1024          # more wait in the accept backlog
+//! header_bytes_max = 16384        # a larger head is answered 431 by hyper
 //!
 //! [database]
 //! url = "postgres://mideng:secret@db.internal:5432/mideng"   # or mysql://…, sqlite://…
@@ -57,6 +64,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::api::PaymentSettings;
+use crate::transport::TransportSettings;
 use crate::workers::purge::PurgeSettings;
 use crate::workers::reconcile::ReconcileSettings;
 use crate::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
@@ -69,6 +77,11 @@ use mideng::outbox::rabbitmq::RabbitSettings;
 pub struct ServeConfig {
     /// Where the API listens.
     pub listen: SocketAddr,
+    /// Where `/metrics` is served (loopback by default: the counters show every tenant's
+    /// volumes).
+    pub metrics_listen: SocketAddr,
+    /// Deadlines and bounds of the HTTP server.
+    pub http: HttpConfig,
     /// Where the embedded database and the simulator's keys live.
     pub data_dir: PathBuf,
     /// The database.
@@ -260,6 +273,8 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            http: HttpConfig::default(),
             data_dir: PathBuf::from(".mideng"),
             database: DatabaseConfig::default(),
             redis: RedisConfig::default(),
@@ -273,6 +288,36 @@ impl Default for ServeConfig {
             events: EventsConfig::default(),
         }
     }
+}
+
+/// `[http]`: see [`crate::transport::TransportSettings`] for what each bounds and why.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// A request head's deadline, also the idle timeout of a kept-alive connection.
+    pub header_read_timeout_ms: u64,
+    /// A whole request body's deadline, from the end of its head.
+    pub body_read_timeout_ms: u64,
+    /// Connections served at once.
+    pub connections_max: usize,
+    /// Largest request head.
+    pub header_bytes_max: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        let defaults = TransportSettings::default();
+        Self {
+            header_read_timeout_ms: millis(defaults.header_read_timeout),
+            body_read_timeout_ms: millis(defaults.body_read_timeout),
+            connections_max: defaults.connections_max,
+            header_bytes_max: defaults.header_bytes_max,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `[database]`.
@@ -465,6 +510,9 @@ pub struct Overrides {
     /// `--listen`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    /// `--metrics-listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
     /// `--data-dir`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
@@ -519,6 +567,16 @@ impl ServeConfig {
             || !(1..=10_000).contains(&self.purge.batch)
         {
             return invalid("purge: interval_secs 1..=86400, batch 1..=10000");
+        }
+        let http = &self.http;
+        if !(100..=300_000).contains(&http.header_read_timeout_ms)
+            || !(100..=600_000).contains(&http.body_read_timeout_ms)
+            || !(1..=100_000).contains(&http.connections_max)
+            || !(1_024..=1_048_576).contains(&http.header_bytes_max)
+        {
+            return invalid(
+                "http: header_read_timeout_ms 100..=300000, body_read_timeout_ms 100..=600000, connections_max 1..=100000, header_bytes_max 1024..=1048576",
+            );
         }
         if self.payments.lock_wait_ms > 10_000 {
             return invalid("payments.lock_wait_ms must be at most 10000");
@@ -599,6 +657,17 @@ impl ServeConfig {
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             ..PaymentSettings::default()
+        }
+    }
+
+    /// The HTTP server's deadlines and bounds.
+    pub fn transport_settings(&self) -> TransportSettings {
+        TransportSettings {
+            header_read_timeout: Duration::from_millis(self.http.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.http.body_read_timeout_ms),
+            connections_max: self.http.connections_max,
+            header_bytes_max: self.http.header_bytes_max,
+            ..TransportSettings::default()
         }
     }
 
@@ -715,6 +784,9 @@ fn overrides_provider(overrides: &Overrides) -> Serialized<figment::value::Dict>
     if let Some(listen) = overrides.listen {
         dict.insert("listen".into(), listen.to_string().into());
     }
+    if let Some(listen) = overrides.metrics_listen {
+        dict.insert("metrics_listen".into(), listen.to_string().into());
+    }
     if let Some(data_dir) = &overrides.data_dir {
         dict.insert("data_dir".into(), data_dir.display().to_string().into());
     }
@@ -769,6 +841,11 @@ mod tests {
         assert!(config.redis.url.is_none());
         assert!(config.payments.token_required);
         assert_eq!(config.listen.port(), 8080);
+        assert!(
+            config.metrics_listen.ip().is_loopback(),
+            "metrics stay off the network unless asked"
+        );
+        assert_eq!(config.transport_settings(), TransportSettings::default());
     }
 
     #[test]

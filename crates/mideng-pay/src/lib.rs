@@ -15,6 +15,8 @@
 //! - [`workers`] — what runs beside the API: the outbox relay, the entitlement consumer,
 //!   reconciliation with the channels (what callbacks missed) and the retention purge.
 //! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the workers).
+//! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
+//!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
 
 pub mod api;
@@ -23,6 +25,7 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod store;
+pub mod transport;
 pub mod workers;
 
 pub use app::{Application, BuildError, Settings, TenantSeed};

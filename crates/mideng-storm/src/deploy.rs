@@ -16,6 +16,7 @@ use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
 use mideng_channel::adapter::Channel;
 use mideng_pay::api::{AppState, PaymentSettings, api_key_hash, generate_api_key};
+use mideng_pay::transport::TransportSettings;
 use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
@@ -241,6 +242,7 @@ impl Deployment {
                 reconcile: None,
                 purge: None,
                 events: EventSettings::default(),
+                transport: TransportSettings::default(),
             })
             .await
             .context("the operator's connection")?,
@@ -329,6 +331,7 @@ impl Deployment {
                 relay: self.options.events.then_some(fast),
                 consumer: self.options.events.then_some(consumer),
             },
+            transport: TransportSettings::default(),
         })
     }
 

@@ -153,6 +153,10 @@ pub struct StormArgs {
     /// With `--target`: how long quiescence waits for its own workers to settle, seconds.
     #[arg(long, default_value_t = 120)]
     pub settle_secs: u64,
+    /// With `--target`: its instances' metrics listeners (`mideng serve --metrics-listen`),
+    /// comma-separated base URLs, for the layer table; without them the table is empty.
+    #[arg(long, value_delimiter = ',')]
+    pub target_metrics: Vec<String>,
 }
 
 impl Default for StormArgs {
@@ -174,6 +178,7 @@ impl Default for StormArgs {
             sim_url: None,
             database_url: None,
             settle_secs: 120,
+            target_metrics: Vec::new(),
         }
     }
 }
@@ -749,7 +754,7 @@ pub async fn run(
             .unwrap_or_default(),
         None => {
             let mut text = String::new();
-            for base in &shared.bases {
+            for base in &args.target_metrics {
                 if let Ok(response) = shared.http.get(format!("{base}/metrics")).send().await
                     && let Ok(body) = response.text().await
                 {

@@ -141,6 +141,139 @@ async fn bad_keys_and_bodies_are_client_errors_and_run_nothing() {
 }
 
 #[tokio::test]
+async fn a_key_sent_twice_or_under_both_names_is_refused_and_runs_nothing() {
+    let (store, effects) = (MemoryStore::new(), Effects::default());
+    let app = app(base(&store), effects.clone());
+    let refused: [&[(&str, &str)]; 7] = [
+        &[("idempotency-key", "k-1"), ("idempotency-key", "k-2")],
+        &[("idempotency-key", "k-1"), ("idempotency-key", "k-1")],
+        &[("x-idempotent-key", "k-1"), ("x-idempotent-key", "k-2")],
+        &[("idempotency-key", "k-1"), ("x-idempotent-key", "k-2")],
+        &[("idempotency-key", "k-1"), ("x-idempotent-key", "k-1")],
+        &[("idempotency-key", "\"unbalanced")],
+        &[("idempotency-key", "\"k-1\"trailing")],
+    ];
+    for headers in refused {
+        let (status, _, body) = send(&app, post_with(headers, "{}")).await;
+        assert_eq!(
+            (status, code_of(&body).as_str()),
+            (StatusCode::BAD_REQUEST, "idempotency-key-malformed"),
+            "{headers:?}"
+        );
+    }
+    assert_eq!(effects.count(), 0, "no refused request ran the handler");
+
+    // An escaped quote is part of the key: `"a\"b"` names the key `a"b`, which a plain
+    // `a"b` names too, so the second is a replay of the first.
+    let (status, _, first) = send(&app, post_with(&[("idempotency-key", r#""a\"b""#)], "{}")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, headers, again) = send(&app, post_with(&[("idempotency-key", "a\"b")], "{}")).await;
+    assert_eq!(headers[&IDEMPOTENT_REPLAYED], "true");
+    assert_eq!(again, first);
+    assert_eq!(effects.count(), 1);
+}
+
+#[tokio::test]
+async fn a_token_sent_twice_is_refused_and_consumes_nothing() {
+    let (store, effects) = (MemoryStore::new(), Effects::default());
+    let tokens: Arc<dyn TokenStore> = Arc::new(store.clone());
+    let app = app(
+        base(&store).token_guard(TokenGuard::new(tokens.clone())),
+        effects.clone(),
+    );
+    let scope = Scope::new("t1", "effects.apply").expect("scope");
+    let first = tokens
+        .issue_token(&scope, Duration::from_secs(60))
+        .await
+        .expect("issue");
+    let second = tokens
+        .issue_token(&scope, Duration::from_secs(60))
+        .await
+        .expect("issue");
+    let (status, _, body) = send(
+        &app,
+        post_with(
+            &[
+                ("idempotency-key", "t-1"),
+                ("idempotency-token", first.token.as_str()),
+                ("idempotency-token", second.token.as_str()),
+            ],
+            "{}",
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, code_of(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "idempotency-token-malformed")
+    );
+    assert_eq!(effects.count(), 0);
+    // Neither token was spent: each still works on its own.
+    assert_eq!(
+        tokens
+            .consume_token(&scope, &first.token)
+            .await
+            .expect("consume"),
+        Consumption::Consumed
+    );
+    assert_eq!(
+        tokens
+            .consume_token(&scope, &second.token)
+            .await
+            .expect("consume"),
+        Consumption::Consumed
+    );
+}
+
+/// The layer behind a real HTTP/1 server on port 0, for what only a socket shows.
+async fn serve(app: Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+#[tokio::test]
+async fn a_body_announced_over_the_limit_is_refused_before_it_arrives() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (store, effects) = (MemoryStore::new(), Effects::default());
+    let address = serve(app(base(&store), effects.clone())).await;
+    let mut socket = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    // 20 MiB announced, one byte sent: the answer must not wait for the rest.
+    socket
+        .write_all(
+            b"POST /effect HTTP/1.1\r\nHost: test\r\nIdempotency-Key: big-1\r\n\
+              Content-Length: 20971520\r\n\r\nx",
+        )
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            let count = socket.read(&mut buffer).await.expect("read");
+            answer.extend_from_slice(&buffer[..count]);
+            if count == 0
+                || answer.windows(4).any(|window| window == b"\r\n\r\n") && answer.ends_with(b"}")
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer while the body was still owed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("application/problem+json"), "{text}");
+    assert!(text.contains("\"code\":\"payload-too-large\""), "{text}");
+    assert_eq!(effects.count(), 0);
+}
+
+#[tokio::test]
 async fn an_optional_key_passes_keyless_requests_through() {
     let (store, effects) = (MemoryStore::new(), Effects::default());
     let app = app(base(&store).key(KeyRequirement::Optional), effects.clone());

@@ -177,6 +177,11 @@ impl From<JsonRejection> for ApiError {
                 "unsupported-media-type",
                 "send Content-Type: application/json",
             ),
+            other if mideng::http::is_body_deadline(&other) => ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request-body-timeout",
+                "the body did not arrive in time",
+            ),
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",

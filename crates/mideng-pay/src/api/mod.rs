@@ -6,6 +6,7 @@
 //! /v1/channels/*/notify ─► signature + merchant ─► dedup by notify id + row lock + CAS (one transaction)
 //! ```
 
+mod boundary;
 mod contract;
 mod entitlements;
 pub mod error;
@@ -143,7 +144,7 @@ pub struct AppState {
     pub wechat: Option<Arc<dyn Channel>>,
     /// Payment behaviour.
     pub payments: PaymentSettings,
-    /// Renders `/metrics`.
+    /// Renders `/metrics` (on the metrics listener, [`metrics_router`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
@@ -337,9 +338,19 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         .route("/v1/channels/wechat/notify", post(notify::wechat))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(middleware::from_fn(boundary::contract))
         .with_state(state))
+}
+
+/// `/metrics` alone, for its own listener: the counters name every tenant's volumes, so they
+/// are not served beside the public API.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(ops::metrics))
+        .fallback(ops::not_found)
+        .layer(middleware::from_fn(boundary::contract))
+        .with_state(state)
 }

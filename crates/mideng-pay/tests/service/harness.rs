@@ -271,6 +271,7 @@ impl Service {
             reconcile: None,
             purge: None,
             events,
+            transport: mideng_pay::transport::TransportSettings::default(),
         };
         let application = Application::build(settings, listener)
             .await

@@ -9,6 +9,7 @@ mod instances;
 mod payments;
 mod purge;
 mod reconcile;
+mod transport;
 mod wallets;
 
 /// Generates `<backend>::<case>` for each case (an async fn taking the backend).
@@ -52,6 +53,39 @@ backend_suite!(
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
 );
+
+/// The HTTP edge: deadlines, the connection cap, problem documents, the metrics listener.
+mod edge {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn headers_never_finished_are_cut_off() {
+        crate::transport::headers_never_finished_are_cut_off().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_kept_alive_connection_is_closed() {
+        crate::transport::an_idle_kept_alive_connection_is_closed().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_that_never_arrives_in_full_is_refused_with_408() {
+        crate::transport::a_body_that_never_arrives_in_full_is_refused_with_408().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_over_the_cap_wait_for_a_free_one() {
+        crate::transport::connections_over_the_cap_wait_for_a_free_one().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_refusal_at_the_edge_is_a_problem_document() {
+        crate::transport::every_refusal_at_the_edge_is_a_problem_document().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metrics_are_served_on_their_own_listener() {
+        crate::transport::metrics_are_served_on_their_own_listener().await;
+    }
+}
 
 mod shared_deployment {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -16,10 +16,15 @@
 //!   over an earlier attempt.
 //! - [`IdempotencyDecision`] — for routes built with `handler_decides()`: the handler gets the
 //!   decision itself and completes the record in its own transaction.
+//! - [`read_idempotency_key`] — the key headers, read once: a repeated header, both spellings
+//!   or a broken structured string is refused, never resolved by picking one.
+//! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
 //! - [`Problem`] — every refusal as `application/problem+json` with a stable `code`.
 //! - [`observe`] — every decision is a tracing event and a metrics counter.
 
 mod config;
+mod deadline;
+mod headers;
 pub mod observe;
 mod problem;
 mod service;
@@ -28,8 +33,15 @@ pub use config::{
     FingerprintParts, KeyRequirement, ResolveTenant, RouteConfig, RouteConfigBuilder, Tenant,
     TenantSource, TokenGuard, TokenUnavailable,
 };
+pub use deadline::{
+    BodyDeadlineElapsed, RequestBodyDeadline, RequestBodyDeadlineLayer, is_body_deadline,
+};
+pub use headers::{
+    HeaderError, IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, X_IDEMPOTENT_KEY, parse_key_value,
+    read_idempotency_key, read_idempotency_token,
+};
 pub use problem::Problem;
 pub use service::{
-    IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_REPLAYED, IdempotencyContext,
-    IdempotencyDecision, IdempotencyLayer, IdempotencyService, X_IDEMPOTENT_KEY,
+    IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyDecision, IdempotencyLayer,
+    IdempotencyService,
 };

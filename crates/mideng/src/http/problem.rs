@@ -24,6 +24,9 @@ pub enum Problem {
     PayloadTooLarge,
     /// The body could not be read. 400.
     BodyUnreadable,
+    /// The body did not arrive in full before its deadline
+    /// ([`super::RequestBodyDeadlineLayer`]). 408.
+    BodyTimeout,
     /// The same key is being processed by another request. 409 with `Retry-After`.
     InProgress {
         /// When to try again.
@@ -67,6 +70,7 @@ impl Problem {
             Problem::TenantInvalid => "tenant-invalid",
             Problem::PayloadTooLarge => "payload-too-large",
             Problem::BodyUnreadable => "body-unreadable",
+            Problem::BodyTimeout => "request-body-timeout",
             Problem::InProgress { .. } => "in-progress",
             Problem::KeyReused => "idempotency-key-reused",
             Problem::TokenMissing => "idempotency-token-missing",
@@ -95,6 +99,7 @@ impl Problem {
             | Problem::TokenUnknown => StatusCode::BAD_REQUEST,
             Problem::TenantMissing => StatusCode::UNAUTHORIZED,
             Problem::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Problem::InProgress { .. } | Problem::DuplicateSubmission => StatusCode::CONFLICT,
             Problem::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::TokenStoreUnavailable
@@ -115,6 +120,7 @@ impl Problem {
             Problem::TenantInvalid => "The tenant is not valid.",
             Problem::PayloadTooLarge => "The request body is too large.",
             Problem::BodyUnreadable => "The request body could not be read.",
+            Problem::BodyTimeout => "The request body did not arrive in time.",
             Problem::InProgress { .. } => {
                 "A request with this Idempotency-Key is still being processed."
             }
@@ -190,6 +196,14 @@ impl Problem {
         );
         if let Some(seconds) = self.retry_after_seconds() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if matches!(
+            self,
+            Problem::PayloadTooLarge | Problem::BodyTimeout | Problem::BodyUnreadable
+        ) {
+            // The body was not read to its end, so the connection cannot carry another
+            // request: say so, or a client reuses it and its next request fails mid-way.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

@@ -31,24 +31,20 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use futures_util::FutureExt;
 
 use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
+use super::deadline::is_body_deadline;
+use super::headers::{read_idempotency_key, read_idempotency_token};
 use super::observe::{Outcome, record};
 use super::problem::Problem;
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Scope, redact};
 use crate::limits::RESPONSE_BODY_BYTES_MAX;
 use crate::record::{Decision, Lease, StoredResponse};
-use crate::token::{Consumption, Token};
+use crate::token::Consumption;
 
-/// The request header that carries the key (IETF draft-ietf-httpapi-idempotency-key-header).
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-/// The older header name that some clients send; accepted too.
-pub const X_IDEMPOTENT_KEY: HeaderName = HeaderName::from_static("x-idempotent-key");
-/// The request header that carries a one-time submit token.
-pub const IDEMPOTENCY_TOKEN: HeaderName = HeaderName::from_static("idempotency-token");
 /// The response header that marks a replay.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
@@ -223,21 +219,16 @@ where
     }
 }
 
-/// Reads the key: absent, valid, or malformed. The IETF draft sends it as a structured-field
-/// string (`"…"`); plain values (Stripe's style) are accepted too.
-fn read_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ()> {
-    let Some(value) = headers
-        .get(IDEMPOTENCY_KEY)
-        .or_else(|| headers.get(X_IDEMPOTENT_KEY))
-    else {
-        return Ok(None);
-    };
-    let text = value.to_str().map_err(|_| ())?;
-    let text = text
-        .strip_prefix('"')
-        .and_then(|rest| rest.strip_suffix('"'))
-        .unwrap_or(text);
-    IdempotencyKey::parse(text).map(Some).map_err(|_| ())
+/// Whether the request announces a body longer than `limit`: refused before any of it is
+/// read, so that a client cannot hold the connection open sending what will be refused anyway.
+/// A missing or unreadable `Content-Length` (chunked bodies) is left to the bounded read.
+fn announces_more_than(parts: &Parts, limit: usize) -> bool {
+    parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse::<u64>().ok())
+        .is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX))
 }
 
 fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -> Fingerprint {
@@ -377,22 +368,27 @@ where
         tenant,
         redacted_key: String::new(),
     };
-    let key = match read_key(&parts.headers) {
+    let key = match read_idempotency_key(&parts.headers) {
         Ok(Some(key)) => Some(key),
         Ok(None) if config.key == KeyRequirement::Required => {
             return log.refuse(Outcome::KeyMissing, Problem::KeyMissing);
         }
         Ok(None) => None,
-        Err(()) => return log.refuse(Outcome::KeyMalformed, Problem::KeyMalformed),
+        Err(_) => return log.refuse(Outcome::KeyMalformed, Problem::KeyMalformed),
     };
     if let Some(key) = &key {
         log.redacted_key = key.redacted();
+    }
+    if announces_more_than(&parts, config.body_bytes_max) {
+        return Problem::PayloadTooLarge.into_response();
     }
     let body = match axum::body::to_bytes(body, config.body_bytes_max).await {
         Ok(bytes) => bytes,
         Err(error) => {
             return if is_length_limit(&error) {
                 Problem::PayloadTooLarge.into_response()
+            } else if is_body_deadline(&error) {
+                Problem::BodyTimeout.into_response()
             } else {
                 Problem::BodyUnreadable.into_response()
             };
@@ -560,18 +556,12 @@ async fn check_token(
     let Some(guard) = &config.token else {
         return Ok(());
     };
-    let Some(value) = parts.headers.get(IDEMPOTENCY_TOKEN) else {
-        return if guard.required {
-            Err(Problem::TokenMissing.into_response())
-        } else {
-            Ok(())
-        };
+    let token = match read_idempotency_token(&parts.headers) {
+        Ok(Some(token)) => token,
+        Ok(None) if guard.required => return Err(Problem::TokenMissing.into_response()),
+        Ok(None) => return Ok(()),
+        Err(_) => return Err(Problem::TokenMalformed.into_response()),
     };
-    let token = value
-        .to_str()
-        .ok()
-        .and_then(|text| Token::parse(text).ok())
-        .ok_or_else(|| Problem::TokenMalformed.into_response())?;
     match guard.store.consume_token(scope, &token).await {
         Ok(Consumption::Consumed) => {
             log.record(Outcome::TokenConsumed);
@@ -725,30 +715,6 @@ const COMPLETE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_mill
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_read_from_either_header_quoted_or_not() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(read_key(&headers), Ok(None));
-        headers.insert(X_IDEMPOTENT_KEY, HeaderValue::from_static("plain-1"));
-        assert_eq!(
-            read_key(&headers)
-                .ok()
-                .flatten()
-                .map(|k| k.as_str().to_owned()),
-            Some("plain-1".to_owned())
-        );
-        headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("\"quoted-2\""));
-        assert_eq!(
-            read_key(&headers)
-                .ok()
-                .flatten()
-                .map(|k| k.as_str().to_owned()),
-            Some("quoted-2".to_owned())
-        );
-        headers.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("has space"));
-        assert_eq!(read_key(&headers), Err(()));
-    }
 
     #[test]
     fn only_final_outcomes_are_stored() {
