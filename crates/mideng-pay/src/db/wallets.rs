@@ -16,10 +16,10 @@ use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
 use super::statements::PayDialect;
 use crate::domain::money::{Amount, Balance};
 
-/// A debit as stored.
+/// A ledger entry as stored: a credit or a debit (the deduction number is its entry number).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Debit {
-    /// The ledger entry (the deduction number).
+pub struct LedgerEntry {
+    /// The ledger entry's number.
     pub entry_no: String,
     /// Amount in fen.
     pub amount_fen: i64,
@@ -29,18 +29,10 @@ pub struct Debit {
     pub created_at_ms: i64,
 }
 
+/// A debit as stored.
+pub type Debit = LedgerEntry;
 /// A credit as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credit {
-    /// The ledger entry.
-    pub entry_no: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// Balance right after it.
-    pub balance_after_fen: i64,
-    /// When (Unix ms).
-    pub created_at_ms: i64,
-}
+pub type Credit = LedgerEntry;
 
 /// What a credit did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,19 +165,32 @@ pub async fn find_credit<D: PayDialect>(
     user_id: &str,
     reference: &str,
 ) -> Result<Option<Credit>, StoreError> {
+    let statement = D::pay_statements().entry_select_credit;
+    find_entry::<D>(connection, statement, tenant_id, user_id, reference).await
+}
+
+/// The entry `statement` finds by the user and the entry's business key (a credit's reference,
+/// a debit's order).
+async fn find_entry<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    statement: &'static str,
+    tenant_id: &str,
+    user_id: &str,
+    business_key: &str,
+) -> Result<Option<LedgerEntry>, StoreError> {
     let row = connection
         .row(
-            D::pay_statements().entry_select_credit,
+            statement,
             &[
                 Arg::Text(tenant_id),
                 Arg::Text(user_id),
-                Arg::Text(reference),
+                Arg::Text(business_key),
             ],
         )
         .await
         .map_err(store_error::<D>)?;
     row.map(|row| {
-        Ok(Credit {
+        Ok(LedgerEntry {
             entry_no: row.text(0).map_err(read)?,
             amount_fen: row.int(1).map_err(read)?,
             balance_after_fen: row.int(2).map_err(read)?,
@@ -233,7 +238,7 @@ pub async fn credit<D: PayDialect>(
         ));
     }
     set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
-    Ok(CreditOutcome::Credited(Credit {
+    Ok(CreditOutcome::Credited(LedgerEntry {
         entry_no: entry_no.to_owned(),
         amount_fen: amount.fen(),
         balance_after_fen: after.fen(),
@@ -248,26 +253,8 @@ pub async fn find_debit<D: PayDialect>(
     user_id: &str,
     order_id: &str,
 ) -> Result<Option<Debit>, StoreError> {
-    let row = connection
-        .row(
-            D::pay_statements().entry_select_debit,
-            &[
-                Arg::Text(tenant_id),
-                Arg::Text(user_id),
-                Arg::Text(order_id),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    row.map(|row| {
-        Ok(Debit {
-            entry_no: row.text(0).map_err(read)?,
-            amount_fen: row.int(1).map_err(read)?,
-            balance_after_fen: row.int(2).map_err(read)?,
-            created_at_ms: row.int(3).map_err(read)?,
-        })
-    })
-    .transpose()
+    let statement = D::pay_statements().entry_select_debit;
+    find_entry::<D>(connection, statement, tenant_id, user_id, order_id).await
 }
 
 /// Deducts `amount` from the user's wallet for `order_id`: at most one debit per user and
@@ -312,7 +299,7 @@ pub async fn deduct<D: PayDialect>(
         ));
     }
     set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
-    Ok(DeductOutcome::Debited(Debit {
+    Ok(DeductOutcome::Debited(LedgerEntry {
         entry_no: entry_no.to_owned(),
         amount_fen: amount.fen(),
         balance_after_fen: after.fen(),
