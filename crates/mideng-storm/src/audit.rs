@@ -13,8 +13,10 @@
 //! | balances equal their ledger entries, none negative, money conserved | database + client answers |
 //! | every replay byte-identical to the original answer | client answers |
 //! | no 5xx except while a fault was active | client answers |
+//! | every attack refused (a replay acknowledged as a duplicate) | the attacker's answers |
+//! | an attacked payment changes only through the workload | attacker's victims + database + trades |
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use mideng::StoreError;
 use mideng::store::sql::{Dialect, SqlConn, SqlRow, SqlStore, store_error};
@@ -33,6 +35,10 @@ pub struct PaymentFact {
     pub status: String,
     /// Fen.
     pub amount: i64,
+    /// When the channel stops accepting payment, Unix ms.
+    pub expires_at_ms: i64,
+    /// Its last change, Unix ms.
+    pub updated_at_ms: i64,
 }
 
 /// An order as stored.
@@ -166,6 +172,11 @@ pub struct ClientFacts {
     pub replay_mismatches: Vec<String>,
     /// 5xx answers outside every fault window (description).
     pub unexcused_errors: Vec<String>,
+    /// Payments the attacker aimed at: ones the workload left waiting (never paid, never
+    /// closed), so that any change before their expiry is the attacker's doing.
+    pub attacked: BTreeSet<String>,
+    /// Attacks that had to be refused and were acknowledged (description).
+    pub accepted_attacks: Vec<String>,
 }
 
 /// One broken invariant.
@@ -194,6 +205,8 @@ pub struct AuditFigures {
     pub ledger_entries: usize,
     /// Deduct keys answered 200.
     pub deducts: usize,
+    /// Payments the attacker aimed at.
+    pub attacked: usize,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -213,6 +226,7 @@ pub fn check(
         grants: snapshot.grants.len(),
         ledger_entries: snapshot.entries.len(),
         deducts: client.deducts.len(),
+        attacked: client.attacked.len(),
         ..AuditFigures::default()
     };
     let orders: HashMap<(&str, &str), &OrderFact> = snapshot
@@ -482,6 +496,45 @@ pub fn check(
         }
     }
 
+    // The attacker: whatever it sent had to be refused, and what it aimed at must not have
+    // moved. A victim's only legitimate change is a close after its expiry (the reconciler's)
+    // or one the channel made too; it is never paid (its buyer never paid).
+    for accepted in &client.accepted_attacks {
+        violations.push(violation("every attack refused", accepted.clone()));
+    }
+    for number in &client.attacked {
+        let Some(payment) = payments.get(number.as_str()) else {
+            violations.push(violation(
+                "an attacked payment changes only through the workload",
+                format!("{number} is gone"),
+            ));
+            continue;
+        };
+        let closed_at_channel = channel
+            .trades
+            .get(number)
+            .is_some_and(|trade| trade.status == "CLOSED");
+        let untouched = match payment.status.as_str() {
+            "PENDING" => true,
+            "CLOSED" => closed_at_channel || payment.updated_at_ms >= payment.expires_at_ms,
+            _ => false,
+        };
+        if !untouched {
+            violations.push(violation(
+                "an attacked payment changes only through the workload",
+                format!(
+                    "{number} is {} here (its buyer never paid, nobody closed it{})",
+                    payment.status,
+                    if payment.status == "CLOSED" {
+                        ", open at the channel, before its expiry"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+    }
+
     for mismatch in &client.replay_mismatches {
         violations.push(violation("every replay byte-identical", mismatch.clone()));
     }
@@ -498,7 +551,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     let mut snapshot = Snapshot::default();
     for row in connection
         .rows(
-            "SELECT payment_no, tenant_id, order_id, status, amount FROM pay_payments",
+            "SELECT payment_no, tenant_id, order_id, status, amount, expires_at, updated_at \
+             FROM pay_payments",
             &[],
         )
         .await
@@ -510,6 +564,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             order_id: row.text(2).map_err(read)?,
             status: row.text(3).map_err(read)?,
             amount: row.int(4).map_err(read)?,
+            expires_at_ms: row.int(5).map_err(read)?,
+            updated_at_ms: row.int(6).map_err(read)?,
         });
     }
     for row in connection
@@ -583,6 +639,8 @@ mod tests {
             order_id: order.to_owned(),
             status: status.to_owned(),
             amount: 100,
+            expires_at_ms: 1_000_000,
+            updated_at_ms: 1_000,
         }
     }
 
@@ -620,6 +678,102 @@ mod tests {
         let (violations, figures) = check(&snapshot, &charged(&["P1"]), &ClientFacts::default());
         assert!(violations.is_empty(), "{violations:?}");
         assert_eq!((figures.paid, figures.grants), (1, 1));
+    }
+
+    /// A retargeted success accepted: the victim is PAID with no charge behind it. Both the
+    /// ledger check and the victim check name it.
+    #[test]
+    fn a_victim_paid_by_an_accepted_retarget_is_a_violation() {
+        let snapshot = Snapshot {
+            payments: vec![
+                payment("OWN", "o1", "PAID"),
+                payment("VICTIM", "o2", "PAID"),
+            ],
+            orders: vec![order("o1", "PAID"), order("o2", "PAID")],
+            grants: ["OWN", "VICTIM"]
+                .iter()
+                .zip(["o1", "o2"])
+                .map(|(number, order)| GrantFact {
+                    payment_no: (*number).to_owned(),
+                    tenant_id: "t".to_owned(),
+                    order_id: order.to_owned(),
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let client = ClientFacts {
+            attacked: ["VICTIM".to_owned()].into(),
+            ..ClientFacts::default()
+        };
+        let (violations, figures) = check(&snapshot, &charged(&["OWN"]), &client);
+        let names: BTreeSet<&str> = violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(
+            names,
+            BTreeSet::from([
+                "nothing PAID that the channel did not charge",
+                "an attacked payment changes only through the workload",
+            ]),
+            "{violations:?}"
+        );
+        assert_eq!(figures.attacked, 1);
+    }
+
+    /// A polluted TRADE_CLOSED accepted: an Alipay victim whose code was never scanned is
+    /// CLOSED here before its expiry. The channel has no trade to compare with, so only the
+    /// victim check can tell; a close after the expiry (the reconciler's) is not an attack.
+    #[test]
+    fn a_victim_closed_before_its_expiry_is_a_violation_and_after_it_is_not() {
+        let unscanned = ChannelFacts {
+            charges: HashMap::new(),
+            trades: [(
+                "VICTIM".to_owned(),
+                TradeFact {
+                    status: "PENDING".to_owned(),
+                    exists: false,
+                },
+            )]
+            .into(),
+        };
+        let client = ClientFacts {
+            attacked: ["VICTIM".to_owned()].into(),
+            ..ClientFacts::default()
+        };
+        let closed = |updated_at_ms| Snapshot {
+            payments: vec![PaymentFact {
+                updated_at_ms,
+                ..payment("VICTIM", "o1", "CLOSED")
+            }],
+            orders: vec![order("o1", "CREATED")],
+            ..Snapshot::default()
+        };
+        let (early, _) = check(&closed(1_000), &unscanned, &client);
+        assert_eq!(
+            early.iter().map(|v| v.invariant).collect::<Vec<_>>(),
+            ["an attacked payment changes only through the workload"]
+        );
+        let (expired, _) = check(&closed(1_000_000), &unscanned, &client);
+        assert!(expired.is_empty(), "{expired:?}");
+        let (unattacked, _) = check(&closed(1_000), &unscanned, &ClientFacts::default());
+        assert!(
+            unattacked.is_empty(),
+            "without the attacker the audit cannot tell"
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_attack_is_a_violation() {
+        let client = ClientFacts {
+            accepted_attacks: vec!["retarget aimed at VICTIM was acknowledged".to_owned()],
+            ..ClientFacts::default()
+        };
+        let (violations, _) = check(&Snapshot::default(), &charged(&[]), &client);
+        assert_eq!(
+            violations,
+            [Violation {
+                invariant: "every attack refused",
+                detail: "retarget aimed at VICTIM was acknowledged".to_owned(),
+            }]
+        );
     }
 
     #[test]

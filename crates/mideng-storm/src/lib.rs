@@ -7,12 +7,16 @@
 //!   front of Redis and the broker for outages.
 //! - [`storm`] — the seeded workload with every source of duplicates, the fault schedule,
 //!   quiescence and the report.
+//! - [`attacker`] — the client that runs beside the workload and sends replayed, retargeted,
+//!   polluted, wrongly signed, cross-channel and stale channel notifies; the audit checks that
+//!   none moved anything.
 //! - [`audit`] — the invariants of `docs/design.md` §5 checked against the database and the
 //!   simulator's ledger: pure rules over a snapshot.
 //! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
 //!   the machine's own limits, measured in the same run.
 //! - [`proxy`] — the TCP forwarder that cuts servers off.
 
+pub mod attacker;
 pub mod audit;
 pub mod bench;
 pub mod deploy;

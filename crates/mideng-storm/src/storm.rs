@@ -21,6 +21,10 @@
 //! database connection terminated, and channel answers lost after the channel applied them
 //! (`/sim/fail-next` with `apply_anyway`).
 //!
+//! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
+//! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
+//! the workload leaves waiting; the audit checks that none was accepted and none moved.
+//!
 //! A 5xx is excused only while a fault is active (and for a short grace after it); any other
 //! is a violation. The layer table counts, from the service's own decision counters, what each
 //! layer caught.
@@ -43,6 +47,7 @@ use mideng_sim::{MerchantKeys, SimConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::attacker::{self, AttackLog, AttackReport, AttackerKeys, Victim};
 use crate::audit::{self, AuditFigures, ChannelFacts, ClientFacts, TradeFact, Violation};
 pub use crate::deploy::StackKind;
 use crate::deploy::{DeployOptions, Deployment, ServerArgs, TenantAccess};
@@ -61,6 +66,10 @@ pub enum BreakLayer {
     NotifyDedup,
     /// The entitlement consumer's dedup claims.
     GrantDedup,
+    /// The channel's signing key, as if leaked: the attacker also signs victims' successes as
+    /// the channel would. The service cannot tell them from the channel's, so the audit must
+    /// report each as a payment nobody was charged for.
+    ChannelKey,
 }
 
 impl BreakLayer {
@@ -71,6 +80,7 @@ impl BreakLayer {
             BreakLayer::OrderLock => "order-lock",
             BreakLayer::NotifyDedup => "notify-dedup",
             BreakLayer::GrantDedup => "grant-dedup",
+            BreakLayer::ChannelKey => "channel-key",
         }
     }
 
@@ -86,6 +96,8 @@ impl BreakLayer {
             BreakLayer::OrderLock => &[("constraint", "payment.create")],
             BreakLayer::NotifyDedup => &[("cas", "notify.")],
             BreakLayer::GrantDedup => &[("constraint", "entitlement.grant")],
+            // Nothing deeper: a notify signed with the channel's key is the channel speaking.
+            BreakLayer::ChannelKey => &[],
         }
     }
 
@@ -96,6 +108,8 @@ impl BreakLayer {
             BreakLayer::OrderLock => payments.broken = Some(BrokenLayer::OrderLock),
             BreakLayer::NotifyDedup => payments.broken = Some(BrokenLayer::NotifyDedup),
             BreakLayer::GrantDedup => payments.broken = Some(BrokenLayer::GrantDedup),
+            // The service is unchanged; the attacker holds the key.
+            BreakLayer::ChannelKey => {}
         }
     }
 }
@@ -157,6 +171,11 @@ pub struct StormArgs {
     /// comma-separated base URLs, for the layer table; without them the table is empty.
     #[arg(long, value_delimiter = ',')]
     pub target_metrics: Vec<String>,
+    /// Leave the attacker out (it runs by default: replayed, retargeted, polluted, wrongly
+    /// signed, cross-channel and stale notifies beside the workload, none of which may move
+    /// anything).
+    #[arg(long)]
+    pub no_attacker: bool,
 }
 
 impl Default for StormArgs {
@@ -179,6 +198,7 @@ impl Default for StormArgs {
             database_url: None,
             settle_secs: 120,
             target_metrics: Vec::new(),
+            no_attacker: false,
         }
     }
 }
@@ -212,6 +232,8 @@ pub struct StormReport {
     pub violations: Vec<Violation>,
     /// The layer turned off, if any.
     pub broken_layer: Option<BreakLayer>,
+    /// What the attacker sent and how it was answered (`None`: `--no-attacker`).
+    pub attacks: Option<AttackReport>,
 }
 
 impl StormReport {
@@ -256,18 +278,47 @@ impl StormReport {
             let total: u64 = outcomes.values().sum();
             let _ = writeln!(out, "{layer:<16} {total:>8}  {}", join(outcomes));
         }
+        if let Some(attacks) = &self.attacks {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "attacker: {} notifies · {} victims of {} tenant(s) · {} across tenants · {} accepted",
+                attacks.sent(),
+                attacks.victims,
+                attacks.victim_tenants,
+                attacks.cross_tenant,
+                attacks.accepted
+            );
+            let _ = writeln!(
+                out,
+                "{:<22} {:>6} {:>6} {:>8} {:>9}  stopped by",
+                "attack", "sent", "acked", "refused", "no answer"
+            );
+            for (kind, counts) in &attacks.kinds {
+                let _ = writeln!(
+                    out,
+                    "{kind:<22} {:>6} {:>6} {:>8} {:>9}  {}",
+                    counts.sent,
+                    counts.acknowledged,
+                    counts.refused,
+                    counts.unanswered,
+                    counts.stopped_by
+                );
+            }
+        }
         let _ = writeln!(out);
         let audit = &self.audit;
         let _ = writeln!(
             out,
-            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} ledger entries, {} deducts",
+            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} ledger entries, {} deducts, {} attacked payments",
             audit.payments,
             audit.paid,
             audit.charged,
             audit.grants,
             audit.refund_cases,
             audit.ledger_entries,
-            audit.deducts
+            audit.deducts,
+            audit.attacked
         );
         if let Some(layer) = self.broken_layer {
             if self.violations.is_empty() {
@@ -313,14 +364,14 @@ impl StormReport {
 
 /// An answer the client can use, or not.
 #[derive(Clone, Debug)]
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     replayed: bool,
     body: Vec<u8>,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
@@ -369,28 +420,32 @@ impl FaultClock {
 
 /// What the clients saw and sent.
 #[derive(Default)]
-struct Log {
+pub(crate) struct Log {
     originals: HashMap<String, (u16, Vec<u8>)>,
     client: ClientFacts,
     duplicates: BTreeMap<String, u64>,
     payments: HashSet<String>,
     unresolved: Vec<Pending>,
+    /// Payments the workload left waiting for good: the attacker's victims.
+    pub(crate) victims: Vec<Victim>,
+    /// What the attacker sent.
+    pub(crate) attacks: AttackLog,
 }
 
 /// A keyed request that had no final answer when its client gave up; quiescence finishes it.
 #[derive(Clone, Debug)]
-struct Pending {
-    label: String,
-    tenant: usize,
-    path: String,
-    body: Value,
-    key: String,
-    token_needed: bool,
-    kind: PendingKind,
+pub(crate) struct Pending {
+    pub(crate) label: String,
+    pub(crate) tenant: usize,
+    pub(crate) path: String,
+    pub(crate) body: Value,
+    pub(crate) key: String,
+    pub(crate) token_needed: bool,
+    pub(crate) kind: PendingKind,
 }
 
 #[derive(Clone, Debug)]
-enum PendingKind {
+pub(crate) enum PendingKind {
     Payment,
     Credit {
         user: String,
@@ -403,13 +458,13 @@ enum PendingKind {
     },
 }
 
-struct Shared {
+pub(crate) struct Shared {
     /// Prefix of every id the storm makes (orders, users, keys), unique per run.
-    run: String,
+    pub(crate) run: String,
     http: reqwest::Client,
-    bases: Vec<String>,
+    pub(crate) bases: Vec<String>,
     sim_base: String,
-    tenants: Vec<TenantAccess>,
+    pub(crate) tenants: Vec<TenantAccess>,
     faults: FaultClock,
     log: Mutex<Log>,
     requests: AtomicU64,
@@ -422,7 +477,7 @@ impl Shared {
         format!("{}-hot", self.run)
     }
 
-    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+    pub(crate) fn log(&self) -> std::sync::MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -464,20 +519,7 @@ impl Shared {
             .get("idempotent-replayed")
             .is_some_and(|value| value == "true");
         let body = response.bytes().await.ok()?.to_vec();
-        if status >= 500 {
-            if self.faults.excused(started, Instant::now()) {
-                self.excused.fetch_add(1, Ordering::Relaxed);
-            } else {
-                let detail = String::from_utf8_lossy(&body)
-                    .chars()
-                    .take(200)
-                    .collect::<String>();
-                self.log()
-                    .client
-                    .unexcused_errors
-                    .push(format!("{status} on {path}: {detail}"));
-            }
-        }
+        self.account_for(status, started, path, &body);
         Some(Answer {
             status,
             replayed,
@@ -485,7 +527,61 @@ impl Shared {
         })
     }
 
-    async fn sim(&self, method: reqwest::Method, path: &str, body: Value) -> Option<Value> {
+    /// A 5xx is excused inside a fault window (and counted); outside one it is a violation.
+    fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
+        if status < 500 {
+            return;
+        }
+        if self.faults.excused(started, Instant::now()) {
+            self.excused.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let detail = String::from_utf8_lossy(body)
+                .chars()
+                .take(200)
+                .collect::<String>();
+            self.log()
+                .client
+                .unexcused_errors
+                .push(format!("{status} on {path}: {detail}"));
+        }
+    }
+
+    /// A channel notify (no API key: the channel's signature is its credential) to instance
+    /// `instance`; the status and body, `None` when no answer came.
+    pub(crate) async fn post_notify(
+        &self,
+        instance: usize,
+        channel: &str,
+        content_type: &str,
+        headers: &[(String, String)],
+        body: String,
+    ) -> Option<(u16, Vec<u8>)> {
+        let base = &self.bases[instance % self.bases.len()];
+        let path = format!("/v1/channels/{channel}/notify");
+        let mut request = self
+            .http
+            .post(format!("{base}{path}"))
+            .header("content-type", content_type)
+            .timeout(Duration::from_secs(20))
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.ok()?.to_vec();
+        self.account_for(status, started, &path, &body);
+        Some((status, body))
+    }
+
+    pub(crate) async fn sim(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Option<Value> {
         let response = self
             .http
             .request(method, format!("{}{path}", self.sim_base))
@@ -539,6 +635,16 @@ pub async fn run(
     });
     let run_id = format!("storm{}x{}", seed % 1_000_000_007, fastrand::u32(..));
     let external = !args.target.is_empty();
+    let leaked_channel_key = args.break_layer == Some(BreakLayer::ChannelKey);
+    anyhow::ensure!(
+        !(leaked_channel_key && args.no_attacker),
+        "--break-layer channel-key leaks the key to the attacker: leave out --no-attacker"
+    );
+    anyhow::ensure!(
+        !(leaked_channel_key && external),
+        "--break-layer channel-key forges payments: not against a deployment the storm did not start"
+    );
+    let attacker_keys = (!args.no_attacker).then(|| AttackerKeys::of(&identity.0, &identity.1));
     let (mut deployment, bases, sim_base, tenants, database_url, stack_label) = if external {
         let tenants = args
             .tenant_key
@@ -669,6 +775,16 @@ pub async fn run(
         }));
     }
 
+    // The attacker, beside the workload for the whole run.
+    if let Some(keys) = attacker_keys {
+        let shared = shared.clone();
+        let attacker_seed = seed.rotate_left(31) ^ 0xA77A_C4E2;
+        clients.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(attacker_seed);
+            attacker::attack_until(&shared, &keys, &mut rng, deadline, leaked_channel_key).await;
+        }));
+    }
+
     // The fault schedule, on the deployment (which only this task touches meanwhile).
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut fault_rng = fastrand::Rng::with_seed(seed.rotate_left(17));
@@ -779,6 +895,7 @@ pub async fn run(
         audit: figures,
         violations,
         broken_layer: args.break_layer,
+        attacks: (!args.no_attacker).then(|| shared.log().attacks.report()),
     };
     if let Some(deployment) = deployment {
         deployment.stop().await;
@@ -830,7 +947,14 @@ async fn audit_now(
         .collect();
     let snapshot = snapshot.of_run(&tenants, &shared.run);
     let channel = channel_facts(shared, &snapshot).await?;
-    let client = shared.log().client.clone();
+    let client = {
+        let log = shared.log();
+        ClientFacts {
+            attacked: log.attacks.victims().clone(),
+            accepted_attacks: log.attacks.accepted.clone(),
+            ..log.client.clone()
+        }
+    };
     Ok(audit::check(&snapshot, &channel, &client))
 }
 
@@ -887,7 +1011,7 @@ async fn inject(
 
 /// Sends a keyed request until it has a final answer (or gives up, leaving it to quiescence),
 /// the way a client retries: same key, another instance, after a pause.
-async fn keyed(
+pub(crate) async fn keyed(
     shared: &Shared,
     rng: &mut fastrand::Rng,
     pending: Pending,
@@ -1206,6 +1330,22 @@ async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n
         } else {
             pay.await;
         }
+    } else {
+        // The buyer never pays and nobody closes it: nothing legitimate changes this payment
+        // before its expiry, so it is a victim for the attacker (the audit checks it stays
+        // as it is). Only a trade the channel confirmed (a pay URL) qualifies.
+        let view = answer.json();
+        if view["status"] == "PENDING" && view["pay_url"].is_string() {
+            let mut log = shared.log();
+            if log.victims.len() < attacker::VICTIMS_MAX {
+                log.victims.push(Victim {
+                    tenant,
+                    payment_no: number.clone(),
+                    channel: channel.to_owned(),
+                    amount_fen: amount,
+                });
+            }
+        }
     }
     if rng.u8(..10) < 3 {
         // The same request again, token included, long after its answer.
@@ -1267,7 +1407,7 @@ async fn keyless_double_click(
 }
 
 /// Sends the order creation `count` times at once (to neighbouring instances).
-async fn create_order(
+pub(crate) async fn create_order(
     shared: &Shared,
     instance: usize,
     tenant: usize,

@@ -1,10 +1,13 @@
-//! The CI-sized storm: seconds of duplicates and faults, then the audit must find nothing, and
-//! every source of duplicates must actually have occurred.
+//! The CI-sized storm: seconds of duplicates, faults and attacks, then the audit must find
+//! nothing, every source of duplicates must actually have occurred, and the attacker must have
+//! sent every kind of hostile notify without one being accepted.
 
 mod support;
 
 use std::path::Path;
 
+use mideng_storm::attacker::AttackKind;
+use mideng_storm::deploy::ServerArgs;
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
 
 fn assert_clean(report: &StormReport) {
@@ -27,6 +30,44 @@ fn assert_clean(report: &StormReport) {
             "the {layer} layer caught nothing: {table}"
         );
     }
+    assert_attacks_refused(report);
+}
+
+/// The attacker sent every kind, none was accepted, and the service's own counters show the
+/// refusals each kind is meant to meet.
+fn assert_attacks_refused(report: &StormReport) {
+    let table = report.table();
+    let attacks = report.attacks.as_ref().expect("the attacker ran");
+    for kind in AttackKind::EVERY {
+        let sent = attacks
+            .kinds
+            .get(kind.name())
+            .map_or(0, |counts| counts.sent);
+        assert!(sent > 0, "the attacker never sent {}: {table}", kind.name());
+    }
+    assert_eq!(attacks.accepted, 0, "{table}");
+    assert!(attacks.kinds["replay"].acknowledged > 0, "{table}");
+    assert!(
+        attacks.victim_tenants > 1,
+        "victims of one tenant only: {table}"
+    );
+    let caught = |layer: &str, outcome: &str| {
+        report.layers.get(layer).is_some_and(|outcomes| {
+            outcomes
+                .iter()
+                .any(|(caught, count)| caught.ends_with(outcome) && *count > 0)
+        })
+    };
+    for outcome in [
+        ":malformed",
+        ":bad_signature",
+        ":channel_mismatch",
+        ":stale_timestamp",
+        ":unknown_serial",
+    ] {
+        assert!(caught("signature", outcome), "no {outcome}: {table}");
+    }
+    assert!(caught("dedup", ":duplicate"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,6 +108,12 @@ async fn postgres_redis_rabbitmq_storm_leaves_every_invariant_intact() {
             concurrency: 6,
             tenants: 2,
             fault_every_secs: 2,
+            // The storm creates its own database next to this one.
+            servers: ServerArgs {
+                postgres_url: std::env::var("MIDENG_TEST_POSTGRES_URL")
+                    .unwrap_or_else(|_| ServerArgs::default().postgres_url),
+                ..ServerArgs::default()
+            },
             ..StormArgs::default()
         },
         support::identity(),
@@ -142,4 +189,53 @@ async fn each_broken_layer_is_caught_by_the_audit_or_by_a_deeper_layer() {
         table.contains("the deeper layers held (cas caught"),
         "{table}"
     );
+}
+
+/// The attacker's refusals prove something only if an attack that gets through is reported.
+/// With the channel's key leaked, the attacker's forged successes are indistinguishable from
+/// the channel's: the service takes them, and the audit must name the victims paid without a
+/// charge, each acknowledged attack, and the victims moved by something other than the
+/// workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attack_that_gets_through_fails_the_audit() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("storm-leaked-key");
+    let report = run(
+        StormArgs {
+            seed: Some(12),
+            stack: StackKind::Embedded,
+            duration_secs: 5,
+            concurrency: 4,
+            tenants: 2,
+            fault_every_secs: 0,
+            dir,
+            break_layer: Some(BreakLayer::ChannelKey),
+            ..StormArgs::default()
+        },
+        support::identity(),
+        false,
+    )
+    .await
+    .expect("the storm ran");
+    let table = report.table();
+    eprintln!("{table}");
+    assert!(!report.passed(), "{table}");
+    let attacks = report.attacks.as_ref().expect("the attacker ran");
+    assert!(
+        attacks.kinds["leaked channel key"].acknowledged > 0,
+        "{table}"
+    );
+    for invariant in [
+        "nothing PAID that the channel did not charge",
+        "every attack refused",
+        "an attacked payment changes only through the workload",
+    ] {
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|violation| violation.invariant == invariant),
+            "{invariant} not reported: {table}"
+        );
+    }
+    assert!(table.contains("layer channel-key was OFF: the audit found what it prevents"));
 }
