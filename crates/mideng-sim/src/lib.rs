@@ -16,7 +16,7 @@
 //! - `notify` — the notify queue and policies (pure), the payload of each channel's notify,
 //!   and the dispatcher task that delivers them.
 //! - `world` — all the state above behind one lock, settled to the clock on every access.
-//! - `gateway::alipay` — `POST /gateway.do`: precreate, query, close.
+//! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close.
 //! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query and close by out-trade-no.
 //! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
 //!   clock, notify policies, fail-next.
@@ -153,7 +153,10 @@ impl Simulator {
     pub fn router(&self) -> Router {
         let out_trade_no_path = format!("{}{{out_trade_no}}", wechat::PATH_OUT_TRADE_NO);
         Router::new()
-            .route(alipay::GATEWAY_PATH, post(gateway::alipay::gateway))
+            .route(
+                alipay::GATEWAY_PATH,
+                get(gateway::alipay::gateway).post(gateway::alipay::gateway),
+            )
             .route(wechat::PATH_NATIVE, post(gateway::wechat::create_native))
             .route(&out_trade_no_path, get(gateway::wechat::query))
             .route(

@@ -1,4 +1,4 @@
-//! The simulated Alipay open-platform gateway: `POST /gateway.do` with `alipay.trade.precreate`,
+//! The simulated Alipay open-platform gateway: `GET` or `POST /gateway.do` with `alipay.trade.precreate`,
 //! `alipay.trade.query` and `alipay.trade.close`.
 //!
 //! A call is checked the way the gateway does, in order: form encoding, `method`, the common
@@ -8,8 +8,11 @@
 //! included, is `{"<method>_response": node, "sign": …}` (or `error_response` when the method is
 //! missing or unknown), signed by the gateway key over the node's exact text.
 //!
-//! Common parameters are read from the query string and the form body alike, as the official
-//! SDKs put them in the query string and the protocol document in the body.
+//! Parameters are read from the query string and the form body alike, under GET or POST, as the
+//! real gateway does: the official Node SDK puts the common parameters in the query string and
+//! `biz_content` in the body, python-alipay-sdk sends everything as a GET query string, and the
+//! protocol document puts everything in a POST body. A name given twice, in one of them or
+//! across both, is refused.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -38,7 +41,7 @@ const TIMEOUT_MAX_MS: i64 = TIMEOUT_DEFAULT_MS;
 /// The sub-code of an invalid business parameter.
 const SUB_INVALID_BUSINESS_PARAMETER: &str = "ACQ.INVALID_PARAMETER";
 
-/// `POST /gateway.do`.
+/// `GET` or `POST /gateway.do`.
 pub(crate) async fn gateway(State(simulator): State<Simulator>, uri: Uri, body: Body) -> Response {
     let shared = &simulator.shared;
     let answer = match read_body(body).await {

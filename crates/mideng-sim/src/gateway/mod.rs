@@ -1,6 +1,6 @@
 //! The simulated gateways: the merchant-facing HTTP endpoints of each channel.
 //!
-//! - [`alipay`] — the open platform's single `POST /gateway.do`.
+//! - [`alipay`] — the open platform's single `/gateway.do` (GET or POST).
 //! - [`wechat`] — WeChat Pay API v3's native create, query and close.
 //!
 //! Both read bounded bodies, verify the merchant before doing anything, answer every client

@@ -1,5 +1,5 @@
-//! `POST /gateway.do`: precreate, query and close, signatures, reuse rules, expiry, the
-//! retry schedule and the gateway's error answers.
+//! `/gateway.do`: precreate, query and close under GET and POST, signatures, reuse rules,
+//! expiry, the retry schedule and the gateway's error answers.
 
 use std::time::{Duration, Instant};
 
@@ -218,6 +218,102 @@ async fn the_gateway_refuses_bad_calls_with_its_documented_codes() {
         )
         .await;
     assert_eq!(answer.code(), alipay::CODE_ILLEGAL_PARAMETER);
+    sim.stop().await;
+}
+
+/// The parameters of a signed form, split into those named in `in_query` (the query string) and
+/// the rest (the body).
+fn split_form(form: &str, in_query: &[&str]) -> (String, String) {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(form).expect("form");
+    let (query, body): (Vec<_>, Vec<_>) = pairs
+        .into_iter()
+        .partition(|(key, _)| in_query.contains(&key.as_str()));
+    (
+        serde_urlencoded::to_string(&query).expect("query"),
+        serde_urlencoded::to_string(&body).expect("body"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_serves_get_and_post_with_parameters_in_the_query_the_body_or_both() {
+    let sim = TestSim::start(1).await;
+
+    // python-alipay-sdk: a GET with every signed parameter in the query string.
+    let form = TestSim::alipay_form(PRECREATE, &order("G1", "1.00"), None);
+    let answer = sim
+        .alipay_sent(reqwest::Method::GET, PRECREATE, &form, String::new())
+        .await;
+    assert!(answer.signature_valid, "{}", answer.body);
+    assert_eq!(answer.code(), alipay::CODE_SUCCESS, "{}", answer.body);
+    assert_eq!(answer.node["out_trade_no"], "G1");
+
+    // The Node SDK: common parameters in the query string, biz_content in the body.
+    let form = TestSim::alipay_form(PRECREATE, &order("G2", "2.00"), None);
+    let common = [
+        "app_id",
+        "method",
+        "format",
+        "charset",
+        "sign_type",
+        "timestamp",
+        "version",
+        "sign",
+    ];
+    let (query, body) = split_form(&form, &common);
+    let answer = sim
+        .alipay_sent(reqwest::Method::POST, PRECREATE, &query, body.clone())
+        .await;
+    assert_eq!(answer.code(), alipay::CODE_SUCCESS, "{}", answer.body);
+    assert_eq!(answer.node["out_trade_no"], "G2");
+
+    // The same split under GET is served alike: the body is read whatever the verb.
+    let answer = sim
+        .alipay_sent(reqwest::Method::GET, PRECREATE, &query, body)
+        .await;
+    assert_eq!(answer.code(), alipay::CODE_SUCCESS, "{}", answer.body);
+    assert_eq!(answer.node["out_trade_no"], "G2");
+
+    // A query string and a body that each carry biz_content are ambiguous, even when the
+    // signature covers one of them: refused before anything is created.
+    let signed = TestSim::alipay_form(PRECREATE, &order("G3", "3.00"), None);
+    let (query, _) = split_form(&signed, &common);
+    let (_, other_body) = split_form(
+        &TestSim::alipay_form(PRECREATE, &order("G4", "4.00"), None),
+        &common,
+    );
+    let answer = sim
+        .alipay_sent(
+            reqwest::Method::POST,
+            PRECREATE,
+            &signed,
+            other_body.clone(),
+        )
+        .await;
+    assert!(answer.signature_valid, "{}", answer.body);
+    assert_eq!(
+        answer.code(),
+        alipay::CODE_ILLEGAL_PARAMETER,
+        "{}",
+        answer.body
+    );
+    let answer = sim
+        .alipay_sent(
+            reqwest::Method::GET,
+            PRECREATE,
+            &format!("{query}&{other_body}"),
+            other_body,
+        )
+        .await;
+    assert_eq!(
+        answer.code(),
+        alipay::CODE_ILLEGAL_PARAMETER,
+        "{}",
+        answer.body
+    );
+    let (status, _) = sim
+        .control(reqwest::Method::GET, "/sim/trades/G3", None)
+        .await;
+    assert_eq!(status, 404, "the refused call created nothing");
     sim.stop().await;
 }
 

@@ -178,9 +178,26 @@ impl TestSim {
 
     /// Posts a raw form body to the gateway and checks the answer's signature.
     pub(crate) async fn alipay_raw(&self, method: &str, form: String) -> AlipayAnswer {
+        self.alipay_sent(reqwest::Method::POST, method, "", form)
+            .await
+    }
+
+    /// Sends a call to the gateway with `http_method`, `query` as the query string (empty for
+    /// none) and `form` as the body, and checks the answer's signature.
+    pub(crate) async fn alipay_sent(
+        &self,
+        http_method: reqwest::Method,
+        method: &str,
+        query: &str,
+        form: String,
+    ) -> AlipayAnswer {
+        let mut url = format!("{}{}", self.base, alipay::GATEWAY_PATH);
+        if !query.is_empty() {
+            url = format!("{url}?{query}");
+        }
         let response = self
             .client
-            .post(format!("{}{}", self.base, alipay::GATEWAY_PATH))
+            .request(http_method, url)
             .header("content-type", "application/x-www-form-urlencoded")
             .body(form)
             .send()
