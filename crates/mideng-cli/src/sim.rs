@@ -18,11 +18,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize)]
 struct Identity {
     alipay_app_id: String,
+    /// Absent from data directories written before notifies carried `seller_id`.
+    #[serde(default = "default_seller_id")]
+    alipay_seller_id: String,
     wechat_mchid: String,
     wechat_appid: String,
     wechat_merchant_serial: String,
     wechat_platform_serial: String,
     wechat_api_v3_key: String,
+}
+
+fn default_seller_id() -> String {
+    mideng_sim::ALIPAY_SELLER_ID.to_owned()
 }
 
 const FILES: [&str; 4] = [
@@ -87,6 +94,7 @@ pub(crate) fn load_or_generate(
         }
         let identity = Identity {
             alipay_app_id: config.alipay_app_id.clone(),
+            alipay_seller_id: config.alipay_seller_id.clone(),
             wechat_mchid: config.wechat_mchid.clone(),
             wechat_appid: config.wechat_appid.clone(),
             wechat_merchant_serial: config.wechat_merchant_serial.clone(),
@@ -103,6 +111,7 @@ pub(crate) fn load_or_generate(
     };
     let config = SimConfig {
         alipay_app_id: identity.alipay_app_id,
+        alipay_seller_id: identity.alipay_seller_id,
         alipay_merchant_public_key: merchant.alipay_private.public_key(),
         alipay_gateway_key: read_key(directory, FILES[1])?,
         wechat_mchid: identity.wechat_mchid,

@@ -9,6 +9,8 @@ use mideng_channel::keys::{PrivateKey, PublicKey, random_nonce};
 use crate::SimError;
 use crate::limits::CLOCK_SPEED_MAX;
 
+/// The example Alipay partner id of generated configurations.
+pub const ALIPAY_SELLER_ID: &str = "2088000000000088";
 /// Length of the WeChat Pay API v3 key: it is the AES-256 key, so exactly 32 bytes.
 const API_V3_KEY_BYTES: usize = 32;
 
@@ -17,6 +19,8 @@ const API_V3_KEY_BYTES: usize = 32;
 pub struct SimConfig {
     /// The merchant's Alipay app id; requests and notifies carry it.
     pub alipay_app_id: String,
+    /// The merchant's Alipay partner id (`2088…`), sent as `seller_id` in notifies.
+    pub alipay_seller_id: String,
     /// Verifies the merchant's Alipay requests.
     pub alipay_merchant_public_key: PublicKey,
     /// The gateway's key: signs Alipay responses and notifies.
@@ -44,6 +48,7 @@ impl std::fmt::Debug for SimConfig {
         formatter
             .debug_struct("SimConfig")
             .field("alipay_app_id", &self.alipay_app_id)
+            .field("alipay_seller_id", &self.alipay_seller_id)
             .field("alipay_gateway_key", &self.alipay_gateway_key)
             .field("wechat_mchid", &self.wechat_mchid)
             .field("wechat_appid", &self.wechat_appid)
@@ -74,6 +79,7 @@ impl SimConfig {
     pub fn with_keys(merchant: PrivateKey, channel: PrivateKey) -> (SimConfig, MerchantKeys) {
         let config = SimConfig {
             alipay_app_id: "2021000000000001".to_owned(),
+            alipay_seller_id: ALIPAY_SELLER_ID.to_owned(),
             alipay_merchant_public_key: merchant.public_key(),
             alipay_gateway_key: channel.clone(),
             wechat_mchid: "1230000109".to_owned(),
@@ -122,6 +128,7 @@ impl SimConfig {
         let wechat_platform = next_key()?;
         let config = SimConfig {
             alipay_app_id: "2021000000000001".to_owned(),
+            alipay_seller_id: ALIPAY_SELLER_ID.to_owned(),
             alipay_merchant_public_key: alipay_merchant.public_key(),
             alipay_gateway_key: alipay_gateway,
             wechat_mchid: "1230000109".to_owned(),
@@ -161,6 +168,9 @@ impl SimConfig {
         if !identifier(&self.alipay_app_id) {
             return invalid("alipay_app_id must be 1 to 64 visible ASCII characters");
         }
+        if !identifier(&self.alipay_seller_id) {
+            return invalid("alipay_seller_id must be 1 to 64 visible ASCII characters");
+        }
         if !identifier(&self.wechat_mchid) {
             return invalid("wechat_mchid must be 1 to 64 visible ASCII characters");
         }
@@ -199,7 +209,8 @@ pub fn merchant_channels(
     let alipay = AlipayChannel::new(AlipayConfig {
         gateway_url: format!("{sim}{}", mideng_channel::alipay::GATEWAY_PATH),
         app_id: config.alipay_app_id.clone(),
-        seller_id: None,
+        // Set, so that the service's seller check meets every simulated notify.
+        seller_id: Some(config.alipay_seller_id.clone()),
         merchant_key: merchant.alipay_private.clone(),
         gateway_public_key: config.alipay_gateway_key.public_key(),
         notify_url: format!("{service}/v1/channels/alipay/notify"),

@@ -1,8 +1,10 @@
 //! What each channel's notify says about a trade event, fixed at the moment of the event.
 //!
 //! - Alipay: form parameters (`trade_status_sync`) for TRADE_SUCCESS, TRADE_FINISHED and
-//!   TRADE_CLOSED (an unpaid close, or a full refund with `refund_fee`). `notify_time` and
-//!   `sign` are added at each delivery.
+//!   TRADE_CLOSED (an unpaid close, or a full refund with `refund_fee`), with the fields the
+//!   real channel sends: `seller_id`, `auth_app_id`, the buyer's masked `buyer_logon_id`, the
+//!   amounts (`invoice_amount`, `point_amount`) and `fund_bill_list` as a JSON string.
+//!   `notify_time` and `sign` are added at each delivery.
 //! - WeChat Pay: TRANSACTION.SUCCESS only, the transaction AES-256-GCM encrypted with the API v3
 //!   key under a fresh 12-character nonce and associated data `transaction`. The body stays the
 //!   same on every delivery; the headers are signed anew each time.
@@ -18,6 +20,10 @@ use crate::trades::{Channel, Trade, TradeEventKind};
 const WECHAT_ASSOCIATED_DATA: &str = "transaction";
 /// The buyer's id the simulated channels report.
 const ALIPAY_BUYER_ID: &str = "2088000000000001";
+/// The buyer's account as Alipay shows it to merchants: masked in the middle.
+const ALIPAY_BUYER_LOGON_ID: &str = "138****0001";
+/// Where the simulated buyer's money comes from (`fund_bill_list`'s `fundChannel`).
+const ALIPAY_FUND_CHANNEL: &str = "ALIPAYACCOUNT";
 /// The payer's openid the simulated channel reports.
 const WECHAT_PAYER_OPENID: &str = "oSimulatedPayer000000000000";
 
@@ -75,6 +81,8 @@ fn alipay_notify(
         ("notify_type", Some("trade_status_sync".to_owned())),
         ("notify_id", Some(notify_id.clone())),
         ("app_id", Some(config.alipay_app_id.clone())),
+        ("auth_app_id", Some(config.alipay_app_id.clone())),
+        ("seller_id", Some(config.alipay_seller_id.clone())),
         ("charset", Some("utf-8".to_owned())),
         ("version", Some("1.0".to_owned())),
         ("sign_type", Some("RSA2".to_owned())),
@@ -86,10 +94,20 @@ fn alipay_notify(
         ("gmt_create", timestamp(trade.scanned_at_ms)),
     ];
     if kind != TradeEventKind::Closed {
+        // The whole amount came from the buyer's balance: nothing in points, all invoiceable.
+        // The notify spells the fund channel's key `fundChannel`, unlike the query answer.
+        let fund_bill_list = serde_json::json!([
+            { "amount": amount, "fundChannel": ALIPAY_FUND_CHANNEL }
+        ])
+        .to_string();
         params.extend([
             ("buyer_id", Some(ALIPAY_BUYER_ID.to_owned())),
+            ("buyer_logon_id", Some(ALIPAY_BUYER_LOGON_ID.to_owned())),
             ("receipt_amount", Some(amount.clone())),
             ("buyer_pay_amount", Some(amount.clone())),
+            ("invoice_amount", Some(amount.clone())),
+            ("point_amount", Some("0.00".to_owned())),
+            ("fund_bill_list", Some(fund_bill_list)),
             ("gmt_payment", timestamp(trade.paid_at_ms)),
         ]);
     }

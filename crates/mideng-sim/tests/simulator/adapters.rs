@@ -8,21 +8,26 @@ use std::time::Duration;
 use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
 use mideng_channel::adapter::{
-    Channel, ChannelError, CreateTrade, NotifiedState, RawNotify, TradeState,
+    Channel, ChannelError, CreateTrade, NotifiedState, NotifyRejection, RawNotify, TradeState,
 };
 use serde_json::json;
 
 use crate::harness::{
-    ALIPAY_APP_ID, API_V3_KEY, MERCHANT_SERIAL, Merchant, PLATFORM_SERIAL, Received, TestSim,
-    WECHAT_APPID, WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
+    ALIPAY_APP_ID, ALIPAY_SELLER_ID, API_V3_KEY, MERCHANT_SERIAL, Merchant, PLATFORM_SERIAL,
+    Received, TestSim, WECHAT_APPID, WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
 };
 
 fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
+    alipay_of_seller(sim, merchant, ALIPAY_SELLER_ID)
+}
+
+/// The Alipay adapter of a merchant whose partner id is `seller_id`.
+fn alipay_of_seller(sim: &TestSim, merchant: &Merchant, seller_id: &str) -> Box<dyn Channel> {
     Box::new(
         AlipayChannel::new(AlipayConfig {
             gateway_url: format!("{}/gateway.do", sim.base),
             app_id: ALIPAY_APP_ID.to_owned(),
-            seller_id: None,
+            seller_id: Some(seller_id.to_owned()),
             merchant_key: merchant_key().clone(),
             gateway_public_key: channel_public_key(),
             notify_url: merchant.url.clone(),
@@ -118,6 +123,13 @@ async fn alipay_round_trip_through_the_adapter() {
     );
     assert!(matches!(verified.state, NotifiedState::Paid(_)));
     assert_eq!(verified.check_against(Some(46000)), Ok(()));
+    // The notify names the seller, and a merchant of another seller id refuses it.
+    assert_eq!(notify.param("seller_id"), ALIPAY_SELLER_ID);
+    let other_seller = alipay_of_seller(&sim, &merchant, "2088000000000777");
+    assert_eq!(
+        other_seller.verify_notify(&raw(notify), wall_clock_ms()),
+        Err(NotifyRejection::WrongMerchant)
+    );
 
     // Scenario 1: a close after the buyer paid reports the payment, never a closed trade.
     assert!(paid(&channel.close_trade("PA1").await.expect("close")));

@@ -119,6 +119,22 @@ async fn a_payment_is_notified_queried_charged_once_and_cannot_be_closed() {
     assert_eq!(notify.param("sign_type"), "RSA2");
     assert!(!notify.param("notify_id").is_empty());
     assert!(!notify.param("gmt_payment").is_empty());
+    // The fields the real channel adds to a payment's notify.
+    assert_eq!(notify.param("seller_id"), crate::harness::ALIPAY_SELLER_ID);
+    assert_eq!(notify.param("auth_app_id"), crate::harness::ALIPAY_APP_ID);
+    assert_eq!(notify.param("invoice_amount"), "0.01");
+    assert_eq!(notify.param("point_amount"), "0.00");
+    assert!(
+        notify.param("buyer_logon_id").contains("****"),
+        "the buyer's account is masked"
+    );
+    assert!(!notify.param("gmt_create").is_empty());
+    let fund_bills: serde_json::Value =
+        serde_json::from_str(&notify.param("fund_bill_list")).expect("fund_bill_list is JSON");
+    assert_eq!(
+        fund_bills,
+        json!([{ "amount": "0.01", "fundChannel": "ALIPAYACCOUNT" }])
+    );
 
     let query = sim
         .alipay(QUERY, json!({ "out_trade_no": "A2" }), None)

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub(crate) const ALIPAY_APP_ID: &str = "2021000000000001";
+pub(crate) const ALIPAY_SELLER_ID: &str = "2088000000000099";
 pub(crate) const WECHAT_MCHID: &str = "1230000109";
 pub(crate) const WECHAT_APPID: &str = "wxd678efh567hg6787";
 pub(crate) const MERCHANT_SERIAL: &str = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1";
@@ -55,6 +56,7 @@ pub(crate) fn config(clock_speed: u32) -> SimConfig {
     let (merchant, channel) = keys();
     SimConfig {
         alipay_app_id: ALIPAY_APP_ID.to_owned(),
+        alipay_seller_id: ALIPAY_SELLER_ID.to_owned(),
         alipay_merchant_public_key: merchant.public_key(),
         alipay_gateway_key: channel.clone(),
         wechat_mchid: WECHAT_MCHID.to_owned(),
