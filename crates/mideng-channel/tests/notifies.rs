@@ -102,6 +102,72 @@ fn a_genuine_alipay_notify_is_accepted() {
     assert_eq!(channel.answer(NotifyVerdict::RetryLater).body, "failure");
 }
 
+/// Notifies built by the official Alipay SDKs (Node `alipay-sdk`, `python-alipay-sdk`) under
+/// their notify sign-content rule, with an empty `passback_params` and a non-ASCII `subject`:
+/// the committed ones (`tests/fixtures/sdk-notifies`, written by `scripts/interop-alipay`), or
+/// the ones a fresh run of that script wrote into `MIDENG_ALIPAY_SDK_NOTIFIES`.
+fn sdk_built_alipay_notifies() -> Vec<(String, RawNotify)> {
+    let directory = std::env::var_os("MIDENG_ALIPAY_SDK_NOTIFIES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sdk-notifies")
+        });
+    ["alipay-node.form", "alipay-python.form"]
+        .iter()
+        .map(|name| {
+            let path = directory.join(name);
+            let body =
+                std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            let raw = RawNotify {
+                headers: vec![(
+                    "content-type".to_owned(),
+                    "application/x-www-form-urlencoded".to_owned(),
+                )],
+                body,
+            };
+            ((*name).to_owned(), raw)
+        })
+        .collect()
+}
+
+#[test]
+fn notifies_built_by_the_official_sdks_with_empty_and_non_ascii_fields_are_accepted() {
+    let channel = alipay_channel();
+    for (name, notify) in sdk_built_alipay_notifies() {
+        let text = String::from_utf8(notify.body.clone()).expect("utf-8");
+        assert!(
+            text.contains("&passback_params=&"),
+            "{name} carries an empty field"
+        );
+        assert!(
+            text.contains("subject=%E8%AE%A2"),
+            "{name} carries a non-ASCII field"
+        );
+        let verified = channel
+            .verify_notify(&notify, NOW_MS)
+            .unwrap_or_else(|rejection| panic!("{name} is refused: {rejection}"));
+        assert_eq!(verified.amount_fen, 46000, "{name}");
+        assert!(matches!(verified.state, NotifiedState::Paid(_)), "{name}");
+
+        // Tampered after signing: another amount, the empty field dropped, the subject changed.
+        for (from, to) in [
+            ("total_amount=460.00", "total_amount=461.00"),
+            ("&passback_params=&", "&"),
+            ("subject=%E8%AE%A2", "subject=%E8%AE%A3"),
+        ] {
+            let tampered = RawNotify {
+                headers: notify.headers.clone(),
+                body: text.replacen(from, to, 1).into_bytes(),
+            };
+            assert_eq!(
+                channel.verify_notify(&tampered, NOW_MS),
+                Err(NotifyRejection::BadSignature),
+                "{name} with {from} changed to {to}"
+            );
+        }
+    }
+}
+
 #[test]
 fn forged_alipay_notifies_are_rejected() {
     let channel = alipay_channel();
