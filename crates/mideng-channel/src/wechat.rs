@@ -30,6 +30,9 @@ pub const HEADER_SIGNATURE: &str = "wechatpay-signature";
 pub const HEADER_SERIAL: &str = "wechatpay-serial";
 /// Notification and answer header: the signature scheme ([`AUTHORIZATION_SCHEME`]).
 pub const HEADER_SIGNATURE_TYPE: &str = "wechatpay-signature-type";
+/// Answer and notification header: the platform's id for the request or message, which
+/// merchants quote to support.
+pub const HEADER_REQUEST_ID: &str = "request-id";
 /// The only resource encryption.
 pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 

@@ -4,7 +4,9 @@
 //! [`wechat::request_message`], for this merchant id and certificate serial, with a timestamp
 //! within [`wechat::TIMESTAMP_SKEW_SECS_MAX`] of the channel clock; anything else is 401
 //! `SIGN_ERROR`. Every response, errors included, is signed by the platform key in the
-//! `Wechatpay-*` headers over [`wechat::notify_message`] of its body.
+//! `Wechatpay-*` headers over [`wechat::notify_message`] of its body, names its scheme in
+//! `Wechatpay-Signature-Type` (the official SDKs refuse an answer without it) and carries a
+//! `Request-ID`.
 //!
 //! The timestamp window is also accepted against the host's wall clock: the merchant signs with
 //! its own clock and cannot know that the simulator's runs fast or was advanced, and a fast
@@ -102,7 +104,11 @@ impl Reply {
                 wechat::HEADER_SERIAL,
                 shared.config.wechat_platform_serial.clone(),
             ),
-            ("request-id", random_nonce(32)),
+            (
+                wechat::HEADER_SIGNATURE_TYPE,
+                wechat::AUTHORIZATION_SCHEME.to_owned(),
+            ),
+            (wechat::HEADER_REQUEST_ID, random_nonce(32)),
         ];
         for (name, value) in signed {
             // Every value is ASCII (digits, base64, validated serials), so this always succeeds.

@@ -211,6 +211,7 @@ fn signed_request(
                 .header(wechat::HEADER_NONCE, nonce)
                 .header(wechat::HEADER_SIGNATURE, signature)
                 .header(wechat::HEADER_SIGNATURE_TYPE, wechat::AUTHORIZATION_SCHEME)
+                .header(wechat::HEADER_REQUEST_ID, random_nonce(32))
                 .header(
                     wechat::HEADER_SERIAL,
                     config.wechat_platform_serial.as_str(),

@@ -118,6 +118,8 @@ pub(crate) struct WechatAnswer {
     pub(crate) body: String,
     pub(crate) json: Value,
     pub(crate) signature_valid: bool,
+    /// The `Request-ID` header, empty when absent.
+    pub(crate) request_id: String,
 }
 
 impl TestSim {
@@ -274,7 +276,10 @@ impl TestSim {
                 .unwrap_or_default()
                 .to_owned()
         };
-        let signature_valid = header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
+        // As the official SDKs check an answer: the scheme named, the serial known, the
+        // signature over the raw body.
+        let signature_valid = header(wechat::HEADER_SIGNATURE_TYPE) == wechat::AUTHORIZATION_SCHEME
+            && header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
             && channel_public_key().verify(
                 wechat::notify_message(
                     &header(wechat::HEADER_TIMESTAMP),
@@ -290,6 +295,7 @@ impl TestSim {
             body,
             json,
             signature_valid,
+            request_id: header(wechat::HEADER_REQUEST_ID),
         }
     }
 
@@ -436,7 +442,7 @@ impl Received {
         channel_public_key().verify(content.as_bytes(), &self.param("sign"))
     }
 
-    fn header(&self, name: &str) -> String {
+    pub(crate) fn header(&self, name: &str) -> String {
         self.headers
             .get(name)
             .and_then(|value| value.to_str().ok())
@@ -446,7 +452,8 @@ impl Received {
 
     /// Whether the WeChat Pay notify's headers verify with the platform key.
     pub(crate) fn wechat_signature_valid(&self) -> bool {
-        self.header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
+        self.header(wechat::HEADER_SIGNATURE_TYPE) == wechat::AUTHORIZATION_SCHEME
+            && self.header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
             && channel_public_key().verify(
                 wechat::notify_message(
                     &self.header(wechat::HEADER_TIMESTAMP),

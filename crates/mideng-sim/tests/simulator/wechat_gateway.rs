@@ -339,3 +339,36 @@ async fn an_order_without_time_expire_closes_after_two_hours() {
     assert_eq!(query.json["trade_state"], wechat::STATE_CLOSED);
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_and_notifies_name_their_signature_type_and_carry_a_request_id() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let created = sim
+        .wechat(
+            Method::POST,
+            wechat::PATH_NATIVE,
+            Some(&native_order(&sim, "W9", 1, &merchant.url)),
+        )
+        .await;
+    let refused = sim.wechat(Method::GET, &query_path("NOPE9"), None).await;
+    assert_eq!(
+        refused.status, 404,
+        "an error answer is signed the same way"
+    );
+    for answer in [&created, &refused] {
+        assert!(answer.signature_valid, "{answer:?}");
+        assert!(!answer.request_id.is_empty(), "{answer:?}");
+    }
+    assert_ne!(created.request_id, refused.request_id);
+
+    sim.pay("W9").await;
+    let notify = &merchant.wait_for(1).await[0];
+    assert_eq!(
+        notify.header(wechat::HEADER_SIGNATURE_TYPE),
+        "WECHATPAY2-SHA256-RSA2048"
+    );
+    assert!(notify.wechat_signature_valid());
+    assert!(!notify.header(wechat::HEADER_REQUEST_ID).is_empty());
+    sim.stop().await;
+}
