@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use mideng_channel::keys::{PrivateKey, PublicKey};
-use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use mideng_sim::{MerchantKeys, SimConfig, Simulator, WechatPlatformMode};
 use serde::{Deserialize, Serialize};
 
 /// The non-key parts of the simulator's identity, kept in `sim.json`.
@@ -21,6 +21,10 @@ struct Identity {
     wechat_mchid: String,
     wechat_appid: String,
     wechat_merchant_serial: String,
+    /// `public_key` (the default, also for files written before the mode existed) or
+    /// `certificate`.
+    #[serde(default)]
+    wechat_platform_mode: WechatPlatformMode,
     wechat_platform_serial: String,
     wechat_api_v3_key: String,
 }
@@ -90,6 +94,7 @@ pub(crate) fn load_or_generate(
             wechat_mchid: config.wechat_mchid.clone(),
             wechat_appid: config.wechat_appid.clone(),
             wechat_merchant_serial: config.wechat_merchant_serial.clone(),
+            wechat_platform_mode: config.wechat_platform_mode,
             wechat_platform_serial: config.wechat_platform_serial.clone(),
             wechat_api_v3_key: config.wechat_api_v3_key.clone(),
         };
@@ -110,6 +115,7 @@ pub(crate) fn load_or_generate(
         wechat_merchant_public_key: merchant.wechat_private.public_key(),
         wechat_merchant_serial: identity.wechat_merchant_serial,
         wechat_platform_key: read_key(directory, FILES[3])?,
+        wechat_platform_mode: identity.wechat_platform_mode,
         wechat_platform_serial: identity.wechat_platform_serial,
         wechat_api_v3_key: identity.wechat_api_v3_key,
         clock_speed,
@@ -125,7 +131,13 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let (config, _) = load_or_generate(&data_dir, clock_speed)?;
     let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
-    let simulator = Simulator::new(config)?;
+    let simulator = Simulator::new(config).with_context(|| {
+        format!(
+            "{} does not describe a valid simulator (one written by an older version has \
+             serials in another form: delete the directory to generate a new identity)",
+            data_dir.join("sim.json").display()
+        )
+    })?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -162,6 +174,9 @@ mod tests {
             second.alipay_gateway_key.public_key()
         );
         assert_eq!(first.wechat_api_v3_key, second.wechat_api_v3_key);
+        assert_eq!(first.wechat_platform_serial, second.wechat_platform_serial);
+        assert!(second.wechat_platform_serial.starts_with("PUB_KEY_ID_"));
+        assert_eq!(second.wechat_merchant_serial.len(), 40);
         assert_eq!(second.clock_speed, 60);
         use std::os::unix::fs::PermissionsExt;
         for secret in [

@@ -57,7 +57,7 @@ mod notify;
 mod trades;
 mod world;
 
-pub use config::{MerchantKeys, SimConfig, merchant_channels};
+pub use config::{MerchantKeys, SimConfig, WechatPlatformMode, merchant_channels};
 
 use clock::SimClock;
 use world::{World, WorldGuard};

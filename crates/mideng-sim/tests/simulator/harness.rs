@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use mideng_channel::keys::{PrivateKey, PublicKey, random_nonce};
 use mideng_channel::{alipay, wechat};
-use mideng_sim::{SimConfig, Simulator};
+use mideng_sim::{SimConfig, Simulator, WechatPlatformMode};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -19,7 +19,7 @@ pub(crate) const ALIPAY_APP_ID: &str = "2021000000000001";
 pub(crate) const WECHAT_MCHID: &str = "1230000109";
 pub(crate) const WECHAT_APPID: &str = "wxd678efh567hg6787";
 pub(crate) const MERCHANT_SERIAL: &str = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1";
-pub(crate) const PLATFORM_SERIAL: &str = "PLATFORM0000000000000000000000000000000001";
+pub(crate) const PLATFORM_SERIAL: &str = "PUB_KEY_ID_0112340000000000000000000000000001";
 pub(crate) const API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
 
 /// Every wait in a test ends by this, so that a bug fails instead of hanging.
@@ -62,6 +62,7 @@ pub(crate) fn config(clock_speed: u32) -> SimConfig {
         wechat_merchant_public_key: merchant.public_key(),
         wechat_merchant_serial: MERCHANT_SERIAL.to_owned(),
         wechat_platform_key: channel.clone(),
+        wechat_platform_mode: WechatPlatformMode::PublicKey,
         wechat_platform_serial: PLATFORM_SERIAL.to_owned(),
         wechat_api_v3_key: API_V3_KEY.to_owned(),
         clock_speed,
