@@ -17,7 +17,8 @@
 //!   and the dispatcher task that delivers them.
 //! - `world` — all the state above behind one lock, settled to the clock on every access.
 //! - `gateway::alipay` — `POST /gateway.do`: precreate, query, close.
-//! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query and close by out-trade-no.
+//! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query by out-trade-no or
+//!   transaction id, close; WeChat's own signed 404 for any other `/v3` request.
 //! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
 //!   clock, notify policies, fail-next.
 //!
@@ -152,16 +153,28 @@ impl Simulator {
     /// [`Simulator::dispatch_notifies`] beside it, or use [`Simulator::serve`].
     pub fn router(&self) -> Router {
         let out_trade_no_path = format!("{}{{out_trade_no}}", wechat::PATH_OUT_TRADE_NO);
+        let transaction_id_path = format!("{}{{transaction_id}}", wechat::PATH_TRANSACTION_ID);
+        let wechat_other_method = gateway::wechat::method_not_routed;
         Router::new()
             .route(alipay::GATEWAY_PATH, post(gateway::alipay::gateway))
-            .route(wechat::PATH_NATIVE, post(gateway::wechat::create_native))
-            .route(&out_trade_no_path, get(gateway::wechat::query))
+            .route(
+                wechat::PATH_NATIVE,
+                post(gateway::wechat::create_native).fallback(wechat_other_method),
+            )
+            .route(
+                &out_trade_no_path,
+                get(gateway::wechat::query).fallback(wechat_other_method),
+            )
+            .route(
+                &transaction_id_path,
+                get(gateway::wechat::query_by_transaction_id).fallback(wechat_other_method),
+            )
             .route(
                 &format!("{out_trade_no_path}/close"),
-                post(gateway::wechat::close),
+                post(gateway::wechat::close).fallback(wechat_other_method),
             )
             .merge(control::routes())
-            .fallback(control::not_found)
+            .fallback(gateway::not_found)
             .with_state(self.clone())
     }
 

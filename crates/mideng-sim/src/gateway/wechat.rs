@@ -1,4 +1,5 @@
-//! The simulated WeChat Pay API v3: native create, query and close by out-trade-no.
+//! The simulated WeChat Pay API v3: native create, query by out-trade-no or transaction id,
+//! close by out-trade-no; any other `/v3` request is WeChat's own signed 404 `NOT_FOUND`.
 //!
 //! Every request must carry an `Authorization` header signed by the merchant's key over
 //! [`wechat::request_message`], for this merchant id and certificate serial, with a timestamp
@@ -34,6 +35,8 @@ use crate::{Shared, Simulator};
 
 /// How long a native order stays payable without `time_expire`: its `code_url` is valid 2 h.
 const ORDER_VALIDITY_DEFAULT_MS: i64 = 2 * 60 * 60 * 1000;
+/// Longest `transaction_id` accepted in a path (the channel's are 28 digits).
+const TRANSACTION_ID_CHARS_MAX: usize = 32;
 /// Longest description, in characters.
 const DESCRIPTION_CHARS_MAX: usize = 127;
 
@@ -324,6 +327,23 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
     }
 }
 
+/// The `mchid` query parameter, which must be ours.
+fn check_query_mchid(shared: &Shared, uri: &Uri) -> Result<(), Reply> {
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes())
+        .map_err(|_| Reply::param_error("malformed query string (or a parameter given twice)"))?;
+    let mchid = query
+        .non_empty("mchid")
+        .ok_or_else(|| Reply::param_error("mchid is required"))?;
+    if mchid != shared.config.wechat_mchid {
+        return Err(Reply::param_error("mchid does not match the Authorization"));
+    }
+    Ok(())
+}
+
+fn order_not_exist() -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在")
+}
+
 /// `GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=…`.
 pub(crate) async fn query(
     State(simulator): State<Simulator>,
@@ -344,14 +364,7 @@ fn query_trade(
 ) -> Result<Reply, Reply> {
     authenticate(shared, "GET", uri, headers, "")?;
     let out_trade_no = path_out_trade_no(path)?;
-    let query = Form::parse(uri.query().unwrap_or_default().as_bytes())
-        .map_err(|_| Reply::param_error("malformed query string (or a parameter given twice)"))?;
-    let mchid = query
-        .non_empty("mchid")
-        .ok_or_else(|| Reply::param_error("mchid is required"))?;
-    if mchid != shared.config.wechat_mchid {
-        return Err(Reply::param_error("mchid does not match the Authorization"));
-    }
+    check_query_mchid(shared, uri)?;
     let mut world = shared.settled_world();
     if world.faults.take(GatewayMethod::WechatQuery).is_some() {
         return Err(Reply::system_error());
@@ -360,8 +373,73 @@ fn query_trade(
         .trades
         .find_trade(&out_trade_no)
         .filter(|trade| trade.channel == Channel::Wechat)
-        .ok_or_else(|| Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在"))?;
+        .ok_or_else(order_not_exist)?;
     Ok(Reply::ok(transaction(shared, trade)))
+}
+
+/// `GET /v3/pay/transactions/id/{transaction_id}?mchid=…`: the same answer as the query by
+/// out-trade-no. A `transaction_id` exists for the merchant only once the buyer paid (the
+/// notify and the query disclose it then), so an unpaid trade is not found by it.
+pub(crate) async fn query_by_transaction_id(
+    State(simulator): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply =
+        query_trade_by_transaction_id(shared, path, &uri, &headers).unwrap_or_else(|reply| reply);
+    reply.into_response(shared)
+}
+
+fn query_trade_by_transaction_id(
+    shared: &Shared,
+    path: Result<Path<String>, PathRejection>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Reply, Reply> {
+    authenticate(shared, "GET", uri, headers, "")?;
+    let transaction_id = match path {
+        Ok(Path(id))
+            if (1..=TRANSACTION_ID_CHARS_MAX).contains(&id.len())
+                && id.bytes().all(|byte| byte.is_ascii_alphanumeric()) =>
+        {
+            id
+        }
+        _ => {
+            return Err(Reply::param_error(
+                "transaction_id must be 1 to 32 letters or digits",
+            ));
+        }
+    };
+    check_query_mchid(shared, uri)?;
+    let mut world = shared.settled_world();
+    if world.faults.take(GatewayMethod::WechatQuery).is_some() {
+        return Err(Reply::system_error());
+    }
+    let trade = world
+        .trades
+        .find_trade_by_channel_trade_id(&transaction_id)
+        .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
+        .ok_or_else(order_not_exist)?;
+    Ok(Reply::ok(transaction(shared, trade)))
+}
+
+/// Any `/v3` request no route takes (an unknown path, or a known one with another method):
+/// WeChat Pay's own error body, signed like every answer, so that an SDK reports the channel's
+/// `code` rather than failing on an unsigned or foreign answer.
+pub(crate) fn unknown_route(simulator: &Simulator) -> Response {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "请求的资源不存在 (no such API in the simulator)",
+    )
+    .into_response(&simulator.shared)
+}
+
+/// A known `/v3` path called with a method it does not take: [`unknown_route`].
+pub(crate) async fn method_not_routed(State(simulator): State<Simulator>) -> Response {
+    unknown_route(&simulator)
 }
 
 /// A trade as the query answers it.

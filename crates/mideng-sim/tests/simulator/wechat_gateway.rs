@@ -372,3 +372,97 @@ async fn answers_and_notifies_name_their_signature_type_and_carry_a_request_id()
     assert!(!notify.header(wechat::HEADER_REQUEST_ID).is_empty());
     sim.stop().await;
 }
+
+fn transaction_id_path(transaction_id: &str, mchid: &str) -> String {
+    format!(
+        "{}{transaction_id}?mchid={mchid}",
+        wechat::PATH_TRANSACTION_ID
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_transaction_is_found_by_its_transaction_id_as_by_its_out_trade_no() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let order = native_order(&sim, "W10", 300, &merchant.url);
+    sim.wechat(Method::POST, wechat::PATH_NATIVE, Some(&order))
+        .await;
+    let unknown = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path("4200000000000000000000000000", WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (unknown.status, unknown.json["code"].as_str()),
+        (404, Some("ORDER_NOT_EXIST"))
+    );
+
+    sim.pay("W10").await;
+    let by_out_trade_no = sim.wechat(Method::GET, &query_path("W10"), None).await;
+    let transaction_id = by_out_trade_no.json["transaction_id"]
+        .as_str()
+        .expect("a paid trade has a transaction_id")
+        .to_owned();
+    let by_id = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path(&transaction_id, WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(by_id.status, 200, "{}", by_id.body);
+    assert_eq!(by_id.json, by_out_trade_no.json);
+    assert_eq!(by_id.json["out_trade_no"], "W10");
+
+    let other_merchant = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path(&transaction_id, "1900000001"),
+            None,
+        )
+        .await;
+    assert_eq!(other_merchant.status, 400);
+    assert_eq!(other_merchant.json["code"], "PARAM_ERROR");
+    let malformed = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path("42%2F00", WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.json["code"], "PARAM_ERROR");
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_v3_requests_answer_wechat_errors_signed_like_any_answer() {
+    let sim = TestSim::start(1).await;
+    for (method, path) in [
+        (Method::GET, "/v3/certificates"),
+        (Method::GET, "/v3/pay/transactions/nothing-here"),
+        (Method::GET, wechat::PATH_NATIVE),
+        (Method::DELETE, &*query_path("W11")),
+    ] {
+        // `sim.wechat` asserts the answer is signed by the platform.
+        let answer = sim.wechat(method.clone(), path, None).await;
+        assert_eq!(answer.status, 404, "{method} {path}");
+        assert_eq!(answer.json["code"], "NOT_FOUND", "{method} {path}");
+        assert!(answer.json["message"].is_string());
+    }
+    let control = sim
+        .client
+        .get(format!("{}/sim/no-such-thing", sim.base))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(control.status(), 404);
+    assert_eq!(
+        control.headers()["content-type"],
+        "application/problem+json",
+        "the control API keeps its own format"
+    );
+    sim.stop().await;
+}
