@@ -1,11 +1,14 @@
-"""Drives the simulator's WeChat Pay gateway with wechatpayv3's own code, in public-key mode.
+"""Drives the simulator's WeChat Pay gateway with wechatpayv3's own code, in the simulator's
+mode: public-key mode (the platform key and its PUB_KEY_ID_ given), or certificate mode (the
+SDK's default: it downloads and decrypts the platform certificates from /v3/certificates).
 
 Native create, query by out-trade-no and by transaction id, close, with the SDK's answer
-verification on (a client holding the wrong platform key must fail); then the SDK's own notify
+verification on (a client holding the wrong key must fail); then the SDK's own notify
 verification and AES-GCM decryption of a notify the simulator delivered.
 """
 
 import json
+import tempfile
 
 from wechatpayv3 import WeChatPay, WeChatPayType
 
@@ -13,28 +16,51 @@ from common import (IDENTITY, NotifyReceiver, check, finish, pay_at_simulator, r
                     SIM_URL)
 
 
-def client(platform_public_key, notify_url):
+CERTIFICATE_MODE = IDENTITY.get("wechat_platform_mode") == "certificate"
+MODE = "certificate mode" if CERTIFICATE_MODE else "public-key mode"
+
+
+def point_at_simulator():
+    """The SDK has no setting for its host: it assigns `_gate_way` in its core's constructor,
+    which in certificate mode downloads the certificates at once (`_init_certificates`). Set
+    the host there and after construction; nothing else of the SDK is touched."""
+    import wechatpayv3.core as core
+
+    download = core.Core._init_certificates
+
+    def init_certificates(self):
+        self._gate_way = SIM_URL
+        download(self)
+
+    core.Core._init_certificates = init_certificates
+
+
+def client(notify_url, platform_public_key=None, apiv3_key=None):
+    if not CERTIFICATE_MODE:
+        settings = {"public_key": platform_public_key or read("wechat-platform-public.pem"),
+                    "public_key_id": IDENTITY["wechat_platform_serial"]}
+    else:
+        settings = {"cert_dir": tempfile.mkdtemp(prefix="wechatpayv3-certificates-")}
     wxpay = WeChatPay(
         wechatpay_type=WeChatPayType.NATIVE,
         mchid=IDENTITY["wechat_mchid"],
         private_key=read("wechat-merchant-private.pem"),
         cert_serial_no=IDENTITY["wechat_merchant_serial"],
         appid=IDENTITY["wechat_appid"],
-        apiv3_key=IDENTITY["wechat_api_v3_key"],
+        apiv3_key=apiv3_key or IDENTITY["wechat_api_v3_key"],
         notify_url=notify_url,
-        public_key=platform_public_key,
-        public_key_id=IDENTITY["wechat_platform_serial"],
         timeout=(5, 10),
+        **settings,
     )
-    # The SDK has no setting for its host; this attribute is where it keeps it.
     wxpay._core._gate_way = SIM_URL
     return wxpay
 
 
 def main():
+    point_at_simulator()
     receiver = NotifyReceiver()
-    wxpay = client(read("wechat-platform-public.pem"), receiver.url)
-    print("wechatpayv3: native create, query, pay, notify, query by id")
+    wxpay = client(receiver.url)
+    print(f"wechatpayv3 ({MODE}): native create, query, pay, notify, query by id")
     paid_no = unique("PY")
     code, message = wxpay.pay(
         description="mideng 互操作 · 二维码", out_trade_no=paid_no, amount={"total": 101}
@@ -68,7 +94,7 @@ def main():
     check(code == 400 and json.loads(message).get("code") == "ORDERPAID",
           f"closing a paid trade is refused with ORDERPAID ({code})")
 
-    print("wechatpayv3: native create and close")
+    print(f"wechatpayv3 ({MODE}): native create and close")
     closed_no = unique("PY")
     code, _ = wxpay.pay(description="mideng interop", out_trade_no=closed_no, amount={"total": 1})
     check(code == 200, "a second create")
@@ -80,16 +106,24 @@ def main():
     check(code == 404 and json.loads(message).get("code") == "ORDER_NOT_EXIST",
           f"an unknown trade is 404 ORDER_NOT_EXIST ({code})")
 
-    print("wechatpayv3: answer verification is really on")
-    wrong = client(read("wechat-merchant-public.pem"), receiver.url)
-    try:
-        wrong.query(out_trade_no=paid_no)
-        check(False, "a client with the wrong platform key refuses the answer")
-    except Exception as error:  # the SDK raises a bare Exception
-        check("verify the signature" in str(error),
-              f"a client with the wrong platform key refuses the answer ({error})")
+    print(f"wechatpayv3 ({MODE}): answer verification is really on")
+    if CERTIFICATE_MODE:
+        try:
+            client(receiver.url, apiv3_key="0" * 32)
+            check(False, "a client with the wrong API v3 key cannot open the certificates")
+        except Exception as error:  # the SDK raises a bare Exception
+            check("No wechatpay platform certificate" in str(error),
+                  f"a client with the wrong API v3 key cannot open the certificates ({error})")
+    else:
+        wrong = client(receiver.url, platform_public_key=read("wechat-merchant-public.pem"))
+        try:
+            wrong.query(out_trade_no=paid_no)
+            check(False, "a client with the wrong platform key refuses the answer")
+        except Exception as error:  # the SDK raises a bare Exception
+            check("verify the signature" in str(error),
+                  f"a client with the wrong platform key refuses the answer ({error})")
     receiver.stop()
-    finish("wechatpayv3")
+    finish(f"wechatpayv3 ({MODE})")
 
 
 if __name__ == "__main__":

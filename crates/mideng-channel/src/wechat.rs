@@ -40,6 +40,8 @@ pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
 /// Query / close by out-trade-no: this prefix, then the number.
 pub const PATH_OUT_TRADE_NO: &str = "/v3/pay/transactions/out-trade-no/";
+/// The platform certificates (certificate mode).
+pub const PATH_CERTIFICATES: &str = "/v3/certificates";
 /// Query by the channel's `transaction_id`: this prefix, then the id.
 pub const PATH_TRANSACTION_ID: &str = "/v3/pay/transactions/id/";
 

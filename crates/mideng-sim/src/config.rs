@@ -35,7 +35,9 @@ pub enum WechatPlatformMode {
     /// `Wechatpay-Serial` is `PUB_KEY_ID_` and digits.
     #[default]
     PublicKey,
-    /// `Wechatpay-Serial` is a certificate serial: 40 upper-case hex digits.
+    /// `Wechatpay-Serial` is a certificate serial: 40 upper-case hex digits (the first 1 to 7,
+    /// so that the serial fits in the certificate the simulator issues), and
+    /// `GET /v3/certificates` serves that certificate.
     Certificate,
 }
 
@@ -60,7 +62,7 @@ impl WechatPlatformMode {
                     (1..=64 - PUBLIC_KEY_ID_PREFIX.len()).contains(&digits.len())
                         && digits.bytes().all(|byte| byte.is_ascii_digit())
                 }),
-            Self::Certificate => is_certificate_serial(serial),
+            Self::Certificate => is_platform_certificate_serial(serial),
         }
     }
 }
@@ -73,9 +75,20 @@ fn is_certificate_serial(serial: &str) -> bool {
             .all(|byte| byte.is_ascii_digit() || (b'A'..=b'F').contains(&byte))
 }
 
-/// A random certificate serial (the merchant's, or the platform's in certificate mode).
+/// A serial the simulator can also put in an X.509 certificate: a positive number of at most
+/// 20 octets (RFC 5280) without a leading zero digit, so its first hex digit is 1 to 7.
+fn is_platform_certificate_serial(serial: &str) -> bool {
+    is_certificate_serial(serial) && matches!(serial.as_bytes().first(), Some(b'1'..=b'7'))
+}
+
+/// A random certificate serial (the merchant's, or the platform's in certificate mode), which
+/// fits in a certificate ([`is_platform_certificate_serial`]).
 fn random_certificate_serial() -> String {
-    random_characters(b"0123456789ABCDEF", CERTIFICATE_SERIAL_DIGITS)
+    format!(
+        "{}{}",
+        random_characters(b"1234567", 1),
+        random_characters(b"0123456789ABCDEF", CERTIFICATE_SERIAL_DIGITS - 1)
+    )
 }
 
 /// Everything the simulated channels need to know about themselves and their one merchant.
@@ -254,7 +267,7 @@ impl SimConfig {
                     "wechat_platform_serial must be PUB_KEY_ID_ and digits in public-key mode"
                 }
                 WechatPlatformMode::Certificate => {
-                    "wechat_platform_serial must be 40 upper-case hex digits in certificate mode"
+                    "wechat_platform_serial must be 40 upper-case hex digits, the first 1 to 7, in certificate mode"
                 }
             });
         }

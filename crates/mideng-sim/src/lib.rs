@@ -48,6 +48,7 @@ use mideng_channel::{alipay, wechat};
 use thiserror::Error;
 use tokio::sync::watch;
 
+mod certificates;
 mod clock;
 mod config;
 mod control;
@@ -76,6 +77,9 @@ pub enum SimError {
     /// The HTTP client that delivers notifies could not be built.
     #[error("the notify HTTP client could not be built")]
     HttpClient,
+    /// The platform certificate (certificate mode) could not be issued.
+    #[error("the WeChat Pay platform certificate could not be issued")]
+    Certificate,
 }
 
 /// The simulated channels. Cheap to clone: clones share one state.
@@ -103,6 +107,9 @@ pub(crate) struct Shared {
     pub(crate) wake: tokio::sync::Notify,
     /// Delivers notifies.
     pub(crate) client: reqwest::Client,
+    /// What `GET /v3/certificates` serves: in certificate mode, the platform's certificate;
+    /// none in public-key mode.
+    pub(crate) wechat_platform_certificate: Option<certificates::PlatformCertificate>,
 }
 
 impl Shared {
@@ -138,6 +145,13 @@ impl Simulator {
             .pool_max_idle_per_host(limits::DELIVERIES_IN_FLIGHT_MAX)
             .build()
             .map_err(|_| SimError::HttpClient)?;
+        let wechat_platform_certificate = match config.wechat_platform_mode {
+            WechatPlatformMode::Certificate => Some(certificates::issue_platform_certificate(
+                &config,
+                clock::wall_clock_ms(),
+            )?),
+            WechatPlatformMode::PublicKey => None,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 clock: SimClock::new(config.clock_speed),
@@ -145,6 +159,7 @@ impl Simulator {
                 world: Mutex::new(World::default()),
                 wake: tokio::sync::Notify::new(),
                 client,
+                wechat_platform_certificate,
             }),
         })
     }
@@ -164,6 +179,10 @@ impl Simulator {
             .route(
                 &out_trade_no_path,
                 get(gateway::wechat::query).fallback(wechat_other_method),
+            )
+            .route(
+                wechat::PATH_CERTIFICATES,
+                get(gateway::wechat::certificates).fallback(wechat_other_method),
             )
             .route(
                 &transaction_id_path,

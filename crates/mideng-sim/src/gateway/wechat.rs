@@ -1,5 +1,6 @@
 //! The simulated WeChat Pay API v3: native create, query by out-trade-no or transaction id,
-//! close by out-trade-no; any other `/v3` request is WeChat's own signed 404 `NOT_FOUND`.
+//! close by out-trade-no, the platform certificates (certificate mode); any other `/v3`
+//! request is WeChat's own signed 404 `NOT_FOUND`.
 //!
 //! Every request must carry an `Authorization` header signed by the merchant's key over
 //! [`wechat::request_message`], for this merchant id and certificate serial, with a timestamp
@@ -19,7 +20,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use mideng_channel::keys::random_nonce;
+use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
 use mideng_channel::strict::{self, Form};
 use mideng_channel::{money, wechat};
 use serde::Deserialize;
@@ -425,16 +426,63 @@ fn query_trade_by_transaction_id(
     Ok(Reply::ok(transaction(shared, trade)))
 }
 
-/// Any `/v3` request no route takes (an unknown path, or a known one with another method):
-/// WeChat Pay's own error body, signed like every answer, so that an SDK reports the channel's
-/// `code` rather than failing on an unsigned or foreign answer.
-pub(crate) fn unknown_route(simulator: &Simulator) -> Response {
+/// Associated data of the encrypted certificates.
+const CERTIFICATE_ASSOCIATED_DATA: &str = "certificate";
+
+/// `GET /v3/certificates`: in certificate mode, the platform certificate, AES-256-GCM
+/// encrypted with the API v3 key under associated data `certificate`, as WeChat Pay serves
+/// it; in public-key mode there is none to serve, and the answer is [`unknown_route`]'s.
+pub(crate) async fn certificates(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply = list_certificates(shared, &uri, &headers).unwrap_or_else(|reply| reply);
+    reply.into_response(shared)
+}
+
+fn list_certificates(shared: &Shared, uri: &Uri, headers: &HeaderMap) -> Result<Reply, Reply> {
+    let Some(certificate) = &shared.wechat_platform_certificate else {
+        return Err(not_found());
+    };
+    authenticate(shared, "GET", uri, headers, "")?;
+    let nonce = random_nonce(12);
+    let ciphertext = aes_gcm_encrypt(
+        shared.config.wechat_api_v3_key.as_bytes(),
+        nonce.as_bytes(),
+        CERTIFICATE_ASSOCIATED_DATA.as_bytes(),
+        certificate.pem.as_bytes(),
+    )
+    .map_err(|_| Reply::system_error())?;
+    Ok(Reply::ok(json!({
+        "data": [{
+            "serial_no": certificate.serial,
+            "effective_time": wechat::format_rfc3339(certificate.not_before_ms),
+            "expire_time": wechat::format_rfc3339(certificate.not_after_ms),
+            "encrypt_certificate": {
+                "algorithm": wechat::RESOURCE_ALGORITHM,
+                "nonce": nonce,
+                "associated_data": CERTIFICATE_ASSOCIATED_DATA,
+                "ciphertext": ciphertext,
+            },
+        }],
+    })))
+}
+
+fn not_found() -> Reply {
     Reply::error(
         StatusCode::NOT_FOUND,
         "NOT_FOUND",
         "请求的资源不存在 (no such API in the simulator)",
     )
-    .into_response(&simulator.shared)
+}
+
+/// Any `/v3` request no route takes (an unknown path, or a known one with another method):
+/// WeChat Pay's own error body, signed like every answer, so that an SDK reports the channel's
+/// `code` rather than failing on an unsigned or foreign answer.
+pub(crate) fn unknown_route(simulator: &Simulator) -> Response {
+    not_found().into_response(&simulator.shared)
 }
 
 /// A known `/v3` path called with a method it does not take: [`unknown_route`].

@@ -20,6 +20,8 @@ pub(crate) const WECHAT_MCHID: &str = "1230000109";
 pub(crate) const WECHAT_APPID: &str = "wxd678efh567hg6787";
 pub(crate) const MERCHANT_SERIAL: &str = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1";
 pub(crate) const PLATFORM_SERIAL: &str = "PUB_KEY_ID_0112340000000000000000000000000001";
+/// The platform serial of [`TestSim::start_in_certificate_mode`].
+pub(crate) const CERTIFICATE_SERIAL: &str = "7132D72A03E93CDDF8C03BBD1F37EEDF43F8E5E1";
 pub(crate) const API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
 
 /// Every wait in a test ends by this, so that a bug fails instead of hanging.
@@ -121,11 +123,25 @@ pub(crate) struct WechatAnswer {
     pub(crate) signature_valid: bool,
     /// The `Request-ID` header, empty when absent.
     pub(crate) request_id: String,
+    /// The `Wechatpay-Serial` header, empty when absent.
+    pub(crate) serial: String,
 }
 
 impl TestSim {
     pub(crate) async fn start(clock_speed: u32) -> Self {
-        let simulator = Simulator::new(config(clock_speed)).expect("simulator");
+        Self::start_with(config(clock_speed)).await
+    }
+
+    /// A simulator whose platform signs under a certificate ([`CERTIFICATE_SERIAL`]).
+    pub(crate) async fn start_in_certificate_mode() -> Self {
+        let mut config = config(1);
+        config.wechat_platform_mode = WechatPlatformMode::Certificate;
+        config.wechat_platform_serial = CERTIFICATE_SERIAL.to_owned();
+        Self::start_with(config).await
+    }
+
+    pub(crate) async fn start_with(config: SimConfig) -> Self {
+        let simulator = Simulator::new(config).expect("simulator");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -280,7 +296,8 @@ impl TestSim {
         // As the official SDKs check an answer: the scheme named, the serial known, the
         // signature over the raw body.
         let signature_valid = header(wechat::HEADER_SIGNATURE_TYPE) == wechat::AUTHORIZATION_SCHEME
-            && header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
+            && [PLATFORM_SERIAL, CERTIFICATE_SERIAL]
+                .contains(&header(wechat::HEADER_SERIAL).as_str())
             && channel_public_key().verify(
                 wechat::notify_message(
                     &header(wechat::HEADER_TIMESTAMP),
@@ -297,6 +314,7 @@ impl TestSim {
             json,
             signature_valid,
             request_id: header(wechat::HEADER_REQUEST_ID),
+            serial: header(wechat::HEADER_SERIAL),
         }
     }
 

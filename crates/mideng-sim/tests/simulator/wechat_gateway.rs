@@ -9,8 +9,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Merchant, TestSim, WECHAT_APPID, WECHAT_MCHID, merchant_key, notify_state, rfc3339_after,
-    wall_clock_ms,
+    API_V3_KEY, CERTIFICATE_SERIAL, Merchant, TestSim, WECHAT_APPID, WECHAT_MCHID,
+    channel_public_key, merchant_key, notify_state, rfc3339_after, wall_clock_ms,
 };
 
 fn native_order(sim: &TestSim, out_trade_no: &str, total: i64, notify_url: &str) -> Value {
@@ -441,6 +441,7 @@ async fn a_paid_transaction_is_found_by_its_transaction_id_as_by_its_out_trade_n
 async fn unknown_v3_requests_answer_wechat_errors_signed_like_any_answer() {
     let sim = TestSim::start(1).await;
     for (method, path) in [
+        // Public-key mode: there are no platform certificates to serve.
         (Method::GET, "/v3/certificates"),
         (Method::GET, "/v3/pay/transactions/nothing-here"),
         (Method::GET, wechat::PATH_NATIVE),
@@ -463,6 +464,83 @@ async fn unknown_v3_requests_answer_wechat_errors_signed_like_any_answer() {
         control.headers()["content-type"],
         "application/problem+json",
         "the control API keeps its own format"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_mode_serves_the_platform_certificate_encrypted_under_its_serial() {
+    use base64::Engine as _;
+    let sim = TestSim::start_in_certificate_mode().await;
+    let answer = sim
+        .wechat(Method::GET, wechat::PATH_CERTIFICATES, None)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.serial, CERTIFICATE_SERIAL,
+        "answers are signed under the certificate"
+    );
+    let entries = answer.json["data"].as_array().expect("data");
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert_eq!(entry["serial_no"], CERTIFICATE_SERIAL);
+    let effective_ms = wechat::parse_rfc3339(entry["effective_time"].as_str().expect("effective"))
+        .expect("RFC 3339");
+    let expire_ms =
+        wechat::parse_rfc3339(entry["expire_time"].as_str().expect("expire")).expect("RFC 3339");
+    assert!(effective_ms < wall_clock_ms() && wall_clock_ms() < expire_ms);
+    assert!(
+        expire_ms - effective_ms > 4 * 365 * 86_400_000,
+        "valid for years"
+    );
+    let envelope = &entry["encrypt_certificate"];
+    assert_eq!(envelope["algorithm"], "AEAD_AES_256_GCM");
+    assert_eq!(envelope["associated_data"], "certificate");
+    let pem = mideng_channel::keys::aes_gcm_decrypt(
+        API_V3_KEY.as_bytes(),
+        envelope["nonce"].as_str().expect("nonce").as_bytes(),
+        b"certificate",
+        envelope["ciphertext"].as_str().expect("ciphertext"),
+    )
+    .expect("the API v3 key opens it");
+    let pem = String::from_utf8(pem).expect("PEM text");
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    let der_of = |pem: &str| {
+        let body: String = pem
+            .lines()
+            .filter(|line| !line.starts_with("-----"))
+            .collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .expect("base64")
+    };
+    let certificate = der_of(&pem);
+    let platform_key = der_of(&channel_public_key().to_pem().expect("PEM"));
+    let contains = |needle: &[u8]| {
+        certificate
+            .windows(needle.len())
+            .any(|window| window == needle)
+    };
+    assert!(
+        contains(&platform_key),
+        "the certificate carries the platform key"
+    );
+    let serial: Vec<u8> = (0..CERTIFICATE_SERIAL.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&CERTIFICATE_SERIAL[at..at + 2], 16).expect("hex"))
+        .collect();
+    assert!(contains(&serial), "the certificate has the serial");
+
+    let unsigned = sim
+        .client
+        .get(format!("{}{}", sim.base, wechat::PATH_CERTIFICATES))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        unsigned.status(),
+        401,
+        "the certificates are a signed call like any other"
     );
     sim.stop().await;
 }
