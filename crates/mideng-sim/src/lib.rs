@@ -10,6 +10,7 @@
 //! ## Components
 //!
 //! - [`config`](SimConfig) — identities and keys of both channels and their merchant.
+//! - `certificates` — the WeChat Pay platform certificate of certificate mode, issued at start.
 //! - `clock` — channel time: `clock_speed` × real time plus explicit advances.
 //! - `trades` — trades, their state machine and the ledger (pure).
 //! - `faults` — armed "fail the next call" faults (pure).
