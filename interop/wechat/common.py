@@ -40,13 +40,16 @@ def finish(name):
     print(f"{name}: every flow passed")
 
 
+def control(path):
+    """A POST to the simulator's control API: the status and the JSON answer."""
+    request = urllib.request.Request(f"{SIM_URL}{path}", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.status, json.loads(answer.read() or b"null")
+
+
 def pay_at_simulator(out_trade_no):
     """The buyer pays through the simulator's control API."""
-    request = urllib.request.Request(
-        f"{SIM_URL}/sim/trades/{out_trade_no}/pay", data=b"", method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return answer.status
+    return control(f"/sim/trades/{out_trade_no}/pay")[0]
 
 
 class NotifyReceiver:

@@ -12,8 +12,8 @@ import tempfile
 
 from wechatpayv3 import WeChatPay, WeChatPayType
 
-from common import (IDENTITY, NotifyReceiver, check, finish, pay_at_simulator, read, unique,
-                    SIM_URL)
+from common import (IDENTITY, NotifyReceiver, check, control, finish, pay_at_simulator, read,
+                    unique, SIM_URL)
 
 
 CERTIFICATE_MODE = IDENTITY.get("wechat_platform_mode") == "certificate"
@@ -105,6 +105,25 @@ def main():
     code, message = wxpay.query(out_trade_no=unique("NEVER"))
     check(code == 404 and json.loads(message).get("code") == "ORDER_NOT_EXIST",
           f"an unknown trade is 404 ORDER_NOT_EXIST ({code})")
+
+    if CERTIFICATE_MODE:
+        print(f"wechatpayv3 ({MODE}): the platform renews its certificate")
+        status, rotated = control("/sim/wechat/platform/rotate")
+        check(status == 200, f"the simulator rotates its platform certificate ({status})")
+        code, message = wxpay.query(out_trade_no=paid_no)
+        check(code == 200 and json.loads(message)["trade_state"] == "SUCCESS",
+              "an answer under the new serial: the SDK refreshes its certificates and verifies it")
+        renewed_no = unique("PY")
+        code, _ = wxpay.pay(description="mideng 续期", out_trade_no=renewed_no, amount={"total": 7})
+        check(code == 200, "a create after the rotation")
+        pay_at_simulator(renewed_no)
+        headers, body = receiver.next()
+        check(headers.get("Wechatpay-Serial") == rotated["serial_no"],
+              "the next notify is signed under the new serial")
+        notification = wxpay.callback(headers, body)
+        check(notification is not None
+              and notification["resource"]["out_trade_no"] == renewed_no,
+              "the SDK verifies and decrypts it")
 
     print(f"wechatpayv3 ({MODE}): answer verification is really on")
     if CERTIFICATE_MODE:

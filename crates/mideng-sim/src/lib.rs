@@ -40,7 +40,7 @@
 //! unacknowledged notify is retried on the channel's schedule.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -108,12 +108,51 @@ pub(crate) struct Shared {
     pub(crate) wake: tokio::sync::Notify,
     /// Delivers notifies.
     pub(crate) client: reqwest::Client,
-    /// What `GET /v3/certificates` serves: in certificate mode, the platform's certificate;
-    /// none in public-key mode.
-    pub(crate) wechat_platform_certificate: Option<certificates::PlatformCertificate>,
+    /// Who signs WeChat Pay answers and notifies, and the certificates served: the
+    /// configured identity until a rotation replaces it. A std lock, read around each signature
+    /// and written only for the swap after a rotation generated its key; never held across an
+    /// await.
+    wechat_platform: RwLock<certificates::PlatformIdentity>,
 }
 
 impl Shared {
+    /// Signs `message` as the WeChat Pay platform signs now: the signature, and the serial to
+    /// send beside it.
+    pub(crate) fn sign_as_wechat_platform(
+        &self,
+        message: &[u8],
+    ) -> Result<(String, String), mideng_channel::keys::KeyError> {
+        // A panic under this lock would be a bug in a panic-free section; keep serving.
+        let identity = self
+            .wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok((identity.key.sign(message)?, identity.serial.clone()))
+    }
+
+    /// The platform certificates `GET /v3/certificates` serves (none in public-key mode).
+    pub(crate) fn wechat_platform_certificates(&self) -> Vec<certificates::PlatformCertificate> {
+        self.wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .certificates
+            .clone()
+    }
+
+    /// Replaces the platform's key and serial with `key` under a fresh serial, its certificate
+    /// served beside the previous one (certificate mode).
+    pub(crate) fn rotate_wechat_platform(
+        &self,
+        key: mideng_channel::keys::PrivateKey,
+    ) -> Result<String, SimError> {
+        let mut identity = self
+            .wechat_platform
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        identity.rotate(key, clock::wall_clock_ms())?;
+        Ok(identity.serial.clone())
+    }
+
     /// Locks the world and settles it to the clock.
     pub(crate) fn settled_world(&self) -> WorldGuard<'_> {
         // A panic while holding the lock would be a bug in a short, panic-free critical
@@ -146,13 +185,10 @@ impl Simulator {
             .pool_max_idle_per_host(limits::DELIVERIES_IN_FLIGHT_MAX)
             .build()
             .map_err(|_| SimError::HttpClient)?;
-        let wechat_platform_certificate = match config.wechat_platform_mode {
-            WechatPlatformMode::Certificate => Some(certificates::issue_platform_certificate(
-                &config,
-                clock::wall_clock_ms(),
-            )?),
-            WechatPlatformMode::PublicKey => None,
-        };
+        let wechat_platform = RwLock::new(certificates::PlatformIdentity::from_config(
+            &config,
+            clock::wall_clock_ms(),
+        )?);
         Ok(Self {
             shared: Arc::new(Shared {
                 clock: SimClock::new(config.clock_speed),
@@ -160,7 +196,7 @@ impl Simulator {
                 world: Mutex::new(World::default()),
                 wake: tokio::sync::Notify::new(),
                 client,
-                wechat_platform_certificate,
+                wechat_platform,
             }),
         })
     }
@@ -258,7 +294,12 @@ impl Simulator {
 
     /// The key that verifies WeChat Pay responses and notifies.
     pub fn wechat_platform_public_key(&self) -> PublicKey {
-        self.shared.config.wechat_platform_key.public_key()
+        self.shared
+            .wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .key
+            .public_key()
     }
 
     /// Channel time now, Unix milliseconds.

@@ -90,10 +90,8 @@ impl Reply {
         let body = self.body.map(|body| body.to_string()).unwrap_or_default();
         let timestamp = shared.clock.now_ms().div_euclid(1000).to_string();
         let nonce = random_nonce(32);
-        let Ok(signature) = shared
-            .config
-            .wechat_platform_key
-            .sign(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())
+        let Ok((signature, serial)) = shared
+            .sign_as_wechat_platform(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())
         else {
             tracing::error!("the WeChat Pay platform key failed to sign a response");
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
@@ -104,10 +102,7 @@ impl Reply {
             (wechat::HEADER_TIMESTAMP, timestamp),
             (wechat::HEADER_NONCE, nonce),
             (wechat::HEADER_SIGNATURE, signature),
-            (
-                wechat::HEADER_SERIAL,
-                shared.config.wechat_platform_serial.clone(),
-            ),
+            (wechat::HEADER_SERIAL, serial),
             (
                 wechat::HEADER_SIGNATURE_TYPE,
                 wechat::AUTHORIZATION_SCHEME.to_owned(),
@@ -429,7 +424,7 @@ fn query_trade_by_transaction_id(
 /// Associated data of the encrypted certificates.
 const CERTIFICATE_ASSOCIATED_DATA: &str = "certificate";
 
-/// `GET /v3/certificates`: in certificate mode, the platform certificate, AES-256-GCM
+/// `GET /v3/certificates`: in certificate mode, the platform certificates, AES-256-GCM
 /// encrypted with the API v3 key under associated data `certificate`, as WeChat Pay serves
 /// it; in public-key mode there is none to serve, and the answer is [`unknown_route`]'s.
 pub(crate) async fn certificates(
@@ -443,20 +438,23 @@ pub(crate) async fn certificates(
 }
 
 fn list_certificates(shared: &Shared, uri: &Uri, headers: &HeaderMap) -> Result<Reply, Reply> {
-    let Some(certificate) = &shared.wechat_platform_certificate else {
+    let certificates = shared.wechat_platform_certificates();
+    if certificates.is_empty() {
         return Err(not_found());
-    };
+    }
     authenticate(shared, "GET", uri, headers, "")?;
-    let nonce = random_nonce(12);
-    let ciphertext = aes_gcm_encrypt(
-        shared.config.wechat_api_v3_key.as_bytes(),
-        nonce.as_bytes(),
-        CERTIFICATE_ASSOCIATED_DATA.as_bytes(),
-        certificate.pem.as_bytes(),
-    )
-    .map_err(|_| Reply::system_error())?;
-    Ok(Reply::ok(json!({
-        "data": [{
+    let mut data = Vec::with_capacity(certificates.len());
+    for certificate in certificates {
+        // A fresh nonce for every envelope: GCM under one key must never reuse one.
+        let nonce = random_nonce(12);
+        let ciphertext = aes_gcm_encrypt(
+            shared.config.wechat_api_v3_key.as_bytes(),
+            nonce.as_bytes(),
+            CERTIFICATE_ASSOCIATED_DATA.as_bytes(),
+            certificate.pem.as_bytes(),
+        )
+        .map_err(|_| Reply::system_error())?;
+        data.push(json!({
             "serial_no": certificate.serial,
             "effective_time": wechat::format_rfc3339(certificate.not_before_ms),
             "expire_time": wechat::format_rfc3339(certificate.not_after_ms),
@@ -466,8 +464,9 @@ fn list_certificates(shared: &Shared, uri: &Uri, headers: &HeaderMap) -> Result<
                 "associated_data": CERTIFICATE_ASSOCIATED_DATA,
                 "ciphertext": ciphertext,
             },
-        }],
-    })))
+        }));
+    }
+    Ok(Reply::ok(json!({ "data": data })))
 }
 
 fn not_found() -> Reply {

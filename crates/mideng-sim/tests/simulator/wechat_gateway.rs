@@ -544,3 +544,82 @@ async fn certificate_mode_serves_the_platform_certificate_encrypted_under_its_se
     );
     sim.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_signs_under_a_new_certificate_listed_beside_the_old_one() {
+    let sim = TestSim::start_in_certificate_mode().await;
+    let (status, rotated) = sim
+        .control(Method::POST, "/sim/wechat/platform/rotate", None)
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let new_serial = rotated["serial_no"].as_str().expect("serial_no").to_owned();
+    assert_eq!(new_serial.len(), 40);
+    assert_ne!(new_serial, CERTIFICATE_SERIAL);
+
+    // An answer now: signed under the new serial, by the new key and not the old one.
+    let path = query_path("NOPE12");
+    let response = sim
+        .client
+        .get(format!("{}{path}", sim.base))
+        .header(
+            "authorization",
+            TestSim::wechat_authorization(
+                &Method::GET,
+                &path,
+                "",
+                wall_clock_ms() / 1000,
+                merchant_key(),
+            ),
+        )
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), 404);
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (serial, signature) = (header("wechatpay-serial"), header("wechatpay-signature"));
+    let (timestamp, nonce) = (header("wechatpay-timestamp"), header("wechatpay-nonce"));
+    let body = response.text().await.expect("body");
+    let message = wechat::notify_message(&timestamp, &nonce, &body);
+    assert_eq!(
+        serial, new_serial,
+        "answers are signed under the new serial"
+    );
+    let new_key = sim.simulator.wechat_platform_public_key();
+    assert!(new_key.verify(message.as_bytes(), &signature));
+    assert!(!channel_public_key().verify(message.as_bytes(), &signature));
+
+    let listed = sim
+        .wechat_at(
+            Method::GET,
+            wechat::PATH_CERTIFICATES,
+            None,
+            wall_clock_ms() / 1000,
+            merchant_key(),
+        )
+        .await;
+    let serials: Vec<&str> = listed.json["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|entry| entry["serial_no"].as_str().expect("serial"))
+        .collect();
+    assert_eq!(serials, [CERTIFICATE_SERIAL, new_serial.as_str()]);
+    sim.stop().await;
+
+    let public_key_mode = TestSim::start(1).await;
+    let (status, refusal) = public_key_mode
+        .control(Method::POST, "/sim/wechat/platform/rotate", None)
+        .await;
+    assert_eq!(
+        (status, refusal["code"].as_str()),
+        (409, Some("not-certificate-mode"))
+    );
+    public_key_mode.stop().await;
+}
