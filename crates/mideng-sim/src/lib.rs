@@ -10,7 +10,8 @@
 //! ## Components
 //!
 //! - [`config`](SimConfig) — identities and keys of both channels and their merchant.
-//! - `certificates` — the WeChat Pay platform certificate of certificate mode, issued at start.
+//! - `certificates` — the WeChat Pay platform's signing identity: its key and serial, and in
+//!   certificate mode its certificates (issued at start, renewed by a rotation).
 //! - `clock` — channel time: `clock_speed` × real time plus explicit advances.
 //! - `trades` — trades, their state machine and the ledger (pure).
 //! - `faults` — armed "fail the next call" faults (pure).
@@ -19,9 +20,10 @@
 //! - `world` — all the state above behind one lock, settled to the clock on every access.
 //! - `gateway::alipay` — `POST /gateway.do`: precreate, query, close.
 //! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query by out-trade-no or
-//!   transaction id, close; WeChat's own signed 404 for any other `/v3` request.
+//!   transaction id, close, `/v3/certificates`; WeChat's own signed 404 for any other `/v3`
+//!   request.
 //! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
-//!   clock, notify policies, fail-next.
+//!   clock, notify policies, fail-next, WeChat platform rotation.
 //!
 //! ## How data flows
 //!
@@ -292,7 +294,8 @@ impl Simulator {
         self.shared.config.alipay_gateway_key.public_key()
     }
 
-    /// The key that verifies WeChat Pay responses and notifies.
+    /// The key that verifies WeChat Pay responses and notifies now: the configured one until a
+    /// rotation (certificate mode) replaces it.
     pub fn wechat_platform_public_key(&self) -> PublicKey {
         self.shared
             .wechat_platform
