@@ -88,7 +88,9 @@ impl Reply {
     /// The response with the platform's signature headers.
     fn into_response(self, shared: &Shared) -> Response {
         let body = self.body.map(|body| body.to_string()).unwrap_or_default();
-        let timestamp = shared.clock.now_ms().div_euclid(1000).to_string();
+        // Signed at the wall clock's moment, as the notifies are: SDKs refuse an answer more
+        // than five minutes from their own clock, and the simulated clock may run fast.
+        let timestamp = wall_clock_ms().div_euclid(1000).to_string();
         let nonce = random_nonce(32);
         let Ok((signature, serial)) = shared
             .sign_as_wechat_platform(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())

@@ -623,3 +623,36 @@ async fn a_rotation_signs_under_a_new_certificate_listed_beside_the_old_one() {
     );
     public_key_mode.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_signed_at_the_wall_clock_even_when_the_channel_clock_runs_fast() {
+    // 600 channel seconds a second: the channel clock is minutes ahead within a second.
+    let sim = TestSim::start(600).await;
+    sim.advance(3600).await;
+    let response = sim
+        .client
+        .get(format!("{}{}", sim.base, query_path("NOPE13")))
+        .header(
+            "authorization",
+            TestSim::wechat_authorization(
+                &Method::GET,
+                &query_path("NOPE13"),
+                "",
+                wall_clock_ms() / 1000,
+                merchant_key(),
+            ),
+        )
+        .send()
+        .await
+        .expect("answer");
+    let signed_at: i64 = response.headers()["wechatpay-timestamp"]
+        .to_str()
+        .expect("ASCII")
+        .parse()
+        .expect("seconds");
+    assert!(
+        wechat::timestamp_is_fresh(signed_at, wall_clock_ms()),
+        "an SDK's five-minute check against its own clock passes"
+    );
+    sim.stop().await;
+}
