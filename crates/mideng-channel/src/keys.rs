@@ -161,11 +161,20 @@ pub fn aes_gcm_decrypt(
 
 /// `count` random characters from `[A-Z0-9]` (nonces for WeChat Pay messages).
 pub fn random_nonce(count: usize) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    random_characters(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", count)
+}
+
+/// `count` random characters from `alphabet` (ASCII, at most 256 characters; the small bias
+/// of a modulo over random bytes does not matter for nonces and identifiers). An empty
+/// alphabet gives an empty string.
+pub fn random_characters(alphabet: &[u8], count: usize) -> String {
+    if alphabet.is_empty() {
+        return String::new();
+    }
     let mut bytes = vec![0_u8; count];
     getrandom::fill(&mut bytes).expect("the OS random number generator is available");
     bytes
         .iter()
-        .map(|byte| char::from(ALPHABET[usize::from(*byte) % ALPHABET.len()]))
+        .map(|byte| char::from(alphabet[usize::from(*byte) % alphabet.len()]))
         .collect()
 }

@@ -30,6 +30,9 @@ pub const HEADER_SIGNATURE: &str = "wechatpay-signature";
 pub const HEADER_SERIAL: &str = "wechatpay-serial";
 /// Notification and answer header: the signature scheme ([`AUTHORIZATION_SCHEME`]).
 pub const HEADER_SIGNATURE_TYPE: &str = "wechatpay-signature-type";
+/// Answer and notification header: the platform's id for the request or message, which
+/// merchants quote to support.
+pub const HEADER_REQUEST_ID: &str = "request-id";
 /// The only resource encryption.
 pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 
@@ -37,6 +40,10 @@ pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
 /// Query / close by out-trade-no: this prefix, then the number.
 pub const PATH_OUT_TRADE_NO: &str = "/v3/pay/transactions/out-trade-no/";
+/// The platform certificates (certificate mode).
+pub const PATH_CERTIFICATES: &str = "/v3/certificates";
+/// Query by the channel's `transaction_id`: this prefix, then the id.
+pub const PATH_TRANSACTION_ID: &str = "/v3/pay/transactions/id/";
 
 /// Paid.
 pub const STATE_SUCCESS: &str = "SUCCESS";

@@ -127,6 +127,11 @@ enum Command {
         /// Channel seconds per real second (1 = real time; 600 = ten channel minutes a second).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         clock_speed: u32,
+        /// How merchants verify WeChat Pay's signatures, chosen when the data directory is
+        /// generated: `public-key` (a PUB_KEY_ID_ serial; the default) or `certificate`
+        /// (platform certificates from GET /v3/certificates).
+        #[arg(long, value_parser = ["public-key", "certificate"])]
+        wechat_platform_mode: Option<String>,
     },
 }
 
@@ -209,7 +214,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             data_dir,
             clock_speed,
-        } => sim::run(listen, data_dir, clock_speed).await?,
+            wechat_platform_mode,
+        } => {
+            let mode = wechat_platform_mode.map(|mode| match mode.as_str() {
+                "certificate" => mideng_sim::WechatPlatformMode::Certificate,
+                _ => mideng_sim::WechatPlatformMode::PublicKey,
+            });
+            sim::run(listen, data_dir, clock_speed, mode).await?;
+        }
         Command::Storm { args, data_dir } => {
             let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
             let report = mideng_storm::storm::run(args, identity, true).await?;

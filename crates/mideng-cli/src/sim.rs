@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use mideng_channel::keys::{PrivateKey, PublicKey};
-use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use mideng_sim::{MerchantKeys, SimConfig, Simulator, WechatPlatformMode};
 use serde::{Deserialize, Serialize};
 
 /// The non-key parts of the simulator's identity, kept in `sim.json`.
@@ -24,6 +24,10 @@ struct Identity {
     wechat_mchid: String,
     wechat_appid: String,
     wechat_merchant_serial: String,
+    /// `public_key` (the default, also for files written before the mode existed) or
+    /// `certificate`.
+    #[serde(default)]
+    wechat_platform_mode: WechatPlatformMode,
     wechat_platform_serial: String,
     wechat_api_v3_key: String,
 }
@@ -67,17 +71,31 @@ fn write_public(directory: &Path, name: &str, key: &PublicKey) -> anyhow::Result
 }
 
 /// Loads the simulator's configuration and the merchant's keys from `directory`, generating
-/// them on the first start.
+/// them on the first start (in public-key mode).
 pub(crate) fn load_or_generate(
     directory: &Path,
     clock_speed: u32,
+) -> anyhow::Result<(SimConfig, MerchantKeys)> {
+    load_or_generate_in_mode(directory, clock_speed, None)
+}
+
+/// [`load_or_generate`], generating a platform identity in `mode` on the first start; a
+/// directory generated in another mode is refused rather than silently used.
+pub(crate) fn load_or_generate_in_mode(
+    directory: &Path,
+    clock_speed: u32,
+    mode: Option<WechatPlatformMode>,
 ) -> anyhow::Result<(SimConfig, MerchantKeys)> {
     std::fs::create_dir_all(directory)
         .with_context(|| format!("creating {}", directory.display()))?;
     let identity_path = directory.join("sim.json");
     if !identity_path.exists() {
         tracing::info!(directory = %directory.display(), "generating simulator keys (first start)");
-        let (config, merchant) = SimConfig::generate()?;
+        let (mut config, merchant) = SimConfig::generate()?;
+        if let Some(mode) = mode {
+            config.wechat_platform_mode = mode;
+            config.wechat_platform_serial = mode.random_serial();
+        }
         let keys = [
             &merchant.alipay_private,
             &config.alipay_gateway_key,
@@ -98,6 +116,7 @@ pub(crate) fn load_or_generate(
             wechat_mchid: config.wechat_mchid.clone(),
             wechat_appid: config.wechat_appid.clone(),
             wechat_merchant_serial: config.wechat_merchant_serial.clone(),
+            wechat_platform_mode: config.wechat_platform_mode,
             wechat_platform_serial: config.wechat_platform_serial.clone(),
             wechat_api_v3_key: config.wechat_api_v3_key.clone(),
         };
@@ -105,6 +124,15 @@ pub(crate) fn load_or_generate(
     }
     let identity: Identity = serde_json::from_str(&std::fs::read_to_string(&identity_path)?)
         .with_context(|| format!("{} is not a simulator identity", identity_path.display()))?;
+    if let Some(mode) = mode
+        && mode != identity.wechat_platform_mode
+    {
+        anyhow::bail!(
+            "{} was generated in WeChat Pay {:?} mode, not {mode:?}: use another data directory",
+            identity_path.display(),
+            identity.wechat_platform_mode
+        );
+    }
     let merchant = MerchantKeys {
         alipay_private: read_key(directory, FILES[0])?,
         wechat_private: read_key(directory, FILES[2])?,
@@ -119,6 +147,7 @@ pub(crate) fn load_or_generate(
         wechat_merchant_public_key: merchant.wechat_private.public_key(),
         wechat_merchant_serial: identity.wechat_merchant_serial,
         wechat_platform_key: read_key(directory, FILES[3])?,
+        wechat_platform_mode: identity.wechat_platform_mode,
         wechat_platform_serial: identity.wechat_platform_serial,
         wechat_api_v3_key: identity.wechat_api_v3_key,
         clock_speed,
@@ -131,10 +160,17 @@ pub(crate) async fn run(
     listen: SocketAddr,
     data_dir: PathBuf,
     clock_speed: u32,
+    mode: Option<WechatPlatformMode>,
 ) -> anyhow::Result<()> {
-    let (config, _) = load_or_generate(&data_dir, clock_speed)?;
+    let (config, _) = load_or_generate_in_mode(&data_dir, clock_speed, mode)?;
     let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
-    let simulator = Simulator::new(config)?;
+    let simulator = Simulator::new(config).with_context(|| {
+        format!(
+            "{} does not describe a valid simulator (one written by an older version has \
+             serials in another form: delete the directory to generate a new identity)",
+            data_dir.join("sim.json").display()
+        )
+    })?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -171,6 +207,9 @@ mod tests {
             second.alipay_gateway_key.public_key()
         );
         assert_eq!(first.wechat_api_v3_key, second.wechat_api_v3_key);
+        assert_eq!(first.wechat_platform_serial, second.wechat_platform_serial);
+        assert!(second.wechat_platform_serial.starts_with("PUB_KEY_ID_"));
+        assert_eq!(second.wechat_merchant_serial.len(), 40);
         assert_eq!(second.clock_speed, 60);
         use std::os::unix::fs::PermissionsExt;
         for secret in [
@@ -187,6 +226,24 @@ mod tests {
         assert!(
             directory.join("alipay-gateway-public.pem").exists(),
             "the merchant's half is written out"
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn a_directory_generated_in_certificate_mode_stays_in_it() {
+        let directory =
+            std::env::temp_dir().join(format!("mideng-sim-mode-{}", std::process::id()));
+        let (first, _) =
+            load_or_generate_in_mode(&directory, 1, Some(WechatPlatformMode::Certificate))
+                .expect("generated");
+        assert_eq!(first.wechat_platform_mode, WechatPlatformMode::Certificate);
+        assert_eq!(first.wechat_platform_serial.len(), 40);
+        let (again, _) = load_or_generate(&directory, 1).expect("loaded");
+        assert_eq!(again.wechat_platform_serial, first.wechat_platform_serial);
+        assert!(
+            load_or_generate_in_mode(&directory, 1, Some(WechatPlatformMode::PublicKey)).is_err(),
+            "another mode than the directory's is refused"
         );
         let _ = std::fs::remove_dir_all(&directory);
     }

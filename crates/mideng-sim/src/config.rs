@@ -4,7 +4,8 @@
 //! The merchant's private keys never enter the simulator (it only verifies); the channel's
 //! private keys and the WeChat Pay API v3 key never leave it, and no `Debug` output shows them.
 
-use mideng_channel::keys::{PrivateKey, PublicKey, random_nonce};
+use mideng_channel::keys::{PrivateKey, PublicKey, random_characters, random_nonce};
+use serde::{Deserialize, Serialize};
 
 use crate::SimError;
 use crate::limits::CLOCK_SPEED_MAX;
@@ -13,6 +14,84 @@ use crate::limits::CLOCK_SPEED_MAX;
 pub const ALIPAY_SELLER_ID: &str = "2088000000000088";
 /// Length of the WeChat Pay API v3 key: it is the AES-256 key, so exactly 32 bytes.
 const API_V3_KEY_BYTES: usize = 32;
+
+/// Digits of a WeChat Pay certificate serial: the certificate's serial number in upper-case
+/// hex, 40 digits for the certificates WeChat Pay issues.
+const CERTIFICATE_SERIAL_DIGITS: usize = 40;
+/// What a public-key id starts with (`PUB_KEY_ID_0114232134912410000000000000000001`).
+const PUBLIC_KEY_ID_PREFIX: &str = "PUB_KEY_ID_";
+/// Digits after [`PUBLIC_KEY_ID_PREFIX`] in the ids WeChat Pay hands out.
+const PUBLIC_KEY_ID_DIGITS: usize = 34;
+
+/// How merchants learn the key that verifies the platform's signatures, which also decides the
+/// form of `Wechatpay-Serial`.
+///
+/// WeChat Pay has given new merchants a platform **public key** since 2024, named by a
+/// `PUB_KEY_ID_…` id and downloaded once from the merchant portal; older merchants verify with
+/// platform **certificates** (40-hex-digit serials) fetched from `GET /v3/certificates`. The
+/// simulator defaults to public-key mode, the one new integrations get and the one it serves
+/// completely; in certificate mode it signs under a certificate-style serial.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WechatPlatformMode {
+    /// `Wechatpay-Serial` is `PUB_KEY_ID_` and digits.
+    #[default]
+    PublicKey,
+    /// `Wechatpay-Serial` is a certificate serial: 40 upper-case hex digits (the first 1 to 7,
+    /// so that the serial fits in the certificate the simulator issues), and
+    /// `GET /v3/certificates` serves that certificate.
+    Certificate,
+}
+
+impl WechatPlatformMode {
+    /// A fresh serial of this mode's form.
+    pub fn random_serial(self) -> String {
+        match self {
+            Self::PublicKey => format!(
+                "{PUBLIC_KEY_ID_PREFIX}{}",
+                random_characters(b"0123456789", PUBLIC_KEY_ID_DIGITS)
+            ),
+            Self::Certificate => random_certificate_serial(),
+        }
+    }
+
+    /// Whether `serial` has this mode's form.
+    pub fn accepts_serial(self, serial: &str) -> bool {
+        match self {
+            Self::PublicKey => serial
+                .strip_prefix(PUBLIC_KEY_ID_PREFIX)
+                .is_some_and(|digits| {
+                    (1..=64 - PUBLIC_KEY_ID_PREFIX.len()).contains(&digits.len())
+                        && digits.bytes().all(|byte| byte.is_ascii_digit())
+                }),
+            Self::Certificate => is_platform_certificate_serial(serial),
+        }
+    }
+}
+
+/// A serial as WeChat Pay writes certificate serials: upper-case hex, 40 digits.
+fn is_certificate_serial(serial: &str) -> bool {
+    serial.len() == CERTIFICATE_SERIAL_DIGITS
+        && serial
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || (b'A'..=b'F').contains(&byte))
+}
+
+/// A serial the simulator can also put in an X.509 certificate: a positive number of at most
+/// 20 octets (RFC 5280) without a leading zero digit, so its first hex digit is 1 to 7.
+fn is_platform_certificate_serial(serial: &str) -> bool {
+    is_certificate_serial(serial) && matches!(serial.as_bytes().first(), Some(b'1'..=b'7'))
+}
+
+/// A random certificate serial (the merchant's, or the platform's in certificate mode), which
+/// fits in a certificate ([`is_platform_certificate_serial`]).
+fn random_certificate_serial() -> String {
+    format!(
+        "{}{}",
+        random_characters(b"1234567", 1),
+        random_characters(b"0123456789ABCDEF", CERTIFICATE_SERIAL_DIGITS - 1)
+    )
+}
 
 /// Everything the simulated channels need to know about themselves and their one merchant.
 #[derive(Clone)]
@@ -31,11 +110,15 @@ pub struct SimConfig {
     pub wechat_appid: String,
     /// Verifies the merchant's WeChat Pay `Authorization` signatures.
     pub wechat_merchant_public_key: PublicKey,
-    /// Serial number of the merchant's certificate; the `Authorization` header must name it.
+    /// Serial number of the merchant's certificate (40 upper-case hex digits); the
+    /// `Authorization` header must name it.
     pub wechat_merchant_serial: String,
     /// The platform's key: signs WeChat Pay responses and notifies.
     pub wechat_platform_key: PrivateKey,
-    /// Serial number of the platform certificate, sent as `Wechatpay-Serial`.
+    /// Public-key or certificate mode: the form of [`SimConfig::wechat_platform_serial`].
+    pub wechat_platform_mode: WechatPlatformMode,
+    /// The platform's serial, sent as `Wechatpay-Serial`: its public-key id or its
+    /// certificate's serial, as [`SimConfig::wechat_platform_mode`] says.
     pub wechat_platform_serial: String,
     /// The API v3 key that encrypts notification resources; exactly 32 bytes.
     pub wechat_api_v3_key: String,
@@ -54,6 +137,7 @@ impl std::fmt::Debug for SimConfig {
             .field("wechat_appid", &self.wechat_appid)
             .field("wechat_merchant_serial", &self.wechat_merchant_serial)
             .field("wechat_platform_key", &self.wechat_platform_key)
+            .field("wechat_platform_mode", &self.wechat_platform_mode)
             .field("wechat_platform_serial", &self.wechat_platform_serial)
             .field("wechat_api_v3_key", &"redacted")
             .field("clock_speed", &self.clock_speed)
@@ -73,8 +157,8 @@ pub struct MerchantKeys {
 
 impl SimConfig {
     /// A configuration around keys the caller brings: `merchant` signs for the merchant on both
-    /// channels, `channel` for both gateways; fixed example ids and serials, a fixed API v3 key
-    /// and a real-time clock. For tests and tools that load fixed keys (generating RSA keys is
+    /// channels, `channel` for both gateways; fixed example ids and serials (public-key mode),
+    /// a fixed API v3 key and a real-time clock. For tests and tools that load fixed keys (generating RSA keys is
     /// slow); never for anything facing real money.
     pub fn with_keys(merchant: PrivateKey, channel: PrivateKey) -> (SimConfig, MerchantKeys) {
         let config = SimConfig {
@@ -87,7 +171,8 @@ impl SimConfig {
             wechat_merchant_public_key: merchant.public_key(),
             wechat_merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
             wechat_platform_key: channel,
-            wechat_platform_serial: "PLATFORM0000000000000000000000000000000001".to_owned(),
+            wechat_platform_mode: WechatPlatformMode::PublicKey,
+            wechat_platform_serial: "PUB_KEY_ID_0112340000000000000000000000000001".to_owned(),
             wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
             clock_speed: 1,
         };
@@ -99,7 +184,7 @@ impl SimConfig {
     }
 
     /// A configuration with fresh 2048-bit keys for both channels and both sides, fixed
-    /// example ids, a random API v3 key and a real-time clock: for running the simulator on its
+    /// example ids, random serials (public-key mode), a random API v3 key and a real-time clock: for running the simulator on its
     /// own. Returns the merchant's private keys alongside. Key generation takes a while (four
     /// RSA keys), so tests should load fixed keys instead.
     pub fn generate() -> Result<(SimConfig, MerchantKeys), SimError> {
@@ -134,9 +219,10 @@ impl SimConfig {
             wechat_mchid: "1230000109".to_owned(),
             wechat_appid: "wxd678efh567hg6787".to_owned(),
             wechat_merchant_public_key: wechat_merchant.public_key(),
-            wechat_merchant_serial: random_nonce(40),
+            wechat_merchant_serial: random_certificate_serial(),
             wechat_platform_key: wechat_platform,
-            wechat_platform_serial: random_nonce(40),
+            wechat_platform_mode: WechatPlatformMode::PublicKey,
+            wechat_platform_serial: WechatPlatformMode::PublicKey.random_serial(),
             wechat_api_v3_key: random_nonce(API_V3_KEY_BYTES),
             clock_speed: 1,
         };
@@ -177,11 +263,23 @@ impl SimConfig {
         if !identifier(&self.wechat_appid) {
             return invalid("wechat_appid must be 1 to 64 visible ASCII characters");
         }
-        if !identifier(&self.wechat_merchant_serial) {
-            return invalid("wechat_merchant_serial must be 1 to 64 visible ASCII characters");
+        // Serials in the real forms: the official SDKs look keys up by them, and some check
+        // the form (a public key's id must start with PUB_KEY_ID_).
+        if !is_certificate_serial(&self.wechat_merchant_serial) {
+            return invalid("wechat_merchant_serial must be 40 upper-case hex digits");
         }
-        if !identifier(&self.wechat_platform_serial) {
-            return invalid("wechat_platform_serial must be 1 to 64 visible ASCII characters");
+        if !self
+            .wechat_platform_mode
+            .accepts_serial(&self.wechat_platform_serial)
+        {
+            return invalid(match self.wechat_platform_mode {
+                WechatPlatformMode::PublicKey => {
+                    "wechat_platform_serial must be PUB_KEY_ID_ and digits in public-key mode"
+                }
+                WechatPlatformMode::Certificate => {
+                    "wechat_platform_serial must be 40 upper-case hex digits, the first 1 to 7, in certificate mode"
+                }
+            });
         }
         Ok(())
     }
@@ -250,6 +348,63 @@ mod tests {
         let printed = format!("{config:?} {merchant:?}");
         assert!(!printed.contains(&config.wechat_api_v3_key));
         assert!(printed.contains("redacted"));
+    }
+
+    #[test]
+    fn generated_serials_have_the_forms_wechat_pay_uses() {
+        let (config, _) = SimConfig::generate().expect("generate");
+        assert_eq!(config.wechat_platform_mode, WechatPlatformMode::PublicKey);
+        assert_eq!(config.wechat_merchant_serial.len(), 40);
+        assert!(
+            config
+                .wechat_merchant_serial
+                .bytes()
+                .all(|byte| byte.is_ascii_hexdigit() && !byte.is_ascii_lowercase()),
+            "{}",
+            config.wechat_merchant_serial
+        );
+        let digits = config
+            .wechat_platform_serial
+            .strip_prefix("PUB_KEY_ID_")
+            .expect("a public-key id");
+        assert!(digits.len() == 34 && digits.bytes().all(|byte| byte.is_ascii_digit()));
+        let certificate = WechatPlatformMode::Certificate.random_serial();
+        assert!(WechatPlatformMode::Certificate.accepts_serial(&certificate));
+        assert!(!WechatPlatformMode::PublicKey.accepts_serial(&certificate));
+        assert_ne!(certificate, WechatPlatformMode::Certificate.random_serial());
+    }
+
+    #[test]
+    fn a_serial_of_the_wrong_form_for_its_mode_is_refused() {
+        let (valid, _) = SimConfig::with_keys(
+            PrivateKey::generate().expect("key"),
+            PrivateKey::generate().expect("key"),
+        );
+        assert!(valid.validate().is_ok());
+        let refused = |change: &dyn Fn(&mut SimConfig)| {
+            let mut config = valid.clone();
+            change(&mut config);
+            matches!(config.validate(), Err(SimError::InvalidConfig(_)))
+        };
+        assert!(refused(
+            &|config| config.wechat_platform_mode = WechatPlatformMode::Certificate
+        ));
+        assert!(refused(
+            &|config| config.wechat_platform_serial = "PUB_KEY_ID_".to_owned()
+        ));
+        assert!(refused(
+            &|config| config.wechat_platform_serial = "PUB_KEY_ID_12a4".to_owned()
+        ));
+        assert!(refused(&|config| {
+            config.wechat_merchant_serial = "5157f09efdc096de15ebe81a47057a7232f1b8e1".to_owned();
+        }));
+        assert!(refused(
+            &|config| config.wechat_merchant_serial = "ABC".to_owned()
+        ));
+        assert!(!refused(&|config| {
+            config.wechat_platform_mode = WechatPlatformMode::Certificate;
+            config.wechat_platform_serial = "7132D72A03E93CDDF8C03BBD1F37EEDF43F8E5E1".to_owned();
+        }));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | `GET /sim/clock`, `POST /sim/clock/advance` | channel time |
 //! | `PUT /sim/notify-policy` | global or per-trade notify policy |
 //! | `POST /sim/fail-next` | fail the next call(s) of a gateway method |
+//! | `POST /sim/wechat/platform/rotate` | WeChat Pay renews its platform certificate (certificate mode) |
 //!
 //! Transitions answer `200 {outcome, trade}`; refusals and bad input answer
 //! `application/problem+json` with a stable `code`, never a panic or a 500.
@@ -50,6 +51,42 @@ pub(crate) fn routes() -> Router<Simulator> {
         .route("/sim/clock/advance", post(advance_clock))
         .route("/sim/notify-policy", put(set_notify_policy))
         .route("/sim/fail-next", post(fail_next))
+        .route("/sim/wechat/platform/rotate", post(rotate_wechat_platform))
+}
+
+/// `POST /sim/wechat/platform/rotate`: a new platform key under a new serial signs from now
+/// on; `/v3/certificates` serves its certificate beside the previous one. Answers the new
+/// serial. Certificate mode only (409 otherwise).
+async fn rotate_wechat_platform(State(simulator): State<Simulator>) -> Response {
+    if simulator.shared.config.wechat_platform_mode != crate::WechatPlatformMode::Certificate {
+        return Problem::new(
+            StatusCode::CONFLICT,
+            "not-certificate-mode",
+            "the platform rotates certificates in certificate mode only",
+        )
+        .into_response();
+    }
+    // RSA key generation takes a while: off the async workers.
+    let key = match tokio::task::spawn_blocking(mideng_channel::keys::PrivateKey::generate).await {
+        Ok(Ok(key)) => key,
+        _ => {
+            return Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "key-generation-failed",
+                "the new platform key could not be generated",
+            )
+            .into_response();
+        }
+    };
+    match simulator.shared.rotate_wechat_platform(key) {
+        Ok(serial) => axum::Json(json!({ "serial_no": serial })).into_response(),
+        Err(_) => Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "certificate-failed",
+            "the new platform certificate could not be issued",
+        )
+        .into_response(),
+    }
 }
 
 /// A refusal, as `application/problem+json`.

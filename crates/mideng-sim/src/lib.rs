@@ -10,6 +10,8 @@
 //! ## Components
 //!
 //! - [`config`](SimConfig) — identities and keys of both channels and their merchant.
+//! - `certificates` — the WeChat Pay platform's signing identity: its key and serial, and in
+//!   certificate mode its certificates (issued at start, renewed by a rotation).
 //! - `clock` — channel time: `clock_speed` × real time plus explicit advances.
 //! - `trades` — trades, their state machine and the ledger (pure).
 //! - `faults` — armed "fail the next call" faults (pure).
@@ -17,9 +19,11 @@
 //!   and the dispatcher task that delivers them.
 //! - `world` — all the state above behind one lock, settled to the clock on every access.
 //! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close.
-//! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query and close by out-trade-no.
+//! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query by out-trade-no or
+//!   transaction id, close, `/v3/certificates`; WeChat's own signed 404 for any other `/v3`
+//!   request.
 //! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
-//!   clock, notify policies, fail-next.
+//!   clock, notify policies, fail-next, WeChat platform rotation.
 //!
 //! ## How data flows
 //!
@@ -38,7 +42,7 @@
 //! unacknowledged notify is retried on the channel's schedule.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -47,6 +51,7 @@ use mideng_channel::{alipay, wechat};
 use thiserror::Error;
 use tokio::sync::watch;
 
+mod certificates;
 mod clock;
 mod config;
 mod control;
@@ -57,7 +62,7 @@ mod notify;
 mod trades;
 mod world;
 
-pub use config::{ALIPAY_SELLER_ID, MerchantKeys, SimConfig, merchant_channels};
+pub use config::{ALIPAY_SELLER_ID, MerchantKeys, SimConfig, WechatPlatformMode, merchant_channels};
 
 use clock::SimClock;
 use world::{World, WorldGuard};
@@ -75,6 +80,9 @@ pub enum SimError {
     /// The HTTP client that delivers notifies could not be built.
     #[error("the notify HTTP client could not be built")]
     HttpClient,
+    /// The platform certificate (certificate mode) could not be issued.
+    #[error("the WeChat Pay platform certificate could not be issued")]
+    Certificate,
 }
 
 /// The simulated channels. Cheap to clone: clones share one state.
@@ -102,9 +110,51 @@ pub(crate) struct Shared {
     pub(crate) wake: tokio::sync::Notify,
     /// Delivers notifies.
     pub(crate) client: reqwest::Client,
+    /// Who signs WeChat Pay answers and notifies, and the certificates served: the
+    /// configured identity until a rotation replaces it. A std lock, read around each signature
+    /// and written only for the swap after a rotation generated its key; never held across an
+    /// await.
+    wechat_platform: RwLock<certificates::PlatformIdentity>,
 }
 
 impl Shared {
+    /// Signs `message` as the WeChat Pay platform signs now: the signature, and the serial to
+    /// send beside it.
+    pub(crate) fn sign_as_wechat_platform(
+        &self,
+        message: &[u8],
+    ) -> Result<(String, String), mideng_channel::keys::KeyError> {
+        // A panic under this lock would be a bug in a panic-free section; keep serving.
+        let identity = self
+            .wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok((identity.key.sign(message)?, identity.serial.clone()))
+    }
+
+    /// The platform certificates `GET /v3/certificates` serves (none in public-key mode).
+    pub(crate) fn wechat_platform_certificates(&self) -> Vec<certificates::PlatformCertificate> {
+        self.wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .certificates
+            .clone()
+    }
+
+    /// Replaces the platform's key and serial with `key` under a fresh serial, its certificate
+    /// served beside the previous one (certificate mode).
+    pub(crate) fn rotate_wechat_platform(
+        &self,
+        key: mideng_channel::keys::PrivateKey,
+    ) -> Result<String, SimError> {
+        let mut identity = self
+            .wechat_platform
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        identity.rotate(key, clock::wall_clock_ms())?;
+        Ok(identity.serial.clone())
+    }
+
     /// Locks the world and settles it to the clock.
     pub(crate) fn settled_world(&self) -> WorldGuard<'_> {
         // A panic while holding the lock would be a bug in a short, panic-free critical
@@ -137,6 +187,10 @@ impl Simulator {
             .pool_max_idle_per_host(limits::DELIVERIES_IN_FLIGHT_MAX)
             .build()
             .map_err(|_| SimError::HttpClient)?;
+        let wechat_platform = RwLock::new(certificates::PlatformIdentity::from_config(
+            &config,
+            clock::wall_clock_ms(),
+        )?);
         Ok(Self {
             shared: Arc::new(Shared {
                 clock: SimClock::new(config.clock_speed),
@@ -144,6 +198,7 @@ impl Simulator {
                 world: Mutex::new(World::default()),
                 wake: tokio::sync::Notify::new(),
                 client,
+                wechat_platform,
             }),
         })
     }
@@ -152,19 +207,35 @@ impl Simulator {
     /// [`Simulator::dispatch_notifies`] beside it, or use [`Simulator::serve`].
     pub fn router(&self) -> Router {
         let out_trade_no_path = format!("{}{{out_trade_no}}", wechat::PATH_OUT_TRADE_NO);
+        let transaction_id_path = format!("{}{{transaction_id}}", wechat::PATH_TRANSACTION_ID);
+        let wechat_other_method = gateway::wechat::method_not_routed;
         Router::new()
             .route(
                 alipay::GATEWAY_PATH,
                 get(gateway::alipay::gateway).post(gateway::alipay::gateway),
             )
-            .route(wechat::PATH_NATIVE, post(gateway::wechat::create_native))
-            .route(&out_trade_no_path, get(gateway::wechat::query))
+            .route(
+                wechat::PATH_NATIVE,
+                post(gateway::wechat::create_native).fallback(wechat_other_method),
+            )
+            .route(
+                &out_trade_no_path,
+                get(gateway::wechat::query).fallback(wechat_other_method),
+            )
+            .route(
+                wechat::PATH_CERTIFICATES,
+                get(gateway::wechat::certificates).fallback(wechat_other_method),
+            )
+            .route(
+                &transaction_id_path,
+                get(gateway::wechat::query_by_transaction_id).fallback(wechat_other_method),
+            )
             .route(
                 &format!("{out_trade_no_path}/close"),
-                post(gateway::wechat::close),
+                post(gateway::wechat::close).fallback(wechat_other_method),
             )
             .merge(control::routes())
-            .fallback(control::not_found)
+            .fallback(gateway::not_found)
             .with_state(self.clone())
     }
 
@@ -226,9 +297,15 @@ impl Simulator {
         self.shared.config.alipay_gateway_key.public_key()
     }
 
-    /// The key that verifies WeChat Pay responses and notifies.
+    /// The key that verifies WeChat Pay responses and notifies now: the configured one until a
+    /// rotation (certificate mode) replaces it.
     pub fn wechat_platform_public_key(&self) -> PublicKey {
-        self.shared.config.wechat_platform_key.public_key()
+        self.shared
+            .wechat_platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .key
+            .public_key()
     }
 
     /// Channel time now, Unix milliseconds.

@@ -145,11 +145,25 @@ impl WechatChannel {
             header(protocol::HEADER_NONCE),
             header(protocol::HEADER_SIGNATURE),
         );
+        // Older servers name no scheme; another scheme than ours, or the header twice, is a
+        // signature we cannot check. The platform signs under the one serial we were given.
+        let schemes: Vec<_> = response
+            .headers()
+            .get_all(protocol::HEADER_SIGNATURE_TYPE)
+            .iter()
+            .collect();
+        let scheme_known = match schemes.as_slice() {
+            [] => true,
+            [scheme] => scheme.as_bytes() == protocol::AUTHORIZATION_SCHEME.as_bytes(),
+            _ => false,
+        };
+        let serial_known = header(protocol::HEADER_SERIAL).as_deref()
+            == Some(self.config.platform_serial.as_str());
         let text = read_body(response).await?;
         if status.is_success() {
             // Answers are signed by the platform; an unsigned or forged success is not believed.
             let verified = match &signed {
-                (Some(timestamp), Some(nonce), Some(signature)) => {
+                (Some(timestamp), Some(nonce), Some(signature)) if scheme_known && serial_known => {
                     !signature.starts_with(protocol::SIGNTEST_PREFIX)
                         && self.config.platform_public_key.verify(
                             protocol::notify_message(timestamp, nonce, &text).as_bytes(),

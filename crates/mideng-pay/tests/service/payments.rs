@@ -350,7 +350,7 @@ pub(crate) async fn forged_callbacks_change_nothing(backend: Backend) {
         .header("content-type", "application/json")
         .header(
             "wechatpay-serial",
-            "PLATFORM0000000000000000000000000000000001",
+            "PUB_KEY_ID_0112340000000000000000000000000001",
         )
         .header("wechatpay-signature", "Zm9yZ2Vk")
         .header("wechatpay-timestamp", "1796000000")

@@ -1,17 +1,33 @@
 //! The simulated gateways: the merchant-facing HTTP endpoints of each channel.
 //!
 //! - [`alipay`] — the open platform's single `/gateway.do` (GET or POST).
-//! - [`wechat`] — WeChat Pay API v3's native create, query and close.
+//! - [`wechat`] — WeChat Pay API v3's native create, query and close; every other `/v3`
+//!   request answers WeChat's own signed 404 (the [`not_found`] fallback).
 //!
 //! Both read bounded bodies, verify the merchant before doing anything, answer every client
 //! error the way the channel documents it, and apply state changes through the world's lock.
 
 use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::Uri;
+use axum::response::Response;
 
 use crate::limits::{NOTIFY_URL_BYTES_MAX, OUT_TRADE_NO_BYTES_MAX, REQUEST_BODY_BYTES_MAX};
 
 pub(crate) mod alipay;
 pub(crate) mod wechat;
+
+/// What answers a request no route takes: under `/v3/` (but Alipay's `/v3/alipay/`), WeChat
+/// Pay's own signed 404, as the WeChat SDKs expect of that API; elsewhere the control API's
+/// problem+json.
+pub(crate) async fn not_found(State(simulator): State<crate::Simulator>, uri: Uri) -> Response {
+    let path = uri.path();
+    if path.starts_with("/v3/") && !path.starts_with("/v3/alipay/") {
+        wechat::unknown_route(&simulator)
+    } else {
+        crate::control::not_found().await
+    }
+}
 
 /// The request body could not be read within [`REQUEST_BODY_BYTES_MAX`].
 #[derive(Clone, Copy, Debug)]

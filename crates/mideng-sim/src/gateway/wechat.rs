@@ -1,10 +1,14 @@
-//! The simulated WeChat Pay API v3: native create, query and close by out-trade-no.
+//! The simulated WeChat Pay API v3: native create, query by out-trade-no or transaction id,
+//! close by out-trade-no, the platform certificates (certificate mode); any other `/v3`
+//! request is WeChat's own signed 404 `NOT_FOUND`.
 //!
 //! Every request must carry an `Authorization` header signed by the merchant's key over
 //! [`wechat::request_message`], for this merchant id and certificate serial, with a timestamp
 //! within [`wechat::TIMESTAMP_SKEW_SECS_MAX`] of the channel clock; anything else is 401
 //! `SIGN_ERROR`. Every response, errors included, is signed by the platform key in the
-//! `Wechatpay-*` headers over [`wechat::notify_message`] of its body.
+//! `Wechatpay-*` headers over [`wechat::notify_message`] of its body, names its scheme in
+//! `Wechatpay-Signature-Type` (the official SDKs refuse an answer without it) and carries a
+//! `Request-ID`.
 //!
 //! The timestamp window is also accepted against the host's wall clock: the merchant signs with
 //! its own clock and cannot know that the simulator's runs fast or was advanced, and a fast
@@ -16,7 +20,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use mideng_channel::keys::random_nonce;
+use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
 use mideng_channel::strict::{self, Form};
 use mideng_channel::{money, wechat};
 use serde::Deserialize;
@@ -32,6 +36,8 @@ use crate::{Shared, Simulator};
 
 /// How long a native order stays payable without `time_expire`: its `code_url` is valid 2 h.
 const ORDER_VALIDITY_DEFAULT_MS: i64 = 2 * 60 * 60 * 1000;
+/// Longest `transaction_id` accepted in a path (the channel's are 28 digits).
+const TRANSACTION_ID_CHARS_MAX: usize = 32;
 /// Longest description, in characters.
 const DESCRIPTION_CHARS_MAX: usize = 127;
 
@@ -82,12 +88,12 @@ impl Reply {
     /// The response with the platform's signature headers.
     fn into_response(self, shared: &Shared) -> Response {
         let body = self.body.map(|body| body.to_string()).unwrap_or_default();
-        let timestamp = shared.clock.now_ms().div_euclid(1000).to_string();
+        // Signed at the wall clock's moment, as the notifies are: SDKs refuse an answer more
+        // than five minutes from their own clock, and the simulated clock may run fast.
+        let timestamp = wall_clock_ms().div_euclid(1000).to_string();
         let nonce = random_nonce(32);
-        let Ok(signature) = shared
-            .config
-            .wechat_platform_key
-            .sign(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())
+        let Ok((signature, serial)) = shared
+            .sign_as_wechat_platform(wechat::notify_message(&timestamp, &nonce, &body).as_bytes())
         else {
             tracing::error!("the WeChat Pay platform key failed to sign a response");
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
@@ -98,11 +104,12 @@ impl Reply {
             (wechat::HEADER_TIMESTAMP, timestamp),
             (wechat::HEADER_NONCE, nonce),
             (wechat::HEADER_SIGNATURE, signature),
+            (wechat::HEADER_SERIAL, serial),
             (
-                wechat::HEADER_SERIAL,
-                shared.config.wechat_platform_serial.clone(),
+                wechat::HEADER_SIGNATURE_TYPE,
+                wechat::AUTHORIZATION_SCHEME.to_owned(),
             ),
-            ("request-id", random_nonce(32)),
+            (wechat::HEADER_REQUEST_ID, random_nonce(32)),
         ];
         for (name, value) in signed {
             // Every value is ASCII (digits, base64, validated serials), so this always succeeds.
@@ -318,6 +325,23 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
     }
 }
 
+/// The `mchid` query parameter, which must be ours.
+fn check_query_mchid(shared: &Shared, uri: &Uri) -> Result<(), Reply> {
+    let query = Form::parse(uri.query().unwrap_or_default().as_bytes())
+        .map_err(|_| Reply::param_error("malformed query string (or a parameter given twice)"))?;
+    let mchid = query
+        .non_empty("mchid")
+        .ok_or_else(|| Reply::param_error("mchid is required"))?;
+    if mchid != shared.config.wechat_mchid {
+        return Err(Reply::param_error("mchid does not match the Authorization"));
+    }
+    Ok(())
+}
+
+fn order_not_exist() -> Reply {
+    Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在")
+}
+
 /// `GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=…`.
 pub(crate) async fn query(
     State(simulator): State<Simulator>,
@@ -338,14 +362,7 @@ fn query_trade(
 ) -> Result<Reply, Reply> {
     authenticate(shared, "GET", uri, headers, "")?;
     let out_trade_no = path_out_trade_no(path)?;
-    let query = Form::parse(uri.query().unwrap_or_default().as_bytes())
-        .map_err(|_| Reply::param_error("malformed query string (or a parameter given twice)"))?;
-    let mchid = query
-        .non_empty("mchid")
-        .ok_or_else(|| Reply::param_error("mchid is required"))?;
-    if mchid != shared.config.wechat_mchid {
-        return Err(Reply::param_error("mchid does not match the Authorization"));
-    }
+    check_query_mchid(shared, uri)?;
     let mut world = shared.settled_world();
     if world.faults.take(GatewayMethod::WechatQuery).is_some() {
         return Err(Reply::system_error());
@@ -354,8 +371,124 @@ fn query_trade(
         .trades
         .find_trade(&out_trade_no)
         .filter(|trade| trade.channel == Channel::Wechat)
-        .ok_or_else(|| Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在"))?;
+        .ok_or_else(order_not_exist)?;
     Ok(Reply::ok(transaction(shared, trade)))
+}
+
+/// `GET /v3/pay/transactions/id/{transaction_id}?mchid=…`: the same answer as the query by
+/// out-trade-no. A `transaction_id` exists for the merchant only once the buyer paid (the
+/// notify and the query disclose it then), so an unpaid trade is not found by it.
+pub(crate) async fn query_by_transaction_id(
+    State(simulator): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply =
+        query_trade_by_transaction_id(shared, path, &uri, &headers).unwrap_or_else(|reply| reply);
+    reply.into_response(shared)
+}
+
+fn query_trade_by_transaction_id(
+    shared: &Shared,
+    path: Result<Path<String>, PathRejection>,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Reply, Reply> {
+    authenticate(shared, "GET", uri, headers, "")?;
+    let transaction_id = match path {
+        Ok(Path(id))
+            if (1..=TRANSACTION_ID_CHARS_MAX).contains(&id.len())
+                && id.bytes().all(|byte| byte.is_ascii_alphanumeric()) =>
+        {
+            id
+        }
+        _ => {
+            return Err(Reply::param_error(
+                "transaction_id must be 1 to 32 letters or digits",
+            ));
+        }
+    };
+    check_query_mchid(shared, uri)?;
+    let mut world = shared.settled_world();
+    if world.faults.take(GatewayMethod::WechatQuery).is_some() {
+        return Err(Reply::system_error());
+    }
+    let trade = world
+        .trades
+        .find_trade_by_channel_trade_id(&transaction_id)
+        .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
+        .ok_or_else(order_not_exist)?;
+    Ok(Reply::ok(transaction(shared, trade)))
+}
+
+/// Associated data of the encrypted certificates.
+const CERTIFICATE_ASSOCIATED_DATA: &str = "certificate";
+
+/// `GET /v3/certificates`: in certificate mode, the platform certificates, AES-256-GCM
+/// encrypted with the API v3 key under associated data `certificate`, as WeChat Pay serves
+/// it; in public-key mode there is none to serve, and the answer is [`unknown_route`]'s.
+pub(crate) async fn certificates(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let shared = &simulator.shared;
+    let reply = list_certificates(shared, &uri, &headers).unwrap_or_else(|reply| reply);
+    reply.into_response(shared)
+}
+
+fn list_certificates(shared: &Shared, uri: &Uri, headers: &HeaderMap) -> Result<Reply, Reply> {
+    let certificates = shared.wechat_platform_certificates();
+    if certificates.is_empty() {
+        return Err(not_found());
+    }
+    authenticate(shared, "GET", uri, headers, "")?;
+    let mut data = Vec::with_capacity(certificates.len());
+    for certificate in certificates {
+        // A fresh nonce for every envelope: GCM under one key must never reuse one.
+        let nonce = random_nonce(12);
+        let ciphertext = aes_gcm_encrypt(
+            shared.config.wechat_api_v3_key.as_bytes(),
+            nonce.as_bytes(),
+            CERTIFICATE_ASSOCIATED_DATA.as_bytes(),
+            certificate.pem.as_bytes(),
+        )
+        .map_err(|_| Reply::system_error())?;
+        data.push(json!({
+            "serial_no": certificate.serial,
+            "effective_time": wechat::format_rfc3339(certificate.not_before_ms),
+            "expire_time": wechat::format_rfc3339(certificate.not_after_ms),
+            "encrypt_certificate": {
+                "algorithm": wechat::RESOURCE_ALGORITHM,
+                "nonce": nonce,
+                "associated_data": CERTIFICATE_ASSOCIATED_DATA,
+                "ciphertext": ciphertext,
+            },
+        }));
+    }
+    Ok(Reply::ok(json!({ "data": data })))
+}
+
+fn not_found() -> Reply {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        "请求的资源不存在 (no such API in the simulator)",
+    )
+}
+
+/// Any `/v3` request no route takes (an unknown path, or a known one with another method):
+/// WeChat Pay's own error body, signed like every answer, so that an SDK reports the channel's
+/// `code` rather than failing on an unsigned or foreign answer.
+pub(crate) fn unknown_route(simulator: &Simulator) -> Response {
+    not_found().into_response(&simulator.shared)
+}
+
+/// A known `/v3` path called with a method it does not take: [`unknown_route`].
+pub(crate) async fn method_not_routed(State(simulator): State<Simulator>) -> Response {
+    unknown_route(&simulator)
 }
 
 /// A trade as the query answers it.

@@ -196,9 +196,10 @@ fn signed_request(
             // run fast or jump) schedules the deliveries and dates what they report.
             let timestamp = crate::clock::wall_clock_ms().div_euclid(1000).to_string();
             let nonce = random_nonce(32);
-            let signature = config
-                .wechat_platform_key
-                .sign(wechat::notify_message(&timestamp, &nonce, body).as_bytes())
+            let (signature, serial) = shared
+                .sign_as_wechat_platform(
+                    wechat::notify_message(&timestamp, &nonce, body).as_bytes(),
+                )
                 .map_err(|_| "signing failed")?;
             Ok(shared
                 .client
@@ -211,10 +212,8 @@ fn signed_request(
                 .header(wechat::HEADER_NONCE, nonce)
                 .header(wechat::HEADER_SIGNATURE, signature)
                 .header(wechat::HEADER_SIGNATURE_TYPE, wechat::AUTHORIZATION_SCHEME)
-                .header(
-                    wechat::HEADER_SERIAL,
-                    config.wechat_platform_serial.as_str(),
-                )
+                .header(wechat::HEADER_REQUEST_ID, random_nonce(32))
+                .header(wechat::HEADER_SERIAL, serial)
                 .body(body.clone()))
         }
     }

@@ -384,3 +384,86 @@ async fn a_notify_can_arrive_after_a_query_already_settled_the_payment() {
     assert_eq!(verified.out_trade_no, "PQ1");
     sim.stop().await;
 }
+
+/// A stand-in for the platform that answers every query with a transaction signed by the
+/// channel's key, under the given `Wechatpay-Signature-Type` headers.
+async fn platform_answering_with_types(types: &'static [&'static str]) -> String {
+    use axum::http::HeaderValue;
+    let app = axum::Router::new().fallback(move || async move {
+        let body = json!({
+            "mchid": WECHAT_MCHID, "appid": WECHAT_APPID, "out_trade_no": "PT1",
+            "trade_state": "NOTPAY", "amount": { "total": 46000, "currency": "CNY" },
+        })
+        .to_string();
+        let timestamp = (wall_clock_ms() / 1000).to_string();
+        let signature = crate::harness::keys()
+            .1
+            .sign(mideng_channel::wechat::notify_message(&timestamp, "N1", &body).as_bytes())
+            .expect("sign");
+        let mut response = axum::response::IntoResponse::into_response(body);
+        let headers = response.headers_mut();
+        for (name, value) in [
+            ("wechatpay-timestamp", timestamp),
+            ("wechatpay-nonce", "N1".to_owned()),
+            ("wechatpay-signature", signature),
+            ("wechatpay-serial", PLATFORM_SERIAL.to_owned()),
+        ] {
+            headers.insert(name, HeaderValue::try_from(value).expect("ASCII"));
+        }
+        for scheme in types {
+            headers.append("wechatpay-signature-type", HeaderValue::from_static(scheme));
+        }
+        response
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wechat_answer_under_another_signature_type_is_not_believed() {
+    let merchant = Merchant::wechat_acknowledging().await;
+    let channel_at = |base_url: String| {
+        WechatChannel::new(WechatConfig {
+            base_url,
+            mchid: WECHAT_MCHID.to_owned(),
+            appid: WECHAT_APPID.to_owned(),
+            merchant_serial: MERCHANT_SERIAL.to_owned(),
+            merchant_key: merchant_key().clone(),
+            platform_public_key: channel_public_key(),
+            platform_serial: PLATFORM_SERIAL.to_owned(),
+            api_v3_key: API_V3_KEY.to_owned(),
+            notify_url: merchant.url.clone(),
+        })
+        .expect("adapter")
+    };
+    let older_server = channel_at(platform_answering_with_types(&[]).await);
+    assert_eq!(
+        older_server
+            .query_trade("PT1")
+            .await
+            .expect("no type named: older servers"),
+        TradeState::Pending
+    );
+    let ours = channel_at(platform_answering_with_types(&["WECHATPAY2-SHA256-RSA2048"]).await);
+    assert_eq!(
+        ours.query_trade("PT1").await.expect("our scheme"),
+        TradeState::Pending
+    );
+    for types in [
+        &["WECHATPAY2-SM2-WITH-SM3"][..],
+        &["WECHATPAY2-SHA256-RSA2048", "WECHATPAY2-SHA256-RSA2048"][..],
+    ] {
+        let other = channel_at(platform_answering_with_types(types).await);
+        assert!(
+            matches!(
+                other.query_trade("PT1").await,
+                Err(ChannelError::OutcomeUnknown(_))
+            ),
+            "{types:?}"
+        );
+    }
+}

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use mideng_channel::keys::{PrivateKey, PublicKey, random_nonce};
 use mideng_channel::{alipay, wechat};
-use mideng_sim::{SimConfig, Simulator};
+use mideng_sim::{SimConfig, Simulator, WechatPlatformMode};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -20,7 +20,9 @@ pub(crate) const ALIPAY_SELLER_ID: &str = "2088000000000099";
 pub(crate) const WECHAT_MCHID: &str = "1230000109";
 pub(crate) const WECHAT_APPID: &str = "wxd678efh567hg6787";
 pub(crate) const MERCHANT_SERIAL: &str = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1";
-pub(crate) const PLATFORM_SERIAL: &str = "PLATFORM0000000000000000000000000000000001";
+pub(crate) const PLATFORM_SERIAL: &str = "PUB_KEY_ID_0112340000000000000000000000000001";
+/// The platform serial of [`TestSim::start_in_certificate_mode`].
+pub(crate) const CERTIFICATE_SERIAL: &str = "7132D72A03E93CDDF8C03BBD1F37EEDF43F8E5E1";
 pub(crate) const API_V3_KEY: &str = "0123456789abcdefghijklmnopqrstuv";
 
 /// Every wait in a test ends by this, so that a bug fails instead of hanging.
@@ -64,6 +66,7 @@ pub(crate) fn config(clock_speed: u32) -> SimConfig {
         wechat_merchant_public_key: merchant.public_key(),
         wechat_merchant_serial: MERCHANT_SERIAL.to_owned(),
         wechat_platform_key: channel.clone(),
+        wechat_platform_mode: WechatPlatformMode::PublicKey,
         wechat_platform_serial: PLATFORM_SERIAL.to_owned(),
         wechat_api_v3_key: API_V3_KEY.to_owned(),
         clock_speed,
@@ -120,11 +123,27 @@ pub(crate) struct WechatAnswer {
     pub(crate) body: String,
     pub(crate) json: Value,
     pub(crate) signature_valid: bool,
+    /// The `Request-ID` header, empty when absent.
+    pub(crate) request_id: String,
+    /// The `Wechatpay-Serial` header, empty when absent.
+    pub(crate) serial: String,
 }
 
 impl TestSim {
     pub(crate) async fn start(clock_speed: u32) -> Self {
-        let simulator = Simulator::new(config(clock_speed)).expect("simulator");
+        Self::start_with(config(clock_speed)).await
+    }
+
+    /// A simulator whose platform signs under a certificate ([`CERTIFICATE_SERIAL`]).
+    pub(crate) async fn start_in_certificate_mode() -> Self {
+        let mut config = config(1);
+        config.wechat_platform_mode = WechatPlatformMode::Certificate;
+        config.wechat_platform_serial = CERTIFICATE_SERIAL.to_owned();
+        Self::start_with(config).await
+    }
+
+    pub(crate) async fn start_with(config: SimConfig) -> Self {
+        let simulator = Simulator::new(config).expect("simulator");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -293,7 +312,11 @@ impl TestSim {
                 .unwrap_or_default()
                 .to_owned()
         };
-        let signature_valid = header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
+        // As the official SDKs check an answer: the scheme named, the serial known, the
+        // signature over the raw body.
+        let signature_valid = header(wechat::HEADER_SIGNATURE_TYPE) == wechat::AUTHORIZATION_SCHEME
+            && [PLATFORM_SERIAL, CERTIFICATE_SERIAL]
+                .contains(&header(wechat::HEADER_SERIAL).as_str())
             && channel_public_key().verify(
                 wechat::notify_message(
                     &header(wechat::HEADER_TIMESTAMP),
@@ -309,6 +332,8 @@ impl TestSim {
             body,
             json,
             signature_valid,
+            request_id: header(wechat::HEADER_REQUEST_ID),
+            serial: header(wechat::HEADER_SERIAL),
         }
     }
 
@@ -455,7 +480,7 @@ impl Received {
         channel_public_key().verify(content.as_bytes(), &self.param("sign"))
     }
 
-    fn header(&self, name: &str) -> String {
+    pub(crate) fn header(&self, name: &str) -> String {
         self.headers
             .get(name)
             .and_then(|value| value.to_str().ok())
@@ -465,7 +490,8 @@ impl Received {
 
     /// Whether the WeChat Pay notify's headers verify with the platform key.
     pub(crate) fn wechat_signature_valid(&self) -> bool {
-        self.header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
+        self.header(wechat::HEADER_SIGNATURE_TYPE) == wechat::AUTHORIZATION_SCHEME
+            && self.header(wechat::HEADER_SERIAL) == PLATFORM_SERIAL
             && channel_public_key().verify(
                 wechat::notify_message(
                     &self.header(wechat::HEADER_TIMESTAMP),

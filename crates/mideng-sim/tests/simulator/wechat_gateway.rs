@@ -9,8 +9,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Merchant, TestSim, WECHAT_APPID, WECHAT_MCHID, merchant_key, notify_state, rfc3339_after,
-    wall_clock_ms,
+    API_V3_KEY, CERTIFICATE_SERIAL, Merchant, TestSim, WECHAT_APPID, WECHAT_MCHID,
+    channel_public_key, merchant_key, notify_state, rfc3339_after, wall_clock_ms,
 };
 
 fn native_order(sim: &TestSim, out_trade_no: &str, total: i64, notify_url: &str) -> Value {
@@ -337,5 +337,322 @@ async fn an_order_without_time_expire_closes_after_two_hours() {
     sim.advance(61).await;
     let query = sim.wechat(Method::GET, &query_path("W7"), None).await;
     assert_eq!(query.json["trade_state"], wechat::STATE_CLOSED);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_and_notifies_name_their_signature_type_and_carry_a_request_id() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let created = sim
+        .wechat(
+            Method::POST,
+            wechat::PATH_NATIVE,
+            Some(&native_order(&sim, "W9", 1, &merchant.url)),
+        )
+        .await;
+    let refused = sim.wechat(Method::GET, &query_path("NOPE9"), None).await;
+    assert_eq!(
+        refused.status, 404,
+        "an error answer is signed the same way"
+    );
+    for answer in [&created, &refused] {
+        assert!(answer.signature_valid, "{answer:?}");
+        assert!(!answer.request_id.is_empty(), "{answer:?}");
+    }
+    assert_ne!(created.request_id, refused.request_id);
+
+    sim.pay("W9").await;
+    let notify = &merchant.wait_for(1).await[0];
+    assert_eq!(
+        notify.header(wechat::HEADER_SIGNATURE_TYPE),
+        "WECHATPAY2-SHA256-RSA2048"
+    );
+    assert!(notify.wechat_signature_valid());
+    assert!(!notify.header(wechat::HEADER_REQUEST_ID).is_empty());
+    sim.stop().await;
+}
+
+fn transaction_id_path(transaction_id: &str, mchid: &str) -> String {
+    format!(
+        "{}{transaction_id}?mchid={mchid}",
+        wechat::PATH_TRANSACTION_ID
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_transaction_is_found_by_its_transaction_id_as_by_its_out_trade_no() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::wechat_acknowledging().await;
+    let order = native_order(&sim, "W10", 300, &merchant.url);
+    sim.wechat(Method::POST, wechat::PATH_NATIVE, Some(&order))
+        .await;
+    let unknown = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path("4200000000000000000000000000", WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (unknown.status, unknown.json["code"].as_str()),
+        (404, Some("ORDER_NOT_EXIST"))
+    );
+
+    sim.pay("W10").await;
+    let by_out_trade_no = sim.wechat(Method::GET, &query_path("W10"), None).await;
+    let transaction_id = by_out_trade_no.json["transaction_id"]
+        .as_str()
+        .expect("a paid trade has a transaction_id")
+        .to_owned();
+    let by_id = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path(&transaction_id, WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(by_id.status, 200, "{}", by_id.body);
+    assert_eq!(by_id.json, by_out_trade_no.json);
+    assert_eq!(by_id.json["out_trade_no"], "W10");
+
+    let other_merchant = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path(&transaction_id, "1900000001"),
+            None,
+        )
+        .await;
+    assert_eq!(other_merchant.status, 400);
+    assert_eq!(other_merchant.json["code"], "PARAM_ERROR");
+    let malformed = sim
+        .wechat(
+            Method::GET,
+            &transaction_id_path("42%2F00", WECHAT_MCHID),
+            None,
+        )
+        .await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.json["code"], "PARAM_ERROR");
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_v3_requests_answer_wechat_errors_signed_like_any_answer() {
+    let sim = TestSim::start(1).await;
+    for (method, path) in [
+        // Public-key mode: there are no platform certificates to serve.
+        (Method::GET, "/v3/certificates"),
+        (Method::GET, "/v3/pay/transactions/nothing-here"),
+        (Method::GET, wechat::PATH_NATIVE),
+        (Method::DELETE, &*query_path("W11")),
+    ] {
+        // `sim.wechat` asserts the answer is signed by the platform.
+        let answer = sim.wechat(method.clone(), path, None).await;
+        assert_eq!(answer.status, 404, "{method} {path}");
+        assert_eq!(answer.json["code"], "NOT_FOUND", "{method} {path}");
+        assert!(answer.json["message"].is_string());
+    }
+    let control = sim
+        .client
+        .get(format!("{}/sim/no-such-thing", sim.base))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(control.status(), 404);
+    assert_eq!(
+        control.headers()["content-type"],
+        "application/problem+json",
+        "the control API keeps its own format"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_mode_serves_the_platform_certificate_encrypted_under_its_serial() {
+    use base64::Engine as _;
+    let sim = TestSim::start_in_certificate_mode().await;
+    let answer = sim
+        .wechat(Method::GET, wechat::PATH_CERTIFICATES, None)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        answer.serial, CERTIFICATE_SERIAL,
+        "answers are signed under the certificate"
+    );
+    let entries = answer.json["data"].as_array().expect("data");
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert_eq!(entry["serial_no"], CERTIFICATE_SERIAL);
+    let effective_ms = wechat::parse_rfc3339(entry["effective_time"].as_str().expect("effective"))
+        .expect("RFC 3339");
+    let expire_ms =
+        wechat::parse_rfc3339(entry["expire_time"].as_str().expect("expire")).expect("RFC 3339");
+    assert!(effective_ms < wall_clock_ms() && wall_clock_ms() < expire_ms);
+    assert!(
+        expire_ms - effective_ms > 4 * 365 * 86_400_000,
+        "valid for years"
+    );
+    let envelope = &entry["encrypt_certificate"];
+    assert_eq!(envelope["algorithm"], "AEAD_AES_256_GCM");
+    assert_eq!(envelope["associated_data"], "certificate");
+    let pem = mideng_channel::keys::aes_gcm_decrypt(
+        API_V3_KEY.as_bytes(),
+        envelope["nonce"].as_str().expect("nonce").as_bytes(),
+        b"certificate",
+        envelope["ciphertext"].as_str().expect("ciphertext"),
+    )
+    .expect("the API v3 key opens it");
+    let pem = String::from_utf8(pem).expect("PEM text");
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    let der_of = |pem: &str| {
+        let body: String = pem
+            .lines()
+            .filter(|line| !line.starts_with("-----"))
+            .collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .expect("base64")
+    };
+    let certificate = der_of(&pem);
+    let platform_key = der_of(&channel_public_key().to_pem().expect("PEM"));
+    let contains = |needle: &[u8]| {
+        certificate
+            .windows(needle.len())
+            .any(|window| window == needle)
+    };
+    assert!(
+        contains(&platform_key),
+        "the certificate carries the platform key"
+    );
+    let serial: Vec<u8> = (0..CERTIFICATE_SERIAL.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&CERTIFICATE_SERIAL[at..at + 2], 16).expect("hex"))
+        .collect();
+    assert!(contains(&serial), "the certificate has the serial");
+
+    let unsigned = sim
+        .client
+        .get(format!("{}{}", sim.base, wechat::PATH_CERTIFICATES))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        unsigned.status(),
+        401,
+        "the certificates are a signed call like any other"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_signs_under_a_new_certificate_listed_beside_the_old_one() {
+    let sim = TestSim::start_in_certificate_mode().await;
+    let (status, rotated) = sim
+        .control(Method::POST, "/sim/wechat/platform/rotate", None)
+        .await;
+    assert_eq!(status, 200, "{rotated}");
+    let new_serial = rotated["serial_no"].as_str().expect("serial_no").to_owned();
+    assert_eq!(new_serial.len(), 40);
+    assert_ne!(new_serial, CERTIFICATE_SERIAL);
+
+    // An answer now: signed under the new serial, by the new key and not the old one.
+    let path = query_path("NOPE12");
+    let response = sim
+        .client
+        .get(format!("{}{path}", sim.base))
+        .header(
+            "authorization",
+            TestSim::wechat_authorization(
+                &Method::GET,
+                &path,
+                "",
+                wall_clock_ms() / 1000,
+                merchant_key(),
+            ),
+        )
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), 404);
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (serial, signature) = (header("wechatpay-serial"), header("wechatpay-signature"));
+    let (timestamp, nonce) = (header("wechatpay-timestamp"), header("wechatpay-nonce"));
+    let body = response.text().await.expect("body");
+    let message = wechat::notify_message(&timestamp, &nonce, &body);
+    assert_eq!(
+        serial, new_serial,
+        "answers are signed under the new serial"
+    );
+    let new_key = sim.simulator.wechat_platform_public_key();
+    assert!(new_key.verify(message.as_bytes(), &signature));
+    assert!(!channel_public_key().verify(message.as_bytes(), &signature));
+
+    let listed = sim
+        .wechat_at(
+            Method::GET,
+            wechat::PATH_CERTIFICATES,
+            None,
+            wall_clock_ms() / 1000,
+            merchant_key(),
+        )
+        .await;
+    let serials: Vec<&str> = listed.json["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|entry| entry["serial_no"].as_str().expect("serial"))
+        .collect();
+    assert_eq!(serials, [CERTIFICATE_SERIAL, new_serial.as_str()]);
+    sim.stop().await;
+
+    let public_key_mode = TestSim::start(1).await;
+    let (status, refusal) = public_key_mode
+        .control(Method::POST, "/sim/wechat/platform/rotate", None)
+        .await;
+    assert_eq!(
+        (status, refusal["code"].as_str()),
+        (409, Some("not-certificate-mode"))
+    );
+    public_key_mode.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_signed_at_the_wall_clock_even_when_the_channel_clock_runs_fast() {
+    // 600 channel seconds a second: the channel clock is minutes ahead within a second.
+    let sim = TestSim::start(600).await;
+    sim.advance(3600).await;
+    let response = sim
+        .client
+        .get(format!("{}{}", sim.base, query_path("NOPE13")))
+        .header(
+            "authorization",
+            TestSim::wechat_authorization(
+                &Method::GET,
+                &query_path("NOPE13"),
+                "",
+                wall_clock_ms() / 1000,
+                merchant_key(),
+            ),
+        )
+        .send()
+        .await
+        .expect("answer");
+    let signed_at: i64 = response.headers()["wechatpay-timestamp"]
+        .to_str()
+        .expect("ASCII")
+        .parse()
+        .expect("seconds");
+    assert!(
+        wechat::timestamp_is_fresh(signed_at, wall_clock_ms()),
+        "an SDK's five-minute check against its own clock passes"
+    );
     sim.stop().await;
 }
