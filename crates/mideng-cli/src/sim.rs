@@ -110,17 +110,10 @@ pub(crate) fn load_or_generate_in_mode(
                 &key.public_key(),
             )?;
         }
-        let identity = Identity {
-            alipay_app_id: config.alipay_app_id.clone(),
-            alipay_seller_id: config.alipay_seller_id.clone(),
-            wechat_mchid: config.wechat_mchid.clone(),
-            wechat_appid: config.wechat_appid.clone(),
-            wechat_merchant_serial: config.wechat_merchant_serial.clone(),
-            wechat_platform_mode: config.wechat_platform_mode,
-            wechat_platform_serial: config.wechat_platform_serial.clone(),
-            wechat_api_v3_key: config.wechat_api_v3_key.clone(),
-        };
-        write_secret(&identity_path, &serde_json::to_string_pretty(&identity)?)?;
+        write_secret(
+            &identity_path,
+            &serde_json::to_string_pretty(&identity_of(&config))?,
+        )?;
     }
     let identity: Identity = serde_json::from_str(&std::fs::read_to_string(&identity_path)?)
         .with_context(|| format!("{} is not a simulator identity", identity_path.display()))?;
@@ -137,7 +130,7 @@ pub(crate) fn load_or_generate_in_mode(
         alipay_private: read_key(directory, FILES[0])?,
         wechat_private: read_key(directory, FILES[2])?,
     };
-    let config = SimConfig {
+    let mut config = SimConfig {
         alipay_app_id: identity.alipay_app_id,
         alipay_seller_id: identity.alipay_seller_id,
         alipay_merchant_public_key: merchant.alipay_private.public_key(),
@@ -152,7 +145,31 @@ pub(crate) fn load_or_generate_in_mode(
         wechat_api_v3_key: identity.wechat_api_v3_key,
         clock_speed,
     };
+    if config.renew_outdated_serials() {
+        tracing::warn!(
+            identity = %identity_path.display(),
+            "WeChat Pay serials in an older form replaced by serials of the real form"
+        );
+        write_secret(
+            &identity_path,
+            &serde_json::to_string_pretty(&identity_of(&config))?,
+        )?;
+    }
     Ok((config, merchant))
+}
+
+/// What `sim.json` keeps of `config`.
+fn identity_of(config: &SimConfig) -> Identity {
+    Identity {
+        alipay_app_id: config.alipay_app_id.clone(),
+        alipay_seller_id: config.alipay_seller_id.clone(),
+        wechat_mchid: config.wechat_mchid.clone(),
+        wechat_appid: config.wechat_appid.clone(),
+        wechat_merchant_serial: config.wechat_merchant_serial.clone(),
+        wechat_platform_mode: config.wechat_platform_mode,
+        wechat_platform_serial: config.wechat_platform_serial.clone(),
+        wechat_api_v3_key: config.wechat_api_v3_key.clone(),
+    }
 }
 
 /// Runs the simulator until Ctrl-C.
@@ -166,8 +183,7 @@ pub(crate) async fn run(
     let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
     let simulator = Simulator::new(config).with_context(|| {
         format!(
-            "{} does not describe a valid simulator (one written by an older version has \
-             serials in another form: delete the directory to generate a new identity)",
+            "{} does not describe a valid simulator",
             data_dir.join("sim.json").display()
         )
     })?;
@@ -226,6 +242,37 @@ mod tests {
         assert!(
             directory.join("alipay-gateway-public.pem").exists(),
             "the merchant's half is written out"
+        );
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[test]
+    fn a_directory_from_an_older_version_starts_with_serials_of_the_real_form() {
+        let directory = std::env::temp_dir().join(format!("mideng-sim-old-{}", std::process::id()));
+        let (first, _) = load_or_generate(&directory, 1).expect("generated");
+        // What an older version wrote: 40 random characters of [0-9A-Z] for both serials.
+        let path = directory.join("sim.json");
+        let mut identity: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        identity["wechat_merchant_serial"] = "Z7QK0000000000000000000000000000000000AB".into();
+        identity["wechat_platform_serial"] = "PLATFORMQ000000000000000000000000000000X".into();
+        std::fs::write(&path, identity.to_string()).expect("write");
+
+        let (renewed, _) = load_or_generate(&directory, 1).expect("an old directory still starts");
+        assert!(renewed.wechat_platform_serial.starts_with("PUB_KEY_ID_"));
+        assert_ne!(
+            renewed.wechat_merchant_serial,
+            "Z7QK0000000000000000000000000000000000AB"
+        );
+        assert!(Simulator::new(renewed.clone()).is_ok());
+        assert_eq!(
+            renewed.wechat_api_v3_key, first.wechat_api_v3_key,
+            "the rest is kept"
+        );
+        let (again, _) = load_or_generate(&directory, 1).expect("loaded");
+        assert_eq!(
+            again.wechat_platform_serial, renewed.wechat_platform_serial,
+            "written back once"
         );
         let _ = std::fs::remove_dir_all(&directory);
     }

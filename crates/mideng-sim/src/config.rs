@@ -234,6 +234,25 @@ impl SimConfig {
     }
 
     /// Checks everything that would otherwise fail later, at a worse moment.
+    /// Replaces WeChat serials written in a form this version no longer accepts (identities
+    /// written by older versions used 40 random `[0-9A-Z]` characters) with fresh ones of the
+    /// right form; whether anything changed. Lets a data directory from an older version start.
+    pub fn renew_outdated_serials(&mut self) -> bool {
+        let mut changed = false;
+        if !is_certificate_serial(&self.wechat_merchant_serial) {
+            self.wechat_merchant_serial = random_certificate_serial();
+            changed = true;
+        }
+        if !self
+            .wechat_platform_mode
+            .accepts_serial(&self.wechat_platform_serial)
+        {
+            self.wechat_platform_serial = self.wechat_platform_mode.random_serial();
+            changed = true;
+        }
+        changed
+    }
+
     pub(crate) fn validate(&self) -> Result<(), SimError> {
         let invalid = |reason: &'static str| Err(SimError::InvalidConfig(reason));
         if self.wechat_api_v3_key.len() != API_V3_KEY_BYTES {

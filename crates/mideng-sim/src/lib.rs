@@ -62,7 +62,9 @@ mod notify;
 mod trades;
 mod world;
 
-pub use config::{ALIPAY_SELLER_ID, MerchantKeys, SimConfig, WechatPlatformMode, merchant_channels};
+pub use config::{
+    ALIPAY_SELLER_ID, MerchantKeys, SimConfig, WechatPlatformMode, merchant_channels,
+};
 
 use clock::SimClock;
 use world::{World, WorldGuard};
