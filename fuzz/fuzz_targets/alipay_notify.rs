@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::{Channel, NotifiedState, RawNotify};
 use mideng_channel::alipay;
 use mideng_channel::keys::PrivateKey;
@@ -41,6 +41,7 @@ fn fixture() -> &'static Fixture {
         let merchant_key = PrivateKey::from_pem(MERCHANT_KEY).expect("fixture key");
         let channel = AlipayChannel::new(AlipayConfig {
             gateway_url: "http://127.0.0.1:1/gateway.do".to_owned(),
+            api: AlipayApi::Gateway,
             app_id: "2021000000000001".to_owned(),
             seller_id: None,
             merchant_key,

@@ -1,6 +1,7 @@
 // Drives the channel simulator with the official Alipay Node.js SDK (`alipay-sdk`), using the
 // SDK's own code for everything it offers: request signing, response verification
-// (`validateSign: true`) and notify verification (`checkNotifySignV2`, `checkNotifySign`).
+// (`validateSign: true`) and notify verification (`checkNotifySignV2`, `checkNotifySign`), over
+// `gateway.do` (`exec`) and over OpenAPI v3 (`curl`, which always verifies its answers' headers).
 // Then builds a notify the way the channel would (the SDK's notify sign-content rule: every
 // field but `sign` and `sign_type`, sorted, empty values kept), checks the SDK accepts it, and
 // writes it for the service's adapter to verify.
@@ -29,6 +30,7 @@ const sdk = new AlipaySdk({
   keyType: 'PKCS8',
   alipayPublicKey: read(`${simDir}/alipay-gateway-public.pem`),
   gateway: `${simUrl}/gateway.do`,
+  endpoint: simUrl,
   camelcase: false,
 });
 
@@ -111,10 +113,63 @@ const stranger = new AlipaySdk({
   keyType: 'PKCS8',
   alipayPublicKey: read(process.env.CHANNEL_PUBLIC_KEY),
   gateway: `${simUrl}/gateway.do`,
+  endpoint: simUrl,
 });
 await assert.rejects(
   stranger.exec('alipay.trade.query', { bizContent: { out_trade_no: paid } }, { validateSign: true }),
   'an answer signed by another key is refused');
+
+// OpenAPI v3 through the SDK's curl(): it signs the authorization header and verifies every
+// 2xx answer over its alipay-timestamp, alipay-nonce and alipay-signature headers (always on
+// for curl()); a 4xx or 5xx becomes an AlipayRequestError with the answer's code.
+const v3 = (path, body) => sdk.curl('POST', path, { body });
+const v3Refusal = (status, code) => (error) => {
+  assert.equal(error.name, 'AlipayRequestError', String(error));
+  assert.equal(error.responseHttpStatus, status, String(error));
+  assert.equal(error.code, code, String(error));
+  return true;
+};
+const v3Paid = `NODE-V3-PAID-${suffix}`;
+const v3Closed = `NODE-V3-CLOSED-${suffix}`;
+const v3Created = await v3('/v3/alipay/trade/precreate',
+  { out_trade_no: v3Paid, total_amount: '12.34', subject: '美式 americano', notify_url: notifyUrl });
+assert.equal(v3Created.responseHttpStatus, 200);
+assert.ok(v3Created.data.qr_code, 'a QR code over v3');
+assert.ok(v3Created.traceId, 'a trace id');
+await assert.rejects(v3('/v3/alipay/trade/query', { out_trade_no: v3Paid }),
+  v3Refusal(400, 'ACQ.TRADE_NOT_EXIST'));
+await control(`/sim/trades/${v3Paid}/pay`);
+const v3Notify = await nextNotify(3);
+assert.equal(v3Notify.out_trade_no, v3Paid);
+assert.equal(sdk.checkNotifySignV2(v3Notify), true, 'the notify of a v3 trade verifies');
+const v3Query = await v3('/v3/alipay/trade/query', { out_trade_no: v3Paid });
+assert.equal(v3Query.data.trade_status, 'TRADE_SUCCESS', JSON.stringify(v3Query.data));
+assert.equal(v3Query.data.total_amount, '12.34');
+assert.equal(v3Query.data.trade_no, v3Notify.trade_no);
+await assert.rejects(v3('/v3/alipay/trade/close', { out_trade_no: v3Paid }),
+  v3Refusal(400, 'ACQ.TRADE_STATUS_ERROR'));
+await v3('/v3/alipay/trade/precreate',
+  { out_trade_no: v3Closed, total_amount: '1.00', subject: 'close me', notify_url: notifyUrl });
+await control(`/sim/trades/${v3Closed}/scan`);
+const v3Close = await v3('/v3/alipay/trade/close', { out_trade_no: v3Closed });
+assert.equal(v3Close.responseHttpStatus, 200);
+assert.equal(v3Close.data.out_trade_no, v3Closed);
+const v3AfterClose = await v3('/v3/alipay/trade/query', { out_trade_no: v3Closed });
+assert.equal(v3AfterClose.data.trade_status, 'TRADE_CLOSED');
+assert.equal((await nextNotify(4)).trade_status, 'TRADE_CLOSED');
+// The SDK refuses a v3 answer signed by another key, and the simulator a request signed by
+// another key.
+await assert.rejects(stranger.curl('POST', '/v3/alipay/trade/query', { body: { out_trade_no: v3Paid } }),
+  v3Refusal(200, 'response-signature-verify-error'));
+const impostor = new AlipaySdk({
+  appId: identity.alipay_app_id,
+  privateKey: read(process.env.CHANNEL_PRIVATE_KEY),
+  keyType: 'PKCS8',
+  alipayPublicKey: read(`${simDir}/alipay-gateway-public.pem`),
+  endpoint: simUrl,
+});
+await assert.rejects(impostor.curl('POST', '/v3/alipay/trade/query', { body: { out_trade_no: v3Paid } }),
+  v3Refusal(401, 'invalid-signature'));
 
 // A notify as the channel would sign it, with an empty and a non-ASCII field.
 const built = {
@@ -138,4 +193,4 @@ assert.equal(channelView.checkNotifySignV2(built), true, 'the SDK accepts the bu
 writeFileSync(process.env.NOTIFY_OUT, new URLSearchParams(built).toString());
 
 receiver.close();
-console.log(`alipay-sdk (Node): precreate, query, close and notifies verified; wrote ${process.env.NOTIFY_OUT}`);
+console.log(`alipay-sdk (Node): precreate, query, close (gateway.do and v3 curl) and notifies verified; wrote ${process.env.NOTIFY_OUT}`);

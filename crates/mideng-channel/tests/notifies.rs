@@ -2,7 +2,7 @@
 //! signature, probe, wrong merchant, wrong amount, someone else's trade) are rejected. The
 //! channel's side is played with the fixture keys.
 
-use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
 use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, NotifyVerdict, RawNotify};
 use mideng_channel::keys::{PrivateKey, PublicKey, aes_gcm_encrypt};
@@ -31,6 +31,7 @@ fn merchant_key() -> PrivateKey {
 fn alipay_channel() -> AlipayChannel {
     AlipayChannel::new(AlipayConfig {
         gateway_url: "http://127.0.0.1:1/gateway.do".to_owned(),
+        api: AlipayApi::Gateway,
         app_id: "2021000000000001".to_owned(),
         seller_id: Some("2088000000000001".to_owned()),
         merchant_key: merchant_key(),

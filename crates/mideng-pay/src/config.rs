@@ -40,6 +40,7 @@
 //!
 //! [channels.alipay]
 //! gateway_url = "https://openapi.alipay.com/gateway.do"
+//! api = "gateway"            # or "v3": OpenAPI v3 (/v3/alipay/trade/…) on the same host
 //! app_id = "2021…"
 //! merchant_private_key_file = "/etc/mideng/alipay-merchant-private.pem"
 //! gateway_public_key_file = "/etc/mideng/alipay-public.pem"
@@ -57,7 +58,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use mideng_channel::adapter::Channel;
-use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
 use mideng_channel::keys::{PrivateKey, PublicKey};
 use serde::{Deserialize, Serialize};
@@ -445,6 +446,9 @@ pub struct ChannelsConfig {
 pub struct AlipayFile {
     /// Gateway URL.
     pub gateway_url: String,
+    /// `gateway` (default) or `v3`: OpenAPI v3 at `/v3/alipay/trade/…` on the gateway's host.
+    #[serde(default)]
+    pub api: AlipayApiFile,
     /// App id.
     pub app_id: String,
     /// Seller id, checked on notifies.
@@ -455,6 +459,26 @@ pub struct AlipayFile {
     pub gateway_public_key_file: PathBuf,
     /// Our notify URL, as the channel reaches it.
     pub notify_url: String,
+}
+
+/// `[channels.alipay] api`: which of Alipay's APIs the adapter speaks.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AlipayApiFile {
+    /// `gateway.do`.
+    #[default]
+    Gateway,
+    /// OpenAPI v3.
+    V3,
+}
+
+impl From<AlipayApiFile> for AlipayApi {
+    fn from(api: AlipayApiFile) -> Self {
+        match api {
+            AlipayApiFile::Gateway => AlipayApi::Gateway,
+            AlipayApiFile::V3 => AlipayApi::V3,
+        }
+    }
 }
 
 /// `[channels.wechat]`.
@@ -736,6 +760,7 @@ impl ServeConfig {
             .map(|file| -> Result<Arc<dyn Channel>, ConfigError> {
                 let channel = AlipayChannel::new(AlipayConfig {
                     gateway_url: file.gateway_url.clone(),
+                    api: file.api.into(),
                     app_id: file.app_id.clone(),
                     seller_id: file.seller_id.clone(),
                     merchant_key: private_key(&file.merchant_private_key_file)?,
@@ -869,6 +894,32 @@ mod tests {
             config.demo.api_key.as_deref(),
             Some("from-the-flag-0123456789")
         );
+    }
+
+    #[test]
+    fn the_alipay_adapter_speaks_gateway_do_unless_v3_is_asked_for() {
+        let alipay = |api_line: &str| {
+            let toml = format!(
+                "[channels.alipay]\ngateway_url = \"https://openapi.alipay.com/gateway.do\"\n\
+                 {api_line}\napp_id = \"2021000000000001\"\n\
+                 merchant_private_key_file = \"merchant.pem\"\n\
+                 gateway_public_key_file = \"alipay.pem\"\n\
+                 notify_url = \"https://pay.example.com/v1/channels/alipay/notify\"\n"
+            );
+            parse(&toml, &Overrides::default())
+                .map(|config| config.channels.alipay.map(|alipay| alipay.api))
+        };
+        assert_eq!(alipay("").expect("valid"), Some(AlipayApiFile::Gateway));
+        assert_eq!(
+            alipay("api = \"gateway\"").expect("valid"),
+            Some(AlipayApiFile::Gateway)
+        );
+        assert_eq!(
+            alipay("api = \"v3\"").expect("valid"),
+            Some(AlipayApiFile::V3)
+        );
+        assert!(matches!(alipay("api = \"v2\""), Err(ConfigError::Parse(_))));
+        assert_eq!(AlipayApi::from(AlipayApiFile::V3), AlipayApi::V3);
     }
 
     #[test]

@@ -319,12 +319,13 @@ pub fn merchant_channels(
     ),
     mideng_channel::adapter::ChannelError,
 > {
-    use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+    use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
     use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
     let sim = sim_base_url.trim_end_matches('/');
     let service = service_base_url.trim_end_matches('/');
     let alipay = AlipayChannel::new(AlipayConfig {
         gateway_url: format!("{sim}{}", mideng_channel::alipay::GATEWAY_PATH),
+        api: AlipayApi::Gateway,
         app_id: config.alipay_app_id.clone(),
         // Set, so that the service's seller check meets every simulated notify.
         seller_id: Some(config.alipay_seller_id.clone()),

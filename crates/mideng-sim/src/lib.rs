@@ -19,6 +19,8 @@
 //!   and the dispatcher task that delivers them.
 //! - `world` — all the state above behind one lock, settled to the clock on every access.
 //! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close.
+//! - `gateway::alipay_v3` — OpenAPI v3, `POST /v3/alipay/trade/{precreate,query,close}`:
+//!   the same calls with JSON bodies, header signatures and `gateway::alipay`'s business rules.
 //! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query by out-trade-no or
 //!   transaction id, close, `/v3/certificates`; WeChat's own signed 404 for any other `/v3`
 //!   request.
@@ -216,6 +218,12 @@ impl Simulator {
                 alipay::GATEWAY_PATH,
                 get(gateway::alipay::gateway).post(gateway::alipay::gateway),
             )
+            .route(
+                alipay::v3::PATH_PRECREATE,
+                post(gateway::alipay_v3::precreate),
+            )
+            .route(alipay::v3::PATH_QUERY, post(gateway::alipay_v3::query))
+            .route(alipay::v3::PATH_CLOSE, post(gateway::alipay_v3::close))
             .route(
                 wechat::PATH_NATIVE,
                 post(gateway::wechat::create_native).fallback(wechat_other_method),

@@ -57,16 +57,17 @@ pub(crate) async fn gateway(State(simulator): State<Simulator>, uri: Uri, body: 
     answer.into_response(shared)
 }
 
-/// A failed call: code, sub-code and a human sub-message.
+/// A failed call: code, sub-code and a human sub-message. Shared with OpenAPI v3
+/// (`alipay_v3`), which answers the same failures in its own form.
 #[derive(Clone, Debug)]
-struct Failure {
-    code: &'static str,
-    sub_code: &'static str,
-    sub_msg: String,
+pub(super) struct Failure {
+    pub(super) code: &'static str,
+    pub(super) sub_code: &'static str,
+    pub(super) sub_msg: String,
 }
 
 impl Failure {
-    fn missing(sub_code: &'static str, what: &str) -> Self {
+    pub(super) fn missing(sub_code: &'static str, what: &str) -> Self {
         Self {
             code: alipay::CODE_MISSING_PARAMETER,
             sub_code,
@@ -74,7 +75,7 @@ impl Failure {
         }
     }
 
-    fn illegal(sub_code: &'static str, sub_msg: impl Into<String>) -> Self {
+    pub(super) fn illegal(sub_code: &'static str, sub_msg: impl Into<String>) -> Self {
         Self {
             code: alipay::CODE_ILLEGAL_PARAMETER,
             sub_code,
@@ -182,7 +183,10 @@ fn handle(shared: &Shared, query_string: &str, body: &[u8]) -> Answer {
     let result = authenticate(shared, &params)
         .and_then(|()| biz_content(&params))
         .and_then(|biz| match method {
-            GatewayMethod::AlipayPrecreate => precreate(shared, &params, &biz),
+            GatewayMethod::AlipayPrecreate => {
+                let notify_url = non_empty(&params, "notify_url").map(str::to_owned);
+                precreate(shared, notify_url, &biz)
+            }
             GatewayMethod::AlipayQuery => query(shared, &biz),
             _ => close(shared, &biz),
         });
@@ -300,8 +304,13 @@ fn required_field(biz: &Map<String, Value>, name: &str) -> Result<String, Failur
     text_field(biz, name)?.ok_or_else(|| Failure::missing("isv.missing-parameter", name))
 }
 
-/// `alipay.trade.precreate`.
-fn precreate(shared: &Shared, params: &Form, biz: &Map<String, Value>) -> Result<Value, Failure> {
+/// `alipay.trade.precreate`, its business fields in `biz` (the notify URL is a common
+/// parameter of `gateway.do`, a body field of v3). The answer node, with `code` and `msg`.
+pub(super) fn precreate(
+    shared: &Shared,
+    notify_url: Option<String>,
+    biz: &Map<String, Value>,
+) -> Result<Value, Failure> {
     let out_trade_no = required_field(biz, "out_trade_no")?;
     if !is_valid_out_trade_no(&out_trade_no) {
         return Err(Failure::invalid_business_parameter(
@@ -316,7 +325,6 @@ fn precreate(shared: &Shared, params: &Form, biz: &Map<String, Value>) -> Result
     if subject.chars().count() > SUBJECT_CHARS_MAX {
         return Err(Failure::invalid_business_parameter("subject is too long"));
     }
-    let notify_url = non_empty(params, "notify_url").map(str::to_owned);
     if notify_url
         .as_deref()
         .is_some_and(|url| !is_valid_notify_url(url))
@@ -454,7 +462,7 @@ fn trade_not_exist() -> Failure {
 }
 
 /// `alipay.trade.query`.
-fn query(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
+pub(super) fn query(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
     let (trade_no, out_trade_no) = trade_identifiers(biz)?;
     let mut world = shared.settled_world();
     if let Some(fault) = world.faults.take(GatewayMethod::AlipayQuery) {
@@ -490,7 +498,7 @@ fn query(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
 }
 
 /// `alipay.trade.close`.
-fn close(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
+pub(super) fn close(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
     let (trade_no, out_trade_no) = trade_identifiers(biz)?;
     let mut world = shared.settled_world();
     let now_ms = world.now_ms();

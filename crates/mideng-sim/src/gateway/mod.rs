@@ -1,6 +1,8 @@
 //! The simulated gateways: the merchant-facing HTTP endpoints of each channel.
 //!
 //! - [`alipay`] — the open platform's single `/gateway.do` (GET or POST).
+//! - [`alipay_v3`] — Alipay OpenAPI v3's precreate, query and close, on the same business
+//!   rules as [`alipay`].
 //! - [`wechat`] — WeChat Pay API v3's native create, query and close; every other `/v3`
 //!   request answers WeChat's own signed 404 (the [`not_found`] fallback).
 //!
@@ -15,6 +17,7 @@ use axum::response::Response;
 use crate::limits::{NOTIFY_URL_BYTES_MAX, OUT_TRADE_NO_BYTES_MAX, REQUEST_BODY_BYTES_MAX};
 
 pub(crate) mod alipay;
+pub(crate) mod alipay_v3;
 pub(crate) mod wechat;
 
 /// What answers a request no route takes: under `/v3/` (but Alipay's `/v3/alipay/`), WeChat

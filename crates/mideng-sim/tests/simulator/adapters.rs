@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mideng_channel::adapter::alipay::{AlipayChannel, AlipayConfig};
+use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
 use mideng_channel::adapter::{
     Channel, ChannelError, CreateTrade, NotifiedState, NotifyRejection, RawNotify, TradeState,
@@ -23,17 +23,34 @@ fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
 
 /// The Alipay adapter of a merchant whose partner id is `seller_id`.
 fn alipay_of_seller(sim: &TestSim, merchant: &Merchant, seller_id: &str) -> Box<dyn Channel> {
-    Box::new(
-        AlipayChannel::new(AlipayConfig {
-            gateway_url: format!("{}/gateway.do", sim.base),
-            app_id: ALIPAY_APP_ID.to_owned(),
-            seller_id: Some(seller_id.to_owned()),
-            merchant_key: merchant_key().clone(),
-            gateway_public_key: channel_public_key(),
-            notify_url: merchant.url.clone(),
-        })
-        .expect("adapter"),
-    )
+    alipay_over(sim, merchant, seller_id, AlipayApi::Gateway)
+}
+
+/// The Alipay adapter of a merchant whose partner id is `seller_id`, over `api`.
+fn alipay_over(
+    sim: &TestSim,
+    merchant: &Merchant,
+    seller_id: &str,
+    api: AlipayApi,
+) -> Box<dyn Channel> {
+    Box::new(AlipayChannel::new(alipay_config(sim, merchant, seller_id, api)).expect("adapter"))
+}
+
+fn alipay_config(
+    sim: &TestSim,
+    merchant: &Merchant,
+    seller_id: &str,
+    api: AlipayApi,
+) -> AlipayConfig {
+    AlipayConfig {
+        gateway_url: format!("{}/gateway.do", sim.base),
+        api,
+        app_id: ALIPAY_APP_ID.to_owned(),
+        seller_id: Some(seller_id.to_owned()),
+        merchant_key: merchant_key().clone(),
+        gateway_public_key: channel_public_key(),
+        notify_url: merchant.url.clone(),
+    }
 }
 
 fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
@@ -202,6 +219,95 @@ async fn wechat_round_trip_through_the_adapter() {
     assert!(paid(&channel.query_trade("PW2").await.expect("query")));
     // ORDERPAID: the close lost the race; the adapter reports the payment.
     assert!(paid(&channel.close_trade("PW2").await.expect("close")));
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alipay_round_trip_through_the_adapter_over_openapi_v3() {
+    let sim = TestSim::start(1).await;
+    let merchant = Merchant::alipay_acknowledging().await;
+    let channel = alipay_over(&sim, &merchant, ALIPAY_SELLER_ID, AlipayApi::V3);
+
+    let request = trade("PV1");
+    let created = channel.create_trade(&request).await.expect("precreate");
+    assert!(!created.pay_url.is_empty());
+    assert_eq!(
+        channel.create_trade(&request).await.expect("again"),
+        created,
+        "idempotent at the channel"
+    );
+    assert_eq!(
+        channel.query_trade("PV1").await.expect("query"),
+        TradeState::NotFound,
+        "v3's 400 ACQ.TRADE_NOT_EXIST before the scan"
+    );
+    assert_eq!(
+        channel.close_trade("PV1").await.expect("close"),
+        TradeState::NotFound
+    );
+
+    sim.pay("PV1").await;
+    assert!(paid(&channel.query_trade("PV1").await.expect("query")));
+    let notify = &merchant.wait_for(1).await[0];
+    let verified = channel
+        .verify_notify(&raw(notify), wall_clock_ms())
+        .expect("the notify of a v3 trade is the same form notify");
+    assert_eq!(
+        (verified.out_trade_no.as_str(), verified.amount_fen),
+        ("PV1", 46000)
+    );
+    assert!(paid(&channel.close_trade("PV1").await.expect("close")));
+
+    let second = trade("PV2");
+    channel.create_trade(&second).await.expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PV2/scan", None)
+        .await;
+    assert_eq!(
+        channel.query_trade("PV2").await.expect("query"),
+        TradeState::Pending
+    );
+    assert_eq!(
+        channel.close_trade("PV2").await.expect("close"),
+        TradeState::Closed
+    );
+    let rejected = channel.create_trade(&second).await;
+    assert!(
+        matches!(rejected, Err(ChannelError::Rejected { ref sub_code, .. }) if sub_code == "ACQ.TRADE_HAS_CLOSE"),
+        "{rejected:?}"
+    );
+
+    // Unknown outcomes: a 500 after the close was applied, and answers that do not verify.
+    channel
+        .create_trade(&trade("PV3"))
+        .await
+        .expect("precreate");
+    sim.control(reqwest::Method::POST, "/sim/trades/PV3/scan", None)
+        .await;
+    sim.fail_next(json!({ "method": "alipay.trade.close", "code": "20000", "apply_anyway": true }))
+        .await;
+    let lost = channel.close_trade("PV3").await;
+    assert!(
+        matches!(lost, Err(ChannelError::OutcomeUnknown(_))),
+        "{lost:?}"
+    );
+    assert_eq!(
+        channel.query_trade("PV3").await.expect("query"),
+        TradeState::Closed,
+        "the query finds what happened"
+    );
+    let mut misconfigured = alipay_config(&sim, &merchant, ALIPAY_SELLER_ID, AlipayApi::V3);
+    misconfigured.gateway_public_key = merchant_key().public_key();
+    let misconfigured = AlipayChannel::new(misconfigured).expect("adapter");
+    let unverified = misconfigured.create_trade(&trade("PV4")).await;
+    assert!(
+        matches!(unverified, Err(ChannelError::OutcomeUnknown(_))),
+        "a success that does not verify is not believed: {unverified:?}"
+    );
+    let unverified = misconfigured.query_trade("PV5").await;
+    assert!(
+        matches!(unverified, Err(ChannelError::OutcomeUnknown(_))),
+        "nor a signed refusal that does not verify: {unverified:?}"
+    );
     sim.stop().await;
 }
 

@@ -5,6 +5,7 @@
 
 mod adapters;
 mod alipay_gateway;
+mod alipay_v3_gateway;
 mod control_api;
 mod harness;
 mod notify_policies;
