@@ -8,4 +8,5 @@ mod alipay_gateway;
 mod control_api;
 mod harness;
 mod notify_policies;
+mod platform_rotation;
 mod wechat_gateway;
