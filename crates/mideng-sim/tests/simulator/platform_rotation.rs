@@ -198,3 +198,128 @@ async fn a_certificate_list_sealed_under_another_api_v3_key_is_refused() {
     assert_eq!(channel.platform_certificate_downloads(), 1);
     sim.stop().await;
 }
+
+const TRUSTED_SERIAL: &str = "1A2B3C4D5E6F708192A3B4C5D6E7F80912345678";
+const ROTATED_SERIAL: &str = "7132D72A03E93CDDF8C03BBD1F37EEDF43F8E5E1";
+
+/// The channel key's certificate under `serial` (rcgen's default validity spans centuries).
+fn channel_certificate(serial: &str) -> String {
+    let pem = crate::harness::keys().1.to_pem().expect("pem");
+    let pair = rcgen::KeyPair::from_pem_and_sign_algo(&pem, &rcgen::PKCS_RSA_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    let serial_bytes: Vec<u8> = (0..serial.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&serial[at..at + 2], 16).expect("hex"))
+        .collect();
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial_bytes));
+    params.self_signed(&pair).expect("certificate").pem()
+}
+
+/// A stand-in platform signing with the channel key: its first query answer names
+/// [`ROTATED_SERIAL`], later ones [`TRUSTED_SERIAL`]; its certificate list is tampered (the
+/// trusted certificate listed under the rotated serial). Counts the list's downloads.
+async fn platform_with_a_tampered_list(
+    downloads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> String {
+    use axum::http::{HeaderValue, Uri};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let queries = std::sync::Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().fallback(move |uri: Uri| {
+        let (queries, downloads) = (queries.clone(), downloads.clone());
+        async move {
+            let (body, serial) = if uri.path() == mideng_channel::wechat::PATH_CERTIFICATES {
+                downloads.fetch_add(1, Ordering::SeqCst);
+                let nonce = "0123456789ab";
+                let ciphertext = mideng_channel::keys::aes_gcm_encrypt(
+                    API_V3_KEY.as_bytes(),
+                    nonce.as_bytes(),
+                    b"certificate",
+                    channel_certificate(TRUSTED_SERIAL).as_bytes(),
+                )
+                .expect("encrypt");
+                let list = serde_json::json!({ "data": [{
+                    "serial_no": ROTATED_SERIAL,
+                    "encrypt_certificate": {
+                        "algorithm": "AEAD_AES_256_GCM", "nonce": nonce,
+                        "associated_data": "certificate", "ciphertext": ciphertext,
+                    },
+                }]});
+                (list.to_string(), TRUSTED_SERIAL)
+            } else {
+                let transaction = serde_json::json!({
+                    "mchid": WECHAT_MCHID, "appid": WECHAT_APPID, "out_trade_no": "PT1",
+                    "trade_state": "NOTPAY", "amount": { "total": 46000, "currency": "CNY" },
+                });
+                let first = queries.fetch_add(1, Ordering::SeqCst) == 0;
+                let serial = if first {
+                    ROTATED_SERIAL
+                } else {
+                    TRUSTED_SERIAL
+                };
+                (transaction.to_string(), serial)
+            };
+            let timestamp = (wall_clock_ms() / 1000).to_string();
+            let signature = crate::harness::keys()
+                .1
+                .sign(mideng_channel::wechat::notify_message(&timestamp, "N1", &body).as_bytes())
+                .expect("sign");
+            let mut response = axum::response::IntoResponse::into_response(body);
+            for (name, value) in [
+                ("wechatpay-timestamp", timestamp),
+                ("wechatpay-nonce", "N1".to_owned()),
+                ("wechatpay-signature", signature),
+                ("wechatpay-serial", serial.to_owned()),
+            ] {
+                response
+                    .headers_mut()
+                    .insert(name, HeaderValue::try_from(value).expect("ASCII"));
+            }
+            response
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_certificate_list_is_refused_and_the_keys_held_before_stay() {
+    let merchant = Merchant::wechat_acknowledging().await;
+    let downloads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let base_url = platform_with_a_tampered_list(downloads.clone()).await;
+    let initial =
+        mideng_channel::platform_keys::parse_certificate_pem(&channel_certificate(TRUSTED_SERIAL))
+            .expect("certificate");
+    let channel = WechatChannel::new(WechatConfig {
+        base_url,
+        mchid: WECHAT_MCHID.to_owned(),
+        appid: WECHAT_APPID.to_owned(),
+        merchant_serial: MERCHANT_SERIAL.to_owned(),
+        merchant_key: merchant_key().clone(),
+        platform_keys: PlatformKeySource::Certificates {
+            initial: Some(initial),
+            refresh_interval: Duration::from_secs(60),
+        },
+        api_v3_key: API_V3_KEY.to_owned(),
+        notify_url: merchant.url.clone(),
+    })
+    .expect("adapter");
+    assert!(
+        matches!(
+            channel.query_trade("PT1").await,
+            Err(ChannelError::OutcomeUnknown(_))
+        ),
+        "an answer under a serial the tampered list cannot vouch for is not believed"
+    );
+    assert_eq!(downloads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        channel
+            .query_trade("PT1")
+            .await
+            .expect("the initial certificate still verifies"),
+        TradeState::Pending
+    );
+}
