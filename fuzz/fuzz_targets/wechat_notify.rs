@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::wechat::{PlatformKeySource, WechatChannel, WechatConfig};
 use mideng_channel::adapter::{Channel, RawNotify};
 use mideng_channel::keys::{PrivateKey, aes_gcm_encrypt};
 use mideng_channel::wechat;
@@ -34,8 +34,10 @@ fn fixture() -> &'static Fixture {
             appid: "wxd678efh567hg6787".to_owned(),
             merchant_serial: "MERCHANT".to_owned(),
             merchant_key: PrivateKey::from_pem(MERCHANT_KEY).expect("fixture key"),
-            platform_public_key: channel_key.public_key(),
-            platform_serial: SERIAL.to_owned(),
+            platform_keys: PlatformKeySource::PublicKey {
+                key: channel_key.public_key(),
+                serial: SERIAL.to_owned(),
+            },
             api_v3_key: API_V3_KEY.to_owned(),
             notify_url: "http://127.0.0.1:1/notify".to_owned(),
         })

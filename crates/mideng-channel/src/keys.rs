@@ -99,6 +99,13 @@ impl PublicKey {
             .map_err(|_| KeyError::Pem("RSA public key"))
     }
 
+    /// Reads a DER SubjectPublicKeyInfo, as an X.509 certificate carries it.
+    pub fn from_der(der: &[u8]) -> Result<Self, KeyError> {
+        rsa::PublicKey::from_public_key_der(der)
+            .map(Self)
+            .map_err(|_| KeyError::Pem("RSA public key"))
+    }
+
     /// The key as SubjectPublicKeyInfo PEM, to hand to the other side.
     pub fn to_pem(&self) -> Result<String, KeyError> {
         self.0

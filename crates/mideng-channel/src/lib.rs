@@ -11,6 +11,8 @@
 //! - [`alipay`] — sign content, response-node extraction over the raw text, notify rules.
 //! - [`wechat`] — request and notify signature messages, the `Authorization` header,
 //!   notification resources.
+//! - [`platform_keys`] — the WeChat Pay platform keys trusted by serial, and the rules that
+//!   admit a downloaded `/v3/certificates` list into them.
 //! - [`strict`] — forms and JSON parsed once, refusing a repeated name: every message is
 //!   verified over, and read from, the same value.
 //! - [`adapter`] — the [`adapter::Channel`] trait the service calls, with the Alipay and
@@ -21,5 +23,6 @@ pub mod adapter;
 pub mod alipay;
 pub mod keys;
 pub mod money;
+pub mod platform_keys;
 pub mod strict;
 pub mod wechat;

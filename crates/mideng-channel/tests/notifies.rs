@@ -3,7 +3,7 @@
 //! channel's side is played with the fixture keys.
 
 use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
-use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::wechat::{PlatformKeySource, WechatChannel, WechatConfig};
 use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, NotifyVerdict, RawNotify};
 use mideng_channel::keys::{PrivateKey, PublicKey, aes_gcm_encrypt};
 use mideng_channel::{alipay, wechat};
@@ -237,9 +237,10 @@ fn wechat_channel(mchid: &str, api_v3_key: &str) -> WechatChannel {
         appid: "wxd678efh567hg6787".to_owned(),
         merchant_serial: "MERCHANT-SERIAL".to_owned(),
         merchant_key: merchant_key(),
-        platform_public_key: PublicKey::from_pem(&fixture("channel-public.pem"))
-            .expect("platform key"),
-        platform_serial: PLATFORM_SERIAL.to_owned(),
+        platform_keys: PlatformKeySource::PublicKey {
+            key: PublicKey::from_pem(&fixture("channel-public.pem")).expect("platform key"),
+            serial: PLATFORM_SERIAL.to_owned(),
+        },
         api_v3_key: api_v3_key.to_owned(),
         notify_url: "http://127.0.0.1:8080/v1/channels/wechat/notify".to_owned(),
     })
@@ -383,8 +384,10 @@ fn an_api_v3_key_of_the_wrong_length_is_refused() {
             appid: String::new(),
             merchant_serial: String::new(),
             merchant_key: merchant_key(),
-            platform_public_key: merchant_key().public_key(),
-            platform_serial: String::new(),
+            platform_keys: PlatformKeySource::PublicKey {
+                key: merchant_key().public_key(),
+                serial: String::new()
+            },
             api_v3_key: "short".to_owned(),
             notify_url: String::new(),
         })

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::wechat::{PlatformKeySource, WechatChannel, WechatConfig};
 use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, RawNotify};
 use mideng_channel::keys::{PrivateKey, PublicKey};
 
@@ -48,9 +48,11 @@ fn channel() -> WechatChannel {
         merchant_serial: "5157F09EFDC096DE15EBE81A47057A7232F1B8E1".to_owned(),
         merchant_key: PrivateKey::from_pem(&read(&fixtures().join("merchant-private.pem")))
             .expect("merchant key"),
-        platform_public_key: PublicKey::from_pem(&read(&fixtures().join("channel-public.pem")))
-            .expect("platform key"),
-        platform_serial: PLATFORM_SERIAL.to_owned(),
+        platform_keys: PlatformKeySource::PublicKey {
+            key: PublicKey::from_pem(&read(&fixtures().join("channel-public.pem")))
+                .expect("platform key"),
+            serial: PLATFORM_SERIAL.to_owned(),
+        },
         api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
         notify_url: "http://127.0.0.1:8080/v1/channels/wechat/notify".to_owned(),
     })

@@ -45,6 +45,15 @@
 //! merchant_private_key_file = "/etc/mideng/alipay-merchant-private.pem"
 //! gateway_public_key_file = "/etc/mideng/alipay-public.pem"
 //! notify_url = "https://pay.example.com/v1/channels/alipay/notify"
+//!
+//! [channels.wechat]
+//! base_url = "https://api.mch.weixin.qq.com"
+//! mchid = "1230000109"
+//! appid = "wxd678efh567hg6787"
+//! merchant_serial = "…"
+//! merchant_private_key_file = "/etc/mideng/wechat-merchant-private.pem"
+//! platform_mode = "certificates"  # or platform_public_key_file + platform_serial
+//! notify_url = "https://pay.example.com/v1/channels/wechat/notify"
 //! ```
 //!
 //! Secrets (the WeChat API v3 key, database passwords) are best given by environment
@@ -59,8 +68,11 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use mideng_channel::adapter::Channel;
 use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
-use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::wechat::{
+    CERTIFICATE_REFRESH_INTERVAL, PlatformKeySource, WechatChannel, WechatConfig,
+};
 use mideng_channel::keys::{PrivateKey, PublicKey};
+use mideng_channel::platform_keys::parse_certificate_pem;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -495,15 +507,79 @@ pub struct WechatFile {
     pub merchant_serial: String,
     /// PEM file of the merchant's private key.
     pub merchant_private_key_file: PathBuf,
-    /// PEM file of the platform's public key.
-    pub platform_public_key_file: PathBuf,
-    /// The serial that key signs under (`Wechatpay-Serial`: the platform certificate's serial,
-    /// or `PUB_KEY_ID_…` in public-key mode); notifies under any other serial are refused.
-    pub platform_serial: String,
+    /// `public_key` (the default: one key, [`WechatFile::platform_public_key_file`] under
+    /// [`WechatFile::platform_serial`]) or `certificates` (downloaded from `/v3/certificates`
+    /// and refreshed when the platform rotates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_mode: Option<WechatPlatformMode>,
+    /// Public-key mode: PEM file of the platform's public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_public_key_file: Option<PathBuf>,
+    /// Public-key mode: the serial that key signs under (`Wechatpay-Serial`, `PUB_KEY_ID_…` or
+    /// a certificate's serial); notifies under any other serial are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_serial: Option<String>,
+    /// Certificate mode, optional: a PEM platform certificate trusted before the first
+    /// download (its key then verifies the first list when that list is signed under it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_certificate_file: Option<PathBuf>,
     /// The 32-byte API v3 key (give it by environment).
     pub api_v3_key: String,
     /// Our notify URL, as the channel reaches it.
     pub notify_url: String,
+}
+
+/// `channels.wechat.platform_mode`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WechatPlatformMode {
+    /// One platform public key, configured.
+    PublicKey,
+    /// The platform certificates, downloaded.
+    Certificates,
+}
+
+/// Where `[channels.wechat]` takes the platform keys from, once its fields are checked.
+enum WechatPlatformChoice<'a> {
+    PublicKey { key_file: &'a Path, serial: &'a str },
+    Certificates { certificate_file: Option<&'a Path> },
+}
+
+impl WechatFile {
+    /// The platform-key fields read together: each mode takes its own fields and refuses the
+    /// other's, so that a configuration never means two things.
+    fn platform_choice(&self) -> Result<WechatPlatformChoice<'_>, ConfigError> {
+        let invalid = |what: &str| ConfigError::Invalid(format!("channels.wechat: {what}"));
+        match self.platform_mode.unwrap_or(WechatPlatformMode::PublicKey) {
+            WechatPlatformMode::PublicKey => {
+                if self.platform_certificate_file.is_some() {
+                    return Err(invalid(
+                        "platform_certificate_file is for platform_mode = \"certificates\"",
+                    ));
+                }
+                match (&self.platform_public_key_file, &self.platform_serial) {
+                    (Some(key_file), Some(serial)) if !serial.is_empty() => {
+                        Ok(WechatPlatformChoice::PublicKey { key_file, serial })
+                    }
+                    _ => Err(invalid(
+                        "public-key mode needs platform_public_key_file and platform_serial \
+                         (or set platform_mode = \"certificates\")",
+                    )),
+                }
+            }
+            WechatPlatformMode::Certificates => {
+                if self.platform_public_key_file.is_some() || self.platform_serial.is_some() {
+                    return Err(invalid(
+                        "platform_mode = \"certificates\" downloads the platform keys: \
+                         remove platform_public_key_file and platform_serial",
+                    ));
+                }
+                Ok(WechatPlatformChoice::Certificates {
+                    certificate_file: self.platform_certificate_file.as_deref(),
+                })
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for WechatFile {
@@ -655,6 +731,9 @@ impl ServeConfig {
         {
             return invalid("channels.wechat.api_v3_key must be 32 bytes");
         }
+        if let Some(wechat) = &self.channels.wechat {
+            wechat.platform_choice()?;
+        }
         Ok(())
     }
 
@@ -782,8 +861,7 @@ impl ServeConfig {
                     appid: file.appid.clone(),
                     merchant_serial: file.merchant_serial.clone(),
                     merchant_key: private_key(&file.merchant_private_key_file)?,
-                    platform_public_key: public_key(&file.platform_public_key_file)?,
-                    platform_serial: file.platform_serial.clone(),
+                    platform_keys: platform_key_source(file)?,
                     api_v3_key: file.api_v3_key.clone(),
                     notify_url: file.notify_url.clone(),
                 })
@@ -839,6 +917,31 @@ fn private_key(path: &Path) -> Result<PrivateKey, ConfigError> {
         .map_err(|_| ConfigError::Invalid(format!("{} is not an RSA private key", path.display())))
 }
 
+fn platform_key_source(file: &WechatFile) -> Result<PlatformKeySource, ConfigError> {
+    Ok(match file.platform_choice()? {
+        WechatPlatformChoice::PublicKey { key_file, serial } => PlatformKeySource::PublicKey {
+            key: public_key(key_file)?,
+            serial: serial.to_owned(),
+        },
+        WechatPlatformChoice::Certificates { certificate_file } => {
+            let initial = certificate_file
+                .map(|path| {
+                    let pem = std::fs::read_to_string(path).map_err(|error| {
+                        ConfigError::Invalid(format!("{}: {error}", path.display()))
+                    })?;
+                    parse_certificate_pem(&pem).map_err(|error| {
+                        ConfigError::Invalid(format!("{}: {error}", path.display()))
+                    })
+                })
+                .transpose()?;
+            PlatformKeySource::Certificates {
+                initial,
+                refresh_interval: CERTIFICATE_REFRESH_INTERVAL,
+            }
+        }
+    })
+}
+
 fn public_key(path: &Path) -> Result<PublicKey, ConfigError> {
     let pem = std::fs::read_to_string(path)
         .map_err(|error| ConfigError::Invalid(format!("{}: {error}", path.display())))?;
@@ -856,6 +959,49 @@ mod tests {
                 .merge(Toml::string(toml))
                 .merge(overrides_provider(overrides)),
         )
+    }
+
+    const WECHAT: &str = r#"
+        [channels.wechat]
+        base_url = "https://api.mch.weixin.qq.com"
+        mchid = "1230000109"
+        appid = "wxd678efh567hg6787"
+        merchant_serial = "5157F09EFDC096DE15EBE81A47057A7232F1B8E1"
+        merchant_private_key_file = "merchant.pem"
+        api_v3_key = "0123456789abcdefghijklmnopqrstuv"
+        notify_url = "https://pay.example.com/v1/channels/wechat/notify"
+    "#;
+
+    #[test]
+    fn wechat_takes_exactly_one_platform_key_mode() {
+        let with = |lines: &str| parse(&format!("{WECHAT}{lines}"), &Overrides::default());
+        assert!(with("platform_mode = \"certificates\"").is_ok());
+        assert!(
+            with("platform_mode = \"certificates\"\nplatform_certificate_file = \"p.pem\"").is_ok()
+        );
+        assert!(
+            with("platform_public_key_file = \"p.pem\"\nplatform_serial = \"PUB_KEY_ID_01\"")
+                .is_ok()
+        );
+        for (lines, says) in [
+            ("", "public-key mode needs"),
+            (
+                "platform_public_key_file = \"p.pem\"",
+                "public-key mode needs",
+            ),
+            (
+                "platform_mode = \"certificates\"\nplatform_serial = \"PUB_KEY_ID_01\"",
+                "remove platform_public_key_file and platform_serial",
+            ),
+            (
+                "platform_serial = \"PUB_KEY_ID_01\"\nplatform_public_key_file = \"p.pem\"\nplatform_certificate_file = \"c.pem\"",
+                "platform_certificate_file is for",
+            ),
+            ("platform_mode = \"download\"", "platform_mode"),
+        ] {
+            let error = with(lines).expect_err(lines).to_string();
+            assert!(error.contains(says), "{lines}: {error}");
+        }
     }
 
     #[test]

@@ -320,7 +320,9 @@ pub fn merchant_channels(
     mideng_channel::adapter::ChannelError,
 > {
     use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
-    use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+    use mideng_channel::adapter::wechat::{
+        CERTIFICATE_REFRESH_INTERVAL, PlatformKeySource, WechatChannel, WechatConfig,
+    };
     let sim = sim_base_url.trim_end_matches('/');
     let service = service_base_url.trim_end_matches('/');
     let alipay = AlipayChannel::new(AlipayConfig {
@@ -339,8 +341,17 @@ pub fn merchant_channels(
         appid: config.wechat_appid.clone(),
         merchant_serial: config.wechat_merchant_serial.clone(),
         merchant_key: merchant.wechat_private.clone(),
-        platform_public_key: config.wechat_platform_key.public_key(),
-        platform_serial: config.wechat_platform_serial.clone(),
+        // The mode the simulator runs in: its one public key, or its certificates downloaded.
+        platform_keys: match config.wechat_platform_mode {
+            WechatPlatformMode::PublicKey => PlatformKeySource::PublicKey {
+                key: config.wechat_platform_key.public_key(),
+                serial: config.wechat_platform_serial.clone(),
+            },
+            WechatPlatformMode::Certificate => PlatformKeySource::Certificates {
+                initial: None,
+                refresh_interval: CERTIFICATE_REFRESH_INTERVAL,
+            },
+        },
         api_v3_key: config.wechat_api_v3_key.clone(),
         notify_url: format!("{service}/v1/channels/wechat/notify"),
     })?;

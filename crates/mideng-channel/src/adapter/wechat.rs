@@ -1,5 +1,18 @@
 //! The WeChat Pay v3 adapter: native transactions, query and close by out-trade-no, and
 //! verification and decryption of notifications.
+//!
+//! The platform signs answers and notifies under a serial (`Wechatpay-Serial`). In public-key
+//! mode the adapter knows one key under one serial. In certificate mode it downloads the
+//! platform certificates (`GET /v3/certificates`, admitted by [`crate::platform_keys`]) and
+//! keeps their keys by serial; when an answer or a notify names a serial it does not know — the
+//! platform rotated its key — it downloads the list again, under a bound: one download at a
+//! time, and at most one per [`PlatformKeySource::Certificates`]`::refresh_interval`, so that
+//! notifies under made-up serials cannot make us hammer the channel.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use reqwest::{Method, StatusCode};
@@ -11,6 +24,7 @@ use super::{
     read_body, transport_error,
 };
 use crate::keys::{PrivateKey, PublicKey, aes_gcm_decrypt, random_nonce};
+use crate::platform_keys::{self, PlatformCertificate, PlatformKey, SignedList};
 use crate::strict;
 use crate::wechat::{self as protocol, Authorization, Notification, Transaction};
 
@@ -27,11 +41,8 @@ pub struct WechatConfig {
     pub merchant_serial: String,
     /// The merchant's private key (signs requests).
     pub merchant_key: PrivateKey,
-    /// The platform's public key (verifies responses and notifications).
-    pub platform_public_key: PublicKey,
-    /// The serial of that key (its certificate's serial, or `PUB_KEY_ID_…` in public-key
-    /// mode): a notify signed under any other serial is refused.
-    pub platform_serial: String,
+    /// Where the keys that verify answers and notifications come from.
+    pub platform_keys: PlatformKeySource,
     /// The 32-byte API v3 key (decrypts notifications). Never logged.
     pub api_v3_key: String,
     /// Where WeChat Pay sends notifications.
@@ -50,11 +61,69 @@ impl std::fmt::Debug for WechatConfig {
     }
 }
 
+/// Where the platform's keys come from.
+#[derive(Clone, Debug)]
+pub enum PlatformKeySource {
+    /// Public-key mode: one key, handed over out of band, under its serial (`PUB_KEY_ID_…`, or
+    /// a certificate's serial). A notify or answer under any other serial is refused.
+    PublicKey {
+        /// Verifies.
+        key: PublicKey,
+        /// The serial it signs under.
+        serial: String,
+    },
+    /// Certificate mode: the keys of the certificates `GET /v3/certificates` serves, downloaded
+    /// on the first unknown serial and again on each later one, at most once per
+    /// `refresh_interval`.
+    Certificates {
+        /// A certificate trusted before any download (its key verifies the first list when
+        /// the list is signed under its serial); replaced by the first list admitted.
+        initial: Option<PlatformCertificate>,
+        /// Shortest time between two downloads; [`CERTIFICATE_REFRESH_INTERVAL`] by default.
+        refresh_interval: Duration,
+    },
+}
+
+/// Shortest time between two certificate downloads, by default: a rotation is noticed within
+/// a minute, and made-up serials cost the channel at most one call a minute.
+pub const CERTIFICATE_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The WeChat Pay channel.
 #[derive(Clone, Debug)]
 pub struct WechatChannel {
     config: WechatConfig,
     client: reqwest::Client,
+    platform: Arc<PlatformKeyring>,
+}
+
+/// The platform keys trusted now, shared by the clones of one adapter.
+#[derive(Debug)]
+struct PlatformKeyring {
+    /// By serial. A std lock: held only to read or swap the map, never across an await.
+    keys: RwLock<HashMap<String, PlatformKey>>,
+    /// When the last download started. An async lock held for the whole download, so that
+    /// one download runs at a time; a caller that needs a key waits for it, bounded by the
+    /// HTTP client's call timeout, and a notify does not wait at all.
+    refreshing: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    /// Downloads started, for operators and tests.
+    downloads: AtomicU64,
+}
+
+/// The signing headers of an answer, each given once.
+struct AnswerSignature {
+    timestamp: Option<String>,
+    nonce: Option<String>,
+    signature: Option<String>,
+    serial: Option<String>,
+    /// No `Wechatpay-Signature-Type` (older servers) or exactly ours.
+    scheme_known: bool,
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
 }
 
 /// Length of request nonces.
@@ -68,9 +137,170 @@ impl WechatChannel {
                 "the API v3 key is 32 bytes".to_owned(),
             ));
         }
+        let keys = match &config.platform_keys {
+            PlatformKeySource::PublicKey { key, serial } => {
+                HashMap::from([(serial.clone(), PlatformKey::without_expiry(key.clone()))])
+            }
+            PlatformKeySource::Certificates { initial, .. } => initial
+                .iter()
+                .map(|certificate| (certificate.serial.clone(), certificate.key.clone()))
+                .collect(),
+        };
         Ok(Self {
             config,
             client: http_client()?,
+            platform: Arc::new(PlatformKeyring {
+                keys: RwLock::new(keys),
+                refreshing: Arc::new(tokio::sync::Mutex::new(None)),
+                downloads: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// How many times the platform certificates were downloaded.
+    pub fn platform_certificate_downloads(&self) -> u64 {
+        self.platform.downloads.load(Ordering::Relaxed)
+    }
+
+    /// The key trusted under `serial` at `now_ms`, if any.
+    fn platform_key(&self, serial: &str, now_ms: i64) -> Option<PublicKey> {
+        self.platform
+            .keys
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(serial)
+            .filter(|key| key.is_valid_at(now_ms))
+            .map(|key| key.public_key.clone())
+    }
+
+    /// Downloads the platform certificates now, unless another download is running (then it
+    /// waits for that one) or one started less than the refresh interval ago. Whether a
+    /// download was made; public-key mode never downloads.
+    pub async fn refresh_platform_keys(&self) -> Result<bool, ChannelError> {
+        let mut last_started = self.platform.refreshing.lock().await;
+        self.download_certificates(&mut last_started).await
+    }
+
+    /// A download, if due; `last_started` is the guarded time of the last one.
+    async fn download_certificates(
+        &self,
+        last_started: &mut Option<Instant>,
+    ) -> Result<bool, ChannelError> {
+        let PlatformKeySource::Certificates {
+            refresh_interval, ..
+        } = &self.config.platform_keys
+        else {
+            return Ok(false);
+        };
+        if last_started.is_some_and(|started| started.elapsed() < *refresh_interval) {
+            return Ok(false);
+        }
+        *last_started = Some(Instant::now());
+        self.platform.downloads.fetch_add(1, Ordering::Relaxed);
+        let (status, signed, text) = self
+            .send(Method::GET, protocol::PATH_CERTIFICATES, None)
+            .await?;
+        if !status.is_success() {
+            return Err(Self::rejection(status, &text));
+        }
+        let unsigned = || ChannelError::OutcomeUnknown("certificate list is not signed".to_owned());
+        let (Some(timestamp), Some(nonce), Some(signature), Some(serial), true) = (
+            &signed.timestamp,
+            &signed.nonce,
+            &signed.signature,
+            &signed.serial,
+            signed.scheme_known,
+        ) else {
+            return Err(unsigned());
+        };
+        let trusted = self
+            .platform
+            .keys
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let admitted = platform_keys::admit_certificate_list(
+            &SignedList {
+                timestamp,
+                nonce,
+                signature,
+                serial,
+                body: &text,
+            },
+            self.config.api_v3_key.as_bytes(),
+            &trusted,
+            wall_clock_ms(),
+        )
+        .map_err(|error| ChannelError::OutcomeUnknown(format!("certificate list: {error}")))?;
+        *self
+            .platform
+            .keys
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = admitted;
+        Ok(true)
+    }
+
+    /// A notify named a serial we do not know: start a download in the background, if none is
+    /// running and one is due, and return at once. The notify itself is refused; the channel
+    /// sends it again (15 s later first), and by then the new key is known.
+    fn refresh_in_background(&self) {
+        if !matches!(
+            self.config.platform_keys,
+            PlatformKeySource::Certificates { .. }
+        ) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(mut last_started) = Arc::clone(&self.platform.refreshing).try_lock_owned() else {
+            return;
+        };
+        let channel = self.clone();
+        runtime.spawn(async move {
+            if let Err(error) = channel.download_certificates(&mut last_started).await {
+                tracing::warn!(%error, "WeChat Pay platform certificates not refreshed");
+            }
+        });
+    }
+
+    /// Whether a successful answer is signed by the platform; an unknown serial refreshes the
+    /// keys first (bounded), as the SDKs do.
+    async fn answer_is_signed(&self, signed: &AnswerSignature, text: &str) -> bool {
+        let (Some(timestamp), Some(nonce), Some(signature), Some(serial), true) = (
+            &signed.timestamp,
+            &signed.nonce,
+            &signed.signature,
+            &signed.serial,
+            signed.scheme_known,
+        ) else {
+            return false;
+        };
+        if signature.starts_with(protocol::SIGNTEST_PREFIX) {
+            return false;
+        }
+        let mut key = self.platform_key(serial, wall_clock_ms());
+        if key.is_none()
+            && matches!(
+                self.config.platform_keys,
+                PlatformKeySource::Certificates { .. }
+            )
+        {
+            let mut last_started = self.platform.refreshing.lock().await;
+            // Another caller may have downloaded the new key while we waited.
+            if self.platform_key(serial, wall_clock_ms()).is_none()
+                && let Err(error) = self.download_certificates(&mut last_started).await
+            {
+                tracing::warn!(%error, "WeChat Pay platform certificates not refreshed");
+            }
+            drop(last_started);
+            key = self.platform_key(serial, wall_clock_ms());
+        }
+        key.is_some_and(|key| {
+            key.verify(
+                protocol::notify_message(timestamp, nonce, text).as_bytes(),
+                signature,
+            )
         })
     }
 
@@ -81,6 +311,23 @@ impl WechatChannel {
         path_and_query: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, String), ChannelError> {
+        let (status, signed, text) = self.send(method, path_and_query, body).await?;
+        // Answers are signed by the platform; an unsigned or forged success is not believed.
+        if status.is_success() && !self.answer_is_signed(&signed, &text).await {
+            return Err(ChannelError::OutcomeUnknown(
+                "response signature does not verify".to_owned(),
+            ));
+        }
+        Ok((status, text))
+    }
+
+    /// A signed request; the status, the answer's signing headers and its body, unverified.
+    async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, AnswerSignature, String), ChannelError> {
         let body_text = body.map(Value::to_string).unwrap_or_default();
         let timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -140,13 +387,8 @@ impl WechatChannel {
                 _ => None,
             }
         };
-        let signed = (
-            header(protocol::HEADER_TIMESTAMP),
-            header(protocol::HEADER_NONCE),
-            header(protocol::HEADER_SIGNATURE),
-        );
         // Older servers name no scheme; another scheme than ours, or the header twice, is a
-        // signature we cannot check. The platform signs under the one serial we were given.
+        // signature we cannot check.
         let schemes: Vec<_> = response
             .headers()
             .get_all(protocol::HEADER_SIGNATURE_TYPE)
@@ -157,28 +399,15 @@ impl WechatChannel {
             [scheme] => scheme.as_bytes() == protocol::AUTHORIZATION_SCHEME.as_bytes(),
             _ => false,
         };
-        let serial_known = header(protocol::HEADER_SERIAL).as_deref()
-            == Some(self.config.platform_serial.as_str());
+        let signed = AnswerSignature {
+            timestamp: header(protocol::HEADER_TIMESTAMP),
+            nonce: header(protocol::HEADER_NONCE),
+            signature: header(protocol::HEADER_SIGNATURE),
+            serial: header(protocol::HEADER_SERIAL),
+            scheme_known,
+        };
         let text = read_body(response).await?;
-        if status.is_success() {
-            // Answers are signed by the platform; an unsigned or forged success is not believed.
-            let verified = match &signed {
-                (Some(timestamp), Some(nonce), Some(signature)) if scheme_known && serial_known => {
-                    !signature.starts_with(protocol::SIGNTEST_PREFIX)
-                        && self.config.platform_public_key.verify(
-                            protocol::notify_message(timestamp, nonce, &text).as_bytes(),
-                            signature,
-                        )
-                }
-                _ => false,
-            };
-            if !verified {
-                return Err(ChannelError::OutcomeUnknown(
-                    "response signature does not verify".to_owned(),
-                ));
-            }
-        }
-        Ok((status, text))
+        Ok((status, signed, text))
     }
 
     fn rejection(status: StatusCode, text: &str) -> ChannelError {
@@ -316,10 +545,14 @@ impl Channel for WechatChannel {
             return Err(NotifyRejection::Malformed("unsupported signature type"));
         }
         // The platform signs under the serial of its certificate (or public key): a serial we
-        // were not given is not a key we can trust, whatever the signature.
-        if serial != self.config.platform_serial {
+        // do not know is not a key we can trust, whatever the signature. Verification stays
+        // synchronous: in certificate mode an unknown serial starts a bounded download in the
+        // background and the notify is refused; the channel's resend then verifies. Waiting
+        // here instead would let each forged notify hold a request open for a download.
+        let Some(platform_key) = self.platform_key(serial, now_ms) else {
+            self.refresh_in_background();
             return Err(NotifyRejection::UnknownSerial);
-        }
+        };
         let signed_at_secs: i64 = timestamp
             .parse()
             .map_err(|_| NotifyRejection::Malformed("timestamp"))?;
@@ -329,7 +562,7 @@ impl Channel for WechatChannel {
         let body = std::str::from_utf8(&notify.body)
             .map_err(|_| NotifyRejection::Malformed("body is not UTF-8"))?;
         if signature.starts_with(protocol::SIGNTEST_PREFIX)
-            || !self.config.platform_public_key.verify(
+            || !platform_key.verify(
                 protocol::notify_message(timestamp, nonce, body).as_bytes(),
                 signature,
             )

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
-use mideng_channel::adapter::wechat::{WechatChannel, WechatConfig};
+use mideng_channel::adapter::wechat::{PlatformKeySource, WechatChannel, WechatConfig};
 use mideng_channel::adapter::{
     Channel, ChannelError, CreateTrade, NotifiedState, NotifyRejection, RawNotify, TradeState,
 };
@@ -61,8 +61,10 @@ fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
             appid: WECHAT_APPID.to_owned(),
             merchant_serial: MERCHANT_SERIAL.to_owned(),
             merchant_key: merchant_key().clone(),
-            platform_public_key: channel_public_key(),
-            platform_serial: PLATFORM_SERIAL.to_owned(),
+            platform_keys: PlatformKeySource::PublicKey {
+                key: channel_public_key(),
+                serial: PLATFORM_SERIAL.to_owned(),
+            },
             api_v3_key: API_V3_KEY.to_owned(),
             notify_url: merchant.url.clone(),
         })
@@ -539,8 +541,10 @@ async fn a_wechat_answer_under_another_signature_type_is_not_believed() {
             appid: WECHAT_APPID.to_owned(),
             merchant_serial: MERCHANT_SERIAL.to_owned(),
             merchant_key: merchant_key().clone(),
-            platform_public_key: channel_public_key(),
-            platform_serial: PLATFORM_SERIAL.to_owned(),
+            platform_keys: PlatformKeySource::PublicKey {
+                key: channel_public_key(),
+                serial: PLATFORM_SERIAL.to_owned(),
+            },
             api_v3_key: API_V3_KEY.to_owned(),
             notify_url: merchant.url.clone(),
         })

@@ -9,4 +9,5 @@ mod alipay_v3_gateway;
 mod control_api;
 mod harness;
 mod notify_policies;
+mod platform_rotation;
 mod wechat_gateway;
