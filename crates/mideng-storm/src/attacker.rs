@@ -725,23 +725,8 @@ async fn attack(
         }
         AttackKind::WrongKey => {
             let victim = pick_victim(shared, rng, None)?;
-            let trade = forged_trade(&victim, rng);
-            let notify = match NotifyChannel::of(&victim.channel) {
-                NotifyChannel::Alipay => {
-                    alipay_notify(alipay_success(keys, &keys.alipay_merchant, &trade, now_ms).ok()?)
-                }
-                NotifyChannel::Wechat => wechat_notify(
-                    wechat_success(
-                        keys,
-                        &keys.wechat_merchant,
-                        &trade,
-                        now_secs(),
-                        &keys.wechat_serial,
-                        &fresh(rng, 12),
-                    )
-                    .ok()?,
-                ),
-            };
+            let (alipay, wechat) = (&keys.alipay_merchant, &keys.wechat_merchant);
+            let notify = success_for(keys, &victim, rng, now_ms, alipay, wechat)?;
             (Some(victim), vec![notify])
         }
         AttackKind::CrossChannel => {
@@ -771,23 +756,8 @@ async fn attack(
         }
         AttackKind::LeakedChannelKey => {
             let victim = pick_victim(shared, rng, None)?;
-            let trade = forged_trade(&victim, rng);
-            let notify = match NotifyChannel::of(&victim.channel) {
-                NotifyChannel::Alipay => {
-                    alipay_notify(alipay_success(keys, &keys.alipay_channel, &trade, now_ms).ok()?)
-                }
-                NotifyChannel::Wechat => wechat_notify(
-                    wechat_success(
-                        keys,
-                        &keys.wechat_platform,
-                        &trade,
-                        now_secs(),
-                        &keys.wechat_serial,
-                        &fresh(rng, 12),
-                    )
-                    .ok()?,
-                ),
-            };
+            let (alipay, wechat) = (&keys.alipay_channel, &keys.wechat_platform);
+            let notify = success_for(keys, &victim, rng, now_ms, alipay, wechat)?;
             (Some(victim), vec![notify])
         }
     };
@@ -840,6 +810,36 @@ fn genuine(
             &keys.wechat_serial,
             &fresh(rng, 12),
         )?),
+    })
+}
+
+/// A success for `victim`'s payment in its channel's format, signed with `alipay_key` or
+/// `wechat_key` (under the platform's serial): the merchant's keys for a forgery, the channel's
+/// for a leaked key.
+fn success_for(
+    keys: &AttackerKeys,
+    victim: &Victim,
+    rng: &mut fastrand::Rng,
+    now_ms: i64,
+    alipay_key: &PrivateKey,
+    wechat_key: &PrivateKey,
+) -> Option<Notify> {
+    let trade = forged_trade(victim, rng);
+    Some(match NotifyChannel::of(&victim.channel) {
+        NotifyChannel::Alipay => {
+            alipay_notify(alipay_success(keys, alipay_key, &trade, now_ms).ok()?)
+        }
+        NotifyChannel::Wechat => wechat_notify(
+            wechat_success(
+                keys,
+                wechat_key,
+                &trade,
+                now_secs(),
+                &keys.wechat_serial,
+                &fresh(rng, 12),
+            )
+            .ok()?,
+        ),
     })
 }
 

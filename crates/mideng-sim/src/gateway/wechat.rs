@@ -30,7 +30,8 @@ use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_bod
 use crate::clock::wall_clock_ms;
 use crate::faults::GatewayMethod;
 use crate::trades::{
-    Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeStatus,
+    Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
+    TradeStatus,
 };
 use crate::{Shared, Simulator};
 
@@ -363,15 +364,24 @@ fn query_trade(
     authenticate(shared, "GET", uri, headers, "")?;
     let out_trade_no = path_out_trade_no(path)?;
     check_query_mchid(shared, uri)?;
+    answer_query(shared, |trades| {
+        trades
+            .find_trade(&out_trade_no)
+            .filter(|trade| trade.channel == Channel::Wechat)
+    })
+}
+
+/// The query answer for the trade `find` picks, once the fault armed for queries (if any) has
+/// failed this call instead.
+fn answer_query(
+    shared: &Shared,
+    find: impl FnOnce(&TradeBook) -> Option<&Trade>,
+) -> Result<Reply, Reply> {
     let mut world = shared.settled_world();
     if world.faults.take(GatewayMethod::WechatQuery).is_some() {
         return Err(Reply::system_error());
     }
-    let trade = world
-        .trades
-        .find_trade(&out_trade_no)
-        .filter(|trade| trade.channel == Channel::Wechat)
-        .ok_or_else(order_not_exist)?;
+    let trade = find(&world.trades).ok_or_else(order_not_exist)?;
     Ok(Reply::ok(transaction(shared, trade)))
 }
 
@@ -411,16 +421,11 @@ fn query_trade_by_transaction_id(
         }
     };
     check_query_mchid(shared, uri)?;
-    let mut world = shared.settled_world();
-    if world.faults.take(GatewayMethod::WechatQuery).is_some() {
-        return Err(Reply::system_error());
-    }
-    let trade = world
-        .trades
-        .find_trade_by_channel_trade_id(&transaction_id)
-        .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
-        .ok_or_else(order_not_exist)?;
-    Ok(Reply::ok(transaction(shared, trade)))
+    answer_query(shared, |trades| {
+        trades
+            .find_trade_by_channel_trade_id(&transaction_id)
+            .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
+    })
 }
 
 /// Associated data of the encrypted certificates.
