@@ -144,7 +144,8 @@ pub(crate) async fn purge(
     let mut settings = settings(&config, None, None, None);
     settings.tenants.clear();
     let state = mideng_pay::app::connect(&settings).await?;
-    let report = mideng_pay::workers::purge::purge_once(&state, &config.purge_settings()).await?;
+    let report =
+        mideng_pay::workers::purge::purge_once(&state.retained(), &config.purge_settings()).await?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -188,7 +189,7 @@ pub(crate) async fn reconcile(
     if let Some(seconds) = min_age_secs {
         round.min_age = std::time::Duration::from_secs(seconds);
     }
-    let report = mideng_pay::workers::reconcile::reconcile_once(&state, &round).await?;
+    let report = mideng_pay::workers::reconcile::reconcile_once(&state.ports, &round).await?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

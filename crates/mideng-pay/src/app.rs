@@ -22,10 +22,10 @@ use mideng_channel::adapter::Channel;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
-use crate::api::{self, AppState, PaymentSettings};
-use crate::db;
+use crate::api::{self, AppState};
 use crate::domain::events::PAYMENT_SUCCEEDED;
-use crate::store::{PayStore, SqlPay};
+use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
+use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
 use crate::workers::purge::{self, PurgeSettings};
 use crate::workers::reconcile::{self, ReconcileSettings};
@@ -128,7 +128,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
         .clone()
 }
 
-async fn open_store(settings: &Settings) -> Result<Arc<dyn PayStore>, BuildError> {
+async fn open_store(settings: &Settings) -> Result<Store, BuildError> {
     let url = settings.database_url.as_str();
     let pool = PoolSettings {
         connections_max: settings.database_connections_max,
@@ -138,19 +138,21 @@ async fn open_store(settings: &Settings) -> Result<Arc<dyn PayStore>, BuildError
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = PostgresStore::connect(url, pool).await.map_err(failed)?;
         store.migrate().await.map_err(failed)?;
-        db::migrate_postgres(store.pool()).await.map_err(failed)?;
-        Ok(Arc::new(SqlPay::new(store)))
+        store::migrate_postgres(store.pool())
+            .await
+            .map_err(failed)?;
+        Ok(Store::sql(store))
     } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let store = MySqlStore::connect(&url, pool).await.map_err(failed)?;
         store.migrate().await.map_err(failed)?;
-        db::migrate_mysql(store.pool()).await.map_err(failed)?;
-        Ok(Arc::new(SqlPay::new(store)))
+        store::migrate_mysql(store.pool()).await.map_err(failed)?;
+        Ok(Store::sql(store))
     } else if url.starts_with("sqlite:") {
         let store = SqliteStore::connect(url, pool).await.map_err(failed)?;
         store.migrate().await.map_err(failed)?;
-        db::migrate_sqlite(store.pool()).await.map_err(failed)?;
-        Ok(Arc::new(SqlPay::new(store)))
+        store::migrate_sqlite(store.pool()).await.map_err(failed)?;
+        Ok(Store::sql(store))
     } else {
         Err(BuildError::UnsupportedDatabase)
     }
@@ -191,19 +193,22 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
     let store = open_store(settings).await?;
     for seed in &settings.tenants {
         store
+            .tenants
             .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
             .await
             .map_err(BuildError::Database)?;
     }
     let (tokens, locks) = open_guards(settings).await?;
     Ok(AppState {
-        records: store.records(),
-        store,
+        records: store.backend.records(),
+        ports: Ports {
+            store,
+            channels: Channels::new(settings.alipay.clone(), settings.wechat.clone()),
+            locks,
+            clock: Arc::new(SystemClock),
+            settings: settings.payments.clone(),
+        },
         tokens,
-        locks,
-        alipay: settings.alipay.clone(),
-        wechat: settings.wechat.clone(),
-        payments: settings.payments.clone(),
         metrics: metrics_handle(),
     })
 }
@@ -286,23 +291,23 @@ impl Application {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let mut workers = Vec::new();
         if let Some(settings) = self.reconcile {
-            let run = reconcile::run(self.state.clone(), settings, stopped.clone());
+            let run = reconcile::run(self.state.ports.clone(), settings, stopped.clone());
             workers.push(tokio::spawn(run));
         }
         if let Some(settings) = self.purge {
             workers.push(tokio::spawn(purge::run(
-                self.state.clone(),
+                self.state.retained(),
                 settings,
                 stopped.clone(),
             )));
         }
         let events = &self.events;
         if let Some(worker) = events.relay {
-            let store = self.state.store.clone();
-            let publisher = events.broker.publisher(store.as_ref());
-            match store.relay(publisher, worker.relay) {
+            let events_store = self.state.ports.store.events.clone();
+            let publisher = events.broker.publisher(events_store.as_ref());
+            match events_store.relay(publisher, worker.relay) {
                 Ok(outbox_relay) => workers.push(tokio::spawn(relay::run(
-                    store,
+                    events_store,
                     outbox_relay,
                     worker,
                     stopped.clone(),
@@ -311,13 +316,13 @@ impl Application {
             }
         }
         if let Some(settings) = events.consumer.clone() {
-            let store = self.state.store.clone();
+            let store = &self.state.ports.store;
             match events
                 .broker
-                .subscriber(store.as_ref(), PAYMENT_SUCCEEDED, &settings)
+                .subscriber(store.events.as_ref(), PAYMENT_SUCCEEDED, &settings)
             {
                 Ok(subscriber) => workers.push(tokio::spawn(consumer::run(
-                    store,
+                    store.grants.clone(),
                     subscriber,
                     settings,
                     stopped.clone(),

@@ -8,12 +8,17 @@
 //!
 //! - [`domain`] — the rules, without I/O: money, identifiers, the order and payment state
 //!   machines, wallet arithmetic, payment numbers.
-//! - [`db`] — the schema per SQL dialect, holding the invariants a database can hold, and the
-//!   statements written once over the toolkit's SQL port.
-//! - [`store`] — each operation of the service as one local transaction ([`store::PayStore`]).
-//! - [`api`] — the v1 HTTP API, with the toolkit's idempotency layer on its routes.
-//! - [`workers`] — what runs beside the API: the outbox relay, the entitlement consumer,
-//!   reconciliation with the channels (what callbacks missed) and the retention purge.
+//! - [`store`] — storage, one small port per aggregate next to its statements, each method one
+//!   local transaction; the schema per SQL dialect holds the invariants a database can hold.
+//! - [`flows`] — the use cases as a request travels (payment: create, close, settle; notify;
+//!   wallet: credit, deduct; orders), plain functions over small ports that return a domain
+//!   outcome.
+//! - [`api`] — the v1 HTTP API: parse, flow, render, with the toolkit's idempotency layer on
+//!   its routes.
+//! - [`workers`] — what runs beside the API, calling the same flows: the outbox relay, the
+//!   entitlement consumer, reconciliation with the channels (what callbacks missed) and the
+//!   retention purge.
+//! - [`limits`] — every bound of the service and why.
 //! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the workers).
 //! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
 //!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
@@ -22,8 +27,9 @@
 pub mod api;
 pub mod app;
 pub mod config;
-pub mod db;
 pub mod domain;
+pub mod flows;
+pub mod limits;
 pub mod store;
 pub mod transport;
 pub mod workers;

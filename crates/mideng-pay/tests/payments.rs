@@ -6,20 +6,20 @@ mod support;
 
 use mideng::clock::now_ms;
 use mideng::store::sql::SqlStore;
-use mideng_pay::db::PayDialect;
-use mideng_pay::db::payments::{
-    OrderInsert, OrderRow, PaymentInsert, PaymentRow, SuccessOutcome, apply_success, find_order,
-    find_payment, insert_order, insert_pending_payment, transition_order,
+use mideng_pay::domain::order::{Order, OrderStatus};
+use mideng_pay::domain::payment::{Payment, PaymentStatus};
+use mideng_pay::store::PayDialect;
+use mideng_pay::store::orders::{OrderInsert, find_order, insert_order, transition_order};
+use mideng_pay::store::payments::{
+    PaymentInsert, SuccessOutcome, apply_success, find_payment, insert_pending_payment,
 };
-use mideng_pay::domain::order::OrderStatus;
-use mideng_pay::domain::payment::PaymentStatus;
 
 use support::unique;
 
 const TASKS: usize = 16;
 
-fn order(tenant: &str, order_id: &str) -> OrderRow {
-    OrderRow {
+fn order(tenant: &str, order_id: &str) -> Order {
+    Order {
         tenant_id: tenant.to_owned(),
         order_id: order_id.to_owned(),
         user_id: "u1".to_owned(),
@@ -33,8 +33,8 @@ fn order(tenant: &str, order_id: &str) -> OrderRow {
     }
 }
 
-fn payment(tenant: &str, order_id: &str) -> PaymentRow {
-    PaymentRow {
+fn payment(tenant: &str, order_id: &str) -> Payment {
+    Payment {
         payment_no: unique("P"),
         tenant_id: tenant.to_owned(),
         order_id: order_id.to_owned(),

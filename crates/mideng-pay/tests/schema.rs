@@ -134,7 +134,7 @@ schema_case!(
             .await
             .expect("sqlite")
     },
-    mideng_pay::db::migrate_sqlite
+    mideng_pay::store::migrate_sqlite
 );
 schema_case!(
     postgres,
@@ -147,7 +147,7 @@ schema_case!(
             .await
             .unwrap_or_else(|error| panic!("postgres at {url} (scripts/services up): {error}"))
     },
-    mideng_pay::db::migrate_postgres
+    mideng_pay::store::migrate_postgres
 );
 schema_case!(
     mysql,
@@ -160,5 +160,5 @@ schema_case!(
             .await
             .unwrap_or_else(|error| panic!("mysql at {url} (scripts/services up): {error}"))
     },
-    mideng_pay::db::migrate_mysql
+    mideng_pay::store::migrate_mysql
 );

@@ -6,9 +6,10 @@ mod support;
 
 use mideng::clock::now_ms;
 use mideng::store::sql::SqlStore;
-use mideng_pay::db::PayDialect;
-use mideng_pay::db::wallets::{CreditOutcome, DeductOutcome, balance, credit, deduct};
 use mideng_pay::domain::money::Amount;
+use mideng_pay::domain::wallet::{CreditOutcome, DeductOutcome};
+use mideng_pay::store::PayDialect;
+use mideng_pay::store::wallets::{balance, credit, deduct};
 use support::unique;
 
 fn fen(amount: i64) -> Amount {

@@ -15,7 +15,8 @@ use anyhow::Context;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
 use mideng_channel::adapter::Channel;
-use mideng_pay::api::{AppState, PaymentSettings, api_key_hash, generate_api_key};
+use mideng_pay::api::{AppState, api_key_hash, generate_api_key};
+use mideng_pay::flows::PaymentSettings;
 use mideng_pay::transport::TransportSettings;
 use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
@@ -292,7 +293,7 @@ impl Deployment {
             dedup: self
                 .options
                 .payments
-                .layer_on(mideng_pay::api::BrokenLayer::GrantDedup),
+                .layer_on(mideng_pay::flows::BrokenLayer::GrantDedup),
             ..ConsumerSettings::default()
         };
         let broker = match (&self.options.stack, &self.broker) {

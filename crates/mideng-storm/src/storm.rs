@@ -40,8 +40,8 @@ use mideng::store::sql::PoolSettings;
 use mideng::store::sql::mysql::MySqlStore;
 use mideng::store::sql::postgres::PostgresStore;
 use mideng::store::sql::sqlite::SqliteStore;
-use mideng_pay::api::{BrokenLayer, PaymentSettings};
 use mideng_pay::domain::events::PAYMENT_SUCCEEDED;
+use mideng_pay::flows::{BrokenLayer, PaymentSettings};
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use mideng_sim::{MerchantKeys, SimConfig};
 use serde::Serialize;
@@ -690,7 +690,6 @@ pub async fn run(
                 // Every instance reconciles often: rounds overlap callbacks all the time.
                 reconcile: Some(ReconcileSettings {
                     min_age: Duration::from_secs(3),
-                    expiry_grace: Duration::from_secs(60),
                     batch: 100,
                     interval: Duration::from_secs(5),
                     tenant: None,
@@ -836,13 +835,12 @@ pub async fn run(
         let operator = deployment.operator().clone();
         let everything = ReconcileSettings {
             min_age: Duration::ZERO,
-            expiry_grace: Duration::from_secs(60),
             batch: 1000,
             interval: Duration::from_secs(1),
             tenant: None,
         };
         for _ in 0..20 {
-            let round = reconcile_once(&operator, &everything).await?;
+            let round = reconcile_once(&operator.ports, &everything).await?;
             if round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0 {
                 break;
             }
@@ -1502,8 +1500,13 @@ async fn settle_notifies(shared: &Shared, payments: &[String]) {
 async fn drain_events(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let backlog = operator.store.outbox_backlog().await?;
-        let queued = operator.store.queue_depth(PAYMENT_SUCCEEDED).await?;
+        let backlog = operator.ports.store.events.outbox_backlog().await?;
+        let queued = operator
+            .ports
+            .store
+            .events
+            .queue_depth(PAYMENT_SUCCEEDED)
+            .await?;
         if backlog.unsent == 0 && queued == 0 {
             break;
         }

@@ -13,14 +13,17 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use mideng::http::Problem;
 
-use super::{ApiError, BODY_BYTES_MAX};
+use super::ApiError;
+use super::error::Code;
+use crate::limits::BODY_BYTES_MAX;
 
 /// The middleware; see the module documentation.
 pub(super) async fn contract(request: Request, next: Next) -> Response {
     if !is_well_encoded(request.uri().path()) {
-        return ApiError::bad_request(
-            "invalid-path",
+        return ApiError::new(
+            Code::InvalidPath,
             "the path is not valid percent-encoded UTF-8",
         )
         .into_response();
@@ -48,8 +51,7 @@ fn closing(mut response: Response) -> Response {
 
 fn too_large() -> ApiError {
     ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload-too-large",
+        Code::Shared(Problem::PayloadTooLarge),
         "the body is larger than the service accepts",
     )
 }
@@ -105,19 +107,19 @@ fn as_problem(response: Response) -> Response {
         return response;
     }
     let (code, detail) = match status {
-        StatusCode::BAD_REQUEST => ("bad-request", "the request could not be read"),
-        StatusCode::NOT_FOUND => ("not-found", "no such resource"),
-        StatusCode::METHOD_NOT_ALLOWED => ("method-not-allowed", "see the Allow header"),
-        StatusCode::REQUEST_TIMEOUT => ("request-timeout", "the request did not arrive in time"),
+        StatusCode::BAD_REQUEST => (Code::BadRequest, "the request could not be read"),
+        StatusCode::NOT_FOUND => (Code::NotFound, "no such resource"),
+        StatusCode::METHOD_NOT_ALLOWED => (Code::MethodNotAllowed, "see the Allow header"),
+        StatusCode::REQUEST_TIMEOUT => (Code::RequestTimeout, "the request did not arrive in time"),
         StatusCode::PAYLOAD_TOO_LARGE => return with_allow(response, too_large()),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-            "unsupported-media-type",
+            Code::UnsupportedMediaType,
             "send Content-Type: application/json",
         ),
-        StatusCode::UNPROCESSABLE_ENTITY => ("invalid-request", "the request is not valid"),
-        _ => ("client-error", "the request was refused"),
+        StatusCode::UNPROCESSABLE_ENTITY => (Code::InvalidRequest, "the request is not valid"),
+        other => (Code::ClientError(other), "the request was refused"),
     };
-    with_allow(response, ApiError::new(status, code, detail))
+    with_allow(response, ApiError::new(code, detail))
 }
 
 /// `problem` in place of `original`, keeping the original's `Allow` header.

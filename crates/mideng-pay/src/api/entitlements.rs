@@ -5,6 +5,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use mideng::http::Tenant;
 
+use super::error::Code;
 use super::models::{EntitlementsQuery, EntitlementsView, GrantView};
 use super::{ApiError, AppState};
 use crate::domain::ids::UserId;
@@ -23,8 +24,13 @@ pub(super) async fn list(
 ) -> Result<axum::Json<EntitlementsView>, ApiError> {
     let Query(query) = query?;
     let user_id = UserId::parse(&query.user_id)
-        .map_err(|error| ApiError::bad_request("invalid-query", error.to_string()))?;
-    let grants = state.store.grants(&tenant, user_id.as_str()).await?;
+        .map_err(|error| ApiError::new(Code::InvalidQuery, error.to_string()))?;
+    let grants = state
+        .ports
+        .store
+        .grants
+        .grants(&tenant, user_id.as_str())
+        .await?;
     Ok(axum::Json(EntitlementsView {
         grants: grants.iter().map(GrantView::of).collect(),
     }))

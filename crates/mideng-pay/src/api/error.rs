@@ -7,6 +7,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mideng::StoreError;
+use mideng::http::Problem;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -30,21 +31,163 @@ pub struct ProblemBody {
     pub existing: Option<serde_json::Value>,
 }
 
-/// An API error: status, code and detail.
+/// Every code the service answers with besides the toolkit's own (which its idempotency layer
+/// answers itself, [`Problem`]): stable, one HTTP status each, listed in the README. Clients
+/// branch on the code; the detail is for people.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// 400: the body is not JSON.
+    MalformedJson,
+    /// 400: the path is not valid percent-encoded UTF-8, or a path parameter is unreadable.
+    InvalidPath,
+    /// 400: the query string is unreadable.
+    InvalidQuery,
+    /// 400: a request axum could not read, for another reason.
+    BadRequest,
+    /// 401: no valid `Authorization: Bearer <API key>`.
+    Unauthorized,
+    /// 404: no such resource (in this tenant).
+    NotFound,
+    /// 405: the path exists, the method does not (see `Allow`).
+    MethodNotAllowed,
+    /// 408: the request's head did not arrive in time.
+    RequestTimeout,
+    /// 409: the order is paid (creating a payment for it).
+    OrderAlreadyPaid,
+    /// 409: the payment is paid (closing it): the buyer paid first.
+    AlreadyPaid,
+    /// 409: the order takes no payment in its status.
+    OrderNotPayable,
+    /// 409: the channel closed this attempt; create another one.
+    PaymentClosed,
+    /// 409: the payment is not pending, so it cannot be closed.
+    PaymentNotPending,
+    /// 409: the order's transition is not allowed from its status.
+    IllegalTransition,
+    /// 409: the order was debited under another key (`existing`: that debit).
+    AlreadyDeducted,
+    /// 409: the reference was credited under another key (`existing`: that credit).
+    AlreadyCredited,
+    /// 415: the body is not declared as JSON.
+    UnsupportedMediaType,
+    /// 422: a field is not valid.
+    InvalidRequest,
+    /// 422: an amount is not a positive integer number of fen within the bound.
+    InvalidAmount,
+    /// 422: the currency is not one the service takes.
+    UnsupportedCurrency,
+    /// 422: an order with this id and a different content exists.
+    OrderIdReused,
+    /// 422: the balance would exceed its bound.
+    BalanceLimit,
+    /// 422: the balance is too small (stored and replayed).
+    InsufficientFunds,
+    /// 422: the channel asked for is not configured on this service.
+    ChannelNotConfigured,
+    /// 502: the channel refused the payment or the close.
+    ChannelRejected,
+    /// 503: the channel gave no definite answer; retry (the payment number stays the same).
+    ChannelUnavailable,
+    /// 503: the database is unavailable or busy; retry.
+    DatabaseUnavailable,
+    /// 500: a failure of ours; the detail says nothing more.
+    Internal,
+    /// A code the toolkit defines, answered by the service too (`in-progress`,
+    /// `payload-too-large`, `body-unreadable`, `request-body-timeout`,
+    /// `idempotency-key-malformed`, `tenant-invalid`, `token-store-unavailable`): the toolkit's
+    /// code and status.
+    Shared(Problem),
+    /// 4xx: any other client error axum answers before a handler runs, with its own status.
+    ClientError(StatusCode),
+}
+
+impl Code {
+    /// The stable machine-readable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Code::MalformedJson => "malformed-json",
+            Code::InvalidPath => "invalid-path",
+            Code::InvalidQuery => "invalid-query",
+            Code::BadRequest => "bad-request",
+            Code::Unauthorized => "unauthorized",
+            Code::NotFound => "not-found",
+            Code::MethodNotAllowed => "method-not-allowed",
+            Code::RequestTimeout => "request-timeout",
+            Code::OrderAlreadyPaid => "order-already-paid",
+            Code::AlreadyPaid => "already-paid",
+            Code::OrderNotPayable => "order-not-payable",
+            Code::PaymentClosed => "payment-closed",
+            Code::PaymentNotPending => "payment-not-pending",
+            Code::IllegalTransition => "illegal-transition",
+            Code::AlreadyDeducted => "already-deducted",
+            Code::AlreadyCredited => "already-credited",
+            Code::UnsupportedMediaType => "unsupported-media-type",
+            Code::InvalidRequest => "invalid-request",
+            Code::InvalidAmount => "invalid-amount",
+            Code::UnsupportedCurrency => "unsupported-currency",
+            Code::OrderIdReused => "order-id-reused",
+            Code::BalanceLimit => "balance-limit",
+            Code::InsufficientFunds => "insufficient-funds",
+            Code::ChannelNotConfigured => "channel-not-configured",
+            Code::ChannelRejected => "channel-rejected",
+            Code::ChannelUnavailable => "channel-unavailable",
+            Code::DatabaseUnavailable => "database-unavailable",
+            Code::Internal => "internal-error",
+            Code::Shared(problem) => problem.code(),
+            Code::ClientError(_) => "client-error",
+        }
+    }
+
+    /// The HTTP status that goes with the code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Code::MalformedJson | Code::InvalidPath | Code::InvalidQuery | Code::BadRequest => {
+                StatusCode::BAD_REQUEST
+            }
+            Code::Unauthorized => StatusCode::UNAUTHORIZED,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Code::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Code::OrderAlreadyPaid
+            | Code::AlreadyPaid
+            | Code::OrderNotPayable
+            | Code::PaymentClosed
+            | Code::PaymentNotPending
+            | Code::IllegalTransition
+            | Code::AlreadyDeducted
+            | Code::AlreadyCredited => StatusCode::CONFLICT,
+            Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::InvalidRequest
+            | Code::InvalidAmount
+            | Code::UnsupportedCurrency
+            | Code::OrderIdReused
+            | Code::BalanceLimit
+            | Code::InsufficientFunds
+            | Code::ChannelNotConfigured => StatusCode::UNPROCESSABLE_ENTITY,
+            Code::ChannelRejected => StatusCode::BAD_GATEWAY,
+            Code::ChannelUnavailable | Code::DatabaseUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Code::Shared(problem) => problem.status(),
+            Code::ClientError(status) if status.is_client_error() => status,
+            Code::ClientError(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// An API error: its code (which fixes its status), a detail, and optionally the existing
+/// resource a conflict is about and a `Retry-After`.
 #[derive(Clone, Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
+    code: Code,
     detail: String,
     retry_after_secs: Option<u64>,
     existing: Option<serde_json::Value>,
 }
 
 impl ApiError {
-    /// An error with this status, code and detail.
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    /// An error with this code and detail.
+    pub fn new(code: Code, detail: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             detail: detail.into(),
             retry_after_secs: None,
@@ -52,37 +195,9 @@ impl ApiError {
         }
     }
 
-    /// 400 with `code`.
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, detail)
-    }
-
     /// 404 `not-found`.
     pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!("no such {what}"),
-        )
-    }
-
-    /// 422 with `code`.
-    pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail)
-    }
-
-    /// 409 with `code`.
-    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, detail)
-    }
-
-    /// 503 with `code` and a `Retry-After`.
-    pub fn unavailable(
-        code: &'static str,
-        detail: impl Into<String>,
-        retry_after_secs: u64,
-    ) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, code, detail).retry_after(retry_after_secs)
+        Self::new(Code::NotFound, format!("no such {what}"))
     }
 
     /// Adds a `Retry-After`.
@@ -99,21 +214,22 @@ impl ApiError {
 
     /// The status.
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.code.status()
     }
 
     /// The code.
     pub fn code(&self) -> &'static str {
-        self.code
+        self.code.code()
     }
 
     /// The body.
     pub fn body(&self) -> ProblemBody {
+        let status = self.status();
         ProblemBody {
-            kind: format!("urn:mideng:problem:{}", self.code),
-            code: self.code.to_owned(),
-            status: self.status.as_u16(),
-            title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
+            kind: format!("urn:mideng:problem:{}", self.code()),
+            code: self.code().to_owned(),
+            status: status.as_u16(),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
             detail: self.detail.clone(),
             existing: self.existing.clone(),
         }
@@ -122,7 +238,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
+        let mut response = (self.status(), Json(self.body())).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -142,22 +258,18 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::Unavailable(_) | StoreError::Conflict(_) => {
                 tracing::warn!(%error, "database unavailable or contended");
-                ApiError::unavailable(
-                    "database-unavailable",
+                ApiError::new(
+                    Code::DatabaseUnavailable,
                     "the database is unavailable or busy; retry",
-                    1,
                 )
+                .retry_after(1)
             }
             StoreError::Invalid(invalid) => {
-                ApiError::unprocessable("invalid-request", invalid.to_string())
+                ApiError::new(Code::InvalidRequest, invalid.to_string())
             }
             other => {
                 tracing::error!(error = %other, "storage failure");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal-error",
-                    "internal error",
-                )
+                ApiError::new(Code::Internal, "internal error")
             }
         }
     }
@@ -167,39 +279,36 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::JsonDataError(error) => {
-                ApiError::unprocessable("invalid-request", error.body_text())
+                ApiError::new(Code::InvalidRequest, error.body_text())
             }
             JsonRejection::JsonSyntaxError(error) => {
-                ApiError::bad_request("malformed-json", error.body_text())
+                ApiError::new(Code::MalformedJson, error.body_text())
             }
             JsonRejection::MissingJsonContentType(_) => ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
+                Code::UnsupportedMediaType,
                 "send Content-Type: application/json",
             ),
             other if mideng::http::is_body_deadline(&other) => ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "request-body-timeout",
+                Code::Shared(Problem::BodyTimeout),
                 "the body did not arrive in time",
             ),
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
+                Code::Shared(Problem::PayloadTooLarge),
                 "the body is larger than the service accepts",
             ),
-            other => ApiError::bad_request("body-unreadable", other.body_text()),
+            other => ApiError::new(Code::Shared(Problem::BodyUnreadable), other.body_text()),
         }
     }
 }
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request("invalid-path", rejection.body_text())
+        ApiError::new(Code::InvalidPath, rejection.body_text())
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request("invalid-query", rejection.body_text())
+        ApiError::new(Code::InvalidQuery, rejection.body_text())
     }
 }

@@ -16,6 +16,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::ApiError;
+use super::error::Code;
 use crate::domain::ids::IdError;
 use crate::domain::money::{AMOUNT_FEN_MAX, Amount};
 
@@ -33,8 +34,8 @@ impl AmountField {
     /// The amount, or 422 `invalid-amount`.
     pub fn parse(self) -> Result<Amount, ApiError> {
         let refuse = |shown: String| {
-            ApiError::unprocessable(
-                "invalid-amount",
+            ApiError::new(
+                Code::InvalidAmount,
                 format!("amount must be an integer of 1 to {AMOUNT_FEN_MAX} fen, got {shown}"),
             )
         };
@@ -113,7 +114,7 @@ impl<'de> Deserialize<'de> for AmountField {
 
 /// A client identifier, or 422 `invalid-request` naming the field.
 pub(super) fn identifier<T>(parsed: Result<T, IdError>) -> Result<T, ApiError> {
-    parsed.map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))
+    parsed.map_err(|error| ApiError::new(Code::InvalidRequest, error.to_string()))
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! /v1/*  ─► auth (Bearer key → Tenant) ─► per route: Idempotency-Key / Idempotency-Token layer
-//!                                          ─► handler ─► Redis lock ─► one local transaction
-//! /v1/channels/*/notify ─► signature + merchant ─► dedup by notify id + row lock + CAS (one transaction)
+//!                                          ─► handler: parse ─► flow ─► render
+//! /v1/channels/*/notify ─► handler ─► flow: signature + merchant ─► dedup by notify id + row lock + CAS
 //! ```
+//!
+//! Handlers only parse and render; what happens in between is a [`crate::flows`] function,
+//! the same one the workers call.
 
 mod boundary;
 mod contract;
@@ -19,7 +22,6 @@ mod payments;
 mod wallets;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
@@ -30,120 +32,26 @@ use axum::routing::{MethodRouter, get, post};
 use mideng::http::{
     IdempotencyLayer, KeyRequirement, RouteConfig, Tenant, TenantSource, TokenGuard,
 };
-use mideng::lock::LockStore;
 use mideng::record::RecordStore;
 use mideng::token::TokenStore;
-use mideng_channel::adapter::Channel;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-pub use error::{ApiError, ProblemBody};
+pub use error::{ApiError, Code, ProblemBody};
 pub use ops::ApiDoc;
-pub use payments::order_lock_name;
 
-use crate::domain::payment::ChannelName;
-use crate::store::PayStore;
-
-/// Largest request body the API reads (notifies included).
-pub const BODY_BYTES_MAX: usize = 64 * 1024;
-
-/// Operation names: the scopes of keys, tokens and counters.
-pub mod operation {
-    /// Creating a payment attempt.
-    pub const PAYMENT_CREATE: &str = "payment.create";
-    /// Closing a payment attempt.
-    pub const PAYMENT_CLOSE: &str = "payment.close";
-    /// Crediting a wallet.
-    pub const WALLET_CREDIT: &str = "wallet.credit";
-    /// Deducting from a wallet.
-    pub const WALLET_DEDUCT: &str = "wallet.deduct";
-    /// Creating an order.
-    pub const ORDER_CREATE: &str = "order.create";
-    /// Transitioning an order.
-    pub const ORDER_TRANSITION: &str = "order.transition";
-    /// An Alipay notify.
-    pub const NOTIFY_ALIPAY: &str = "notify.alipay";
-    /// A WeChat Pay notify.
-    pub const NOTIFY_WECHAT: &str = "notify.wechat";
-}
-
-/// How payments behave.
-#[derive(Clone, Debug)]
-pub struct PaymentSettings {
-    /// Whether creating a payment needs a one-time `Idempotency-Token` (default true).
-    pub token_required: bool,
-    /// How long a payment attempt accepts payment at the channel (default 15 minutes).
-    pub expire_after: Duration,
-    /// How long a request waits for the order's lock before re-checking the order (default
-    /// 2 s).
-    pub lock_wait: Duration,
-    /// How long a duplicate request waits for the first one before answering 409 (default 5 s).
-    pub duplicate_wait: Duration,
-    /// How long the answers of money-moving requests (payment creation, credit, deduct) are
-    /// kept for replay (default 30 days).
-    pub funds_retention: Duration,
-    /// The idempotency machinery on the money routes: keys, tokens and records (default true).
-    /// Off only for measuring its cost (`mideng bench`), never in production: payment creation,
-    /// credit and deduct then run without an `Idempotency-Key` layer or a token guard, and the
-    /// wallet operations complete no record (each is still one transaction, and the ledger's
-    /// one-debit-per-order constraint still refuses a second deduct for an order).
-    pub idempotency: bool,
-    /// One layer turned off, for the storm's proof of what each layer prevents (default
-    /// none). A test switch: never in production.
-    pub broken: Option<BrokenLayer>,
-}
-
-/// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BrokenLayer {
-    /// No one-time token guard on payment creation.
-    Tokens,
-    /// No per-order lock on payment creation and close.
-    OrderLock,
-    /// No dedup record for channel notifies.
-    NotifyDedup,
-    /// No dedup claim in the entitlement consumer.
-    GrantDedup,
-}
-
-impl PaymentSettings {
-    /// Whether `layer` is on.
-    pub fn layer_on(&self, layer: BrokenLayer) -> bool {
-        self.broken != Some(layer)
-    }
-}
-
-impl Default for PaymentSettings {
-    fn default() -> Self {
-        Self {
-            token_required: true,
-            expire_after: Duration::from_secs(15 * 60),
-            lock_wait: Duration::from_secs(2),
-            duplicate_wait: Duration::from_secs(5),
-            funds_retention: Duration::from_secs(30 * 24 * 3600),
-            idempotency: true,
-            broken: None,
-        }
-    }
-}
+use crate::flows::{BrokenLayer, Ports, operation};
+use crate::limits::{API_KEY_BYTES_MAX, BODY_BYTES_MAX, HANDLER_TIMEOUT, ROUTE_LEASE};
 
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
-    /// Orders, payments, wallets.
-    pub store: Arc<dyn PayStore>,
+    /// What the flows work with: storage, channels, locks, clock, payment settings.
+    pub ports: Ports,
     /// Idempotency records (in the service's database).
     pub records: Arc<dyn RecordStore>,
     /// One-time tokens (Redis, or in-process).
     pub tokens: Arc<dyn TokenStore>,
-    /// Per-order locks (Redis, or in-process).
-    pub locks: Arc<dyn LockStore>,
-    /// Alipay, if configured.
-    pub alipay: Option<Arc<dyn Channel>>,
-    /// WeChat Pay, if configured.
-    pub wechat: Option<Arc<dyn Channel>>,
-    /// Payment behaviour.
-    pub payments: PaymentSettings,
     /// Renders `/metrics` (on the metrics listener, [`metrics_router`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
@@ -152,19 +60,18 @@ impl std::fmt::Debug for AppState {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter
             .debug_struct("AppState")
-            .field("alipay", &self.alipay.is_some())
-            .field("wechat", &self.wechat.is_some())
-            .field("payments", &self.payments)
+            .field("ports", &self.ports)
             .finish_non_exhaustive()
     }
 }
 
 impl AppState {
-    /// The adapter of a channel, if configured.
-    pub fn channel(&self, name: ChannelName) -> Option<&Arc<dyn Channel>> {
-        match name {
-            ChannelName::Alipay => self.alipay.as_ref(),
-            ChannelName::Wechat => self.wechat.as_ref(),
+    /// What the purge deletes from.
+    pub fn retained(&self) -> crate::workers::purge::Retained {
+        crate::workers::purge::Retained {
+            records: self.records.clone(),
+            tokens: self.tokens.clone(),
+            events: self.ports.store.events.clone(),
         }
     }
 }
@@ -196,26 +103,6 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// Logs and counts one idempotency decision of the service (the HTTP layer logs its own key
-/// and token decisions): `layer` is lock, constraint, cas, dedup or business-key.
-pub fn decision(
-    layer: &'static str,
-    operation: &'static str,
-    tenant: &str,
-    subject: &str,
-    outcome: &'static str,
-) {
-    tracing::info!(
-        target: "mideng::decision",
-        layer, operation, tenant, subject, outcome, "idempotency decision"
-    );
-    metrics::counter!(
-        "mideng_service_decisions_total",
-        "layer" => layer, "operation" => operation, "outcome" => outcome
-    )
-    .increment(1);
-}
-
 /// Resolves the tenant from `Authorization: Bearer <key>`; 401 otherwise.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let key = request
@@ -224,11 +111,17 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim)
-        .filter(|key| !key.is_empty() && key.len() <= 256);
+        .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX);
     let Some(key) = key else {
         return unauthorized().into_response();
     };
-    match state.store.tenant_by_key(&api_key_hash(key)).await {
+    match state
+        .ports
+        .store
+        .tenants
+        .tenant_by_key(&api_key_hash(key))
+        .await
+    {
         Ok(Some(tenant)) => {
             request.extensions_mut().insert(Tenant(tenant));
             next.run(request).await
@@ -239,11 +132,7 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
 }
 
 fn unauthorized() -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "send Authorization: Bearer <API key>",
-    )
+    ApiError::new(Code::Unauthorized, "send Authorization: Bearer <API key>")
 }
 
 fn route_config(
@@ -254,15 +143,15 @@ fn route_config(
     Ok(RouteConfig::builder(state.records.clone(), operation)
         .key(key)
         .tenant(TenantSource::Extension)
-        .lease(Duration::from_secs(60))
-        .retention(state.payments.funds_retention)
-        .handler_timeout(Duration::from_secs(30))
+        .lease(ROUTE_LEASE)
+        .retention(state.ports.settings.funds_retention)
+        .handler_timeout(HANDLER_TIMEOUT)
         .body_limit(BODY_BYTES_MAX)
-        .wait_for_in_flight(state.payments.duplicate_wait))
+        .wait_for_in_flight(state.ports.settings.duplicate_wait))
 }
 
 /// `route` under the idempotency layer of `config`, or bare when the machinery is off
-/// ([`PaymentSettings::idempotency`]).
+/// ([`crate::flows::PaymentSettings::idempotency`]).
 fn guarded(route: MethodRouter<AppState>, config: Option<RouteConfig>) -> MethodRouter<AppState> {
     match config {
         Some(config) => route.route_layer(IdempotencyLayer::new(config)),
@@ -272,18 +161,18 @@ fn guarded(route: MethodRouter<AppState>, config: Option<RouteConfig>) -> Method
 
 /// The whole API.
 pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
-    let on = state.payments.idempotency;
+    let on = state.ports.settings.idempotency;
     if !on {
         tracing::warn!("the idempotency machinery is off on the money routes (measurement only)");
     }
     let mut payment_guard = TokenGuard::new(state.tokens.clone());
-    if !state.payments.token_required {
+    if !state.ports.settings.token_required {
         payment_guard = payment_guard.optional();
     }
     let create_payment = on
         .then(|| {
             let config = route_config(&state, operation::PAYMENT_CREATE, KeyRequirement::Optional)?;
-            if state.payments.layer_on(BrokenLayer::Tokens) {
+            if state.ports.settings.layer_on(BrokenLayer::Tokens) {
                 config.token_guard(payment_guard).build()
             } else {
                 config.build()

@@ -4,9 +4,10 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::db::grants::GrantRow;
-use crate::db::payments::{OrderRow, PaymentRow};
-use crate::db::wallets::EntryRow;
+use crate::domain::events::Grant;
+use crate::domain::order::Order;
+use crate::domain::payment::Payment;
+use crate::domain::wallet::WalletEntry;
 
 pub use super::fields::AmountField;
 
@@ -79,7 +80,7 @@ pub struct OrderView {
 
 impl OrderView {
     /// From stored rows.
-    pub fn of(order: &OrderRow, payments: &[PaymentRow]) -> Self {
+    pub fn of(order: &Order, payments: &[Payment]) -> Self {
         use mideng::state::StateMachine;
         Self {
             order_id: order.order_id.clone(),
@@ -148,7 +149,7 @@ pub struct PaymentView {
 
 impl PaymentView {
     /// From a stored row.
-    pub fn of(payment: &PaymentRow) -> Self {
+    pub fn of(payment: &Payment) -> Self {
         use mideng::state::StateMachine;
         Self {
             payment_no: payment.payment_no.clone(),
@@ -254,7 +255,7 @@ pub struct EntryView {
 
 impl EntryView {
     /// From a stored row.
-    pub fn of(entry: &EntryRow) -> Self {
+    pub fn of(entry: &WalletEntry) -> Self {
         Self {
             entry_no: entry.entry_no.clone(),
             kind: entry.kind.clone(),
@@ -329,7 +330,7 @@ pub struct GrantView {
 
 impl GrantView {
     /// From a stored row.
-    pub fn of(grant: &GrantRow) -> Self {
+    pub fn of(grant: &Grant) -> Self {
         Self {
             grant_no: grant.grant_no.clone(),
             user_id: grant.user_id.clone(),

@@ -1,20 +1,15 @@
-//! Channel callbacks. A notify is accepted only after its signature, merchant identity, our
-//! payment number and the amount all check out; then it is deduplicated by the channel's
-//! notify id and applied through the one success flow, in one transaction. Anything that cannot
-//! be processed now is answered with the channel's failure answer, so that it is sent again.
-
-use std::sync::Arc;
+//! Channel callbacks over HTTP: the raw notify goes to [`crate::flows::notify`] (verify, then
+//! apply once per notify id) and its answer back in the channel's own format.
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mideng::clock;
-use mideng_channel::adapter::{Channel, NotifiedState, NotifyAnswer, NotifyVerdict, RawNotify};
+use mideng_channel::adapter::{NotifyAnswer, RawNotify};
 
-use super::{AppState, decision, operation};
-use crate::db::payments::SuccessOutcome;
-use crate::store::{NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
+use super::AppState;
+use crate::domain::payment::ChannelName as ChannelKind;
+use crate::flows::notify;
 
 fn answer(reply: NotifyAnswer) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -26,16 +21,7 @@ fn answer(reply: NotifyAnswer) -> Response {
     response
 }
 
-async fn handle(
-    state: &AppState,
-    channel: Option<&Arc<dyn Channel>>,
-    operation: &'static str,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Response {
-    let Some(channel) = channel else {
-        return (StatusCode::NOT_FOUND, "channel not configured").into_response();
-    };
+async fn handle(state: &AppState, kind: ChannelKind, headers: &HeaderMap, body: Bytes) -> Response {
     let raw = RawNotify {
         headers: headers
             .iter()
@@ -48,81 +34,10 @@ async fn handle(
             .collect(),
         body: body.to_vec(),
     };
-    let verified = match channel.verify_notify(&raw, clock::now_ms()) {
-        Ok(verified) => verified,
-        Err(rejection) => {
-            tracing::warn!(%rejection, "notify refused");
-            decision("signature", operation, "-", "-", rejection.label());
-            return answer(channel.answer(NotifyVerdict::Refused));
-        }
-    };
-    let event = match &verified.state {
-        NotifiedState::Paid(payment) => NotifyEvent::Paid {
-            channel_trade_no: payment.channel_trade_no.clone(),
-            paid_at_ms: payment.paid_at_ms.unwrap_or_else(clock::now_ms),
-        },
-        NotifiedState::Closed => NotifyEvent::Closed,
-        NotifiedState::Other(_) => NotifyEvent::Other,
-    };
-    let effect = NotifyEffect {
-        operation,
-        channel: channel.kind().as_str(),
-        notify_id: verified.notify_id.clone(),
-        payment_no: verified.out_trade_no.clone(),
-        amount_fen: verified.amount_fen,
-        event,
-        dedup: state.payments.layer_on(super::BrokenLayer::NotifyDedup),
-    };
-    let subject = verified.out_trade_no.as_str();
-    let NotifyApplied { outcome, tenant } = match state.store.apply_notify(&effect).await {
-        Ok(applied) => applied,
-        Err(error) => {
-            tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
-            return answer(channel.answer(NotifyVerdict::RetryLater));
-        }
-    };
-    let (layer, label, verdict) = match &outcome {
-        NotifyOutcome::Duplicate => ("dedup", "duplicate", NotifyVerdict::Accepted),
-        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: true })) => {
-            ("cas", "paid", NotifyVerdict::Accepted)
-        }
-        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
-            tracing::warn!(
-                payment_no = subject,
-                "paid, but the order no longer waited for payment (canceled): refund case"
-            );
-            ("cas", "paid_order_not_created", NotifyVerdict::Accepted)
-        }
-        NotifyOutcome::Applied(Some(SuccessOutcome::AlreadyPaid)) => {
-            ("cas", "already_paid", NotifyVerdict::Accepted)
-        }
-        NotifyOutcome::Applied(Some(_)) => ("cas", "refused", NotifyVerdict::RetryLater),
-        NotifyOutcome::Applied(None) => ("cas", "acknowledged", NotifyVerdict::Accepted),
-        NotifyOutcome::Rejected(why) => {
-            tracing::warn!(
-                payment_no = subject,
-                why = *why,
-                "notify does not match our payment"
-            );
-            ("signature", *why, NotifyVerdict::Refused)
-        }
-        NotifyOutcome::LateSuccess(status) => {
-            tracing::error!(
-                payment_no = subject, status = ?status,
-                "charged at the channel, but the order is paid by another payment (or the attempt failed): refund by hand; not acknowledged"
-            );
-            ("cas", "double_charge", NotifyVerdict::RetryLater)
-        }
-        NotifyOutcome::Busy => ("dedup", "busy", NotifyVerdict::RetryLater),
-    };
-    decision(
-        layer,
-        operation,
-        tenant.as_deref().unwrap_or("-"),
-        subject,
-        label,
-    );
-    answer(channel.answer(verdict))
+    match notify::receive(&state.ports, kind, &raw).await {
+        Some(reply) => answer(reply),
+        None => (StatusCode::NOT_FOUND, "channel not configured").into_response(),
+    }
 }
 
 /// WeChat Pay's failure answer (the channel reads only the status; the body is for people).
@@ -147,14 +62,7 @@ pub(super) async fn alipay(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(
-        &state,
-        state.alipay.as_ref(),
-        operation::NOTIFY_ALIPAY,
-        &headers,
-        body,
-    )
-    .await
+    handle(&state, ChannelKind::Alipay, &headers, body).await
 }
 
 /// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204; 400
@@ -174,12 +82,5 @@ pub(super) async fn wechat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(
-        &state,
-        state.wechat.as_ref(),
-        operation::NOTIFY_WECHAT,
-        &headers,
-        body,
-    )
-    .await
+    handle(&state, ChannelKind::Wechat, &headers, body).await
 }

@@ -1,21 +1,22 @@
 //! Tokens, record inspection and the operational endpoints.
 
-use std::time::Duration;
+use crate::limits::TOKEN_TTL;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use mideng::http::Problem;
 use mideng::http::Tenant;
 use mideng::{IdempotencyKey, Scope};
 use utoipa::OpenApi;
 
 use super::contract::Contract;
+use super::error::Code;
 use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
 use super::{ApiError, AppState, operation};
 
 /// How long an issued token is accepted.
-const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
 
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]
@@ -44,14 +45,18 @@ pub(super) async fn issue_token(
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
 ) -> Result<Response, ApiError> {
     let scope = Scope::new(&tenant, operation::PAYMENT_CREATE)
-        .map_err(|error| ApiError::bad_request("tenant-invalid", error.to_string()))?;
+        .map_err(|error| ApiError::new(Code::Shared(Problem::TenantInvalid), error.to_string()))?;
     let issued = state
         .tokens
         .issue_token(&scope, TOKEN_TTL)
         .await
         .map_err(|error| {
             tracing::warn!(%error, "token store unavailable");
-            ApiError::unavailable("token-store-unavailable", "cannot issue tokens now", 1)
+            ApiError::new(
+                Code::Shared(Problem::TokenStoreUnavailable),
+                "cannot issue tokens now",
+            )
+            .retry_after(1)
         })?;
     Ok((
         StatusCode::CREATED,
@@ -85,9 +90,9 @@ pub(super) async fn inspect_key(
 ) -> Result<axum::Json<RecordView>, ApiError> {
     let Query(query) = query?;
     let key = IdempotencyKey::parse(&key)
-        .map_err(|error| ApiError::bad_request("idempotency-key-malformed", error.to_string()))?;
+        .map_err(|error| ApiError::new(Code::Shared(Problem::KeyMalformed), error.to_string()))?;
     let scope = Scope::new(&tenant, &query.operation)
-        .map_err(|error| ApiError::bad_request("invalid-query", error.to_string()))?;
+        .map_err(|error| ApiError::new(Code::InvalidQuery, error.to_string()))?;
     let record = state
         .records
         .find_record(&scope, &key)
@@ -118,7 +123,7 @@ pub(super) async fn healthz() -> axum::Json<HealthView> {
     responses((status = 200, body = HealthView), (status = 503, body = HealthView))
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
+    match state.ports.store.backend.ping().await {
         Ok(()) => (
             StatusCode::OK,
             axum::Json(HealthView {
@@ -165,12 +170,9 @@ pub(super) async fn openapi() -> Response {
             );
             response
         }
-        Err(_) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal-error",
-            "the document could not be rendered",
-        )
-        .into_response(),
+        Err(_) => {
+            ApiError::new(Code::Internal, "the document could not be rendered").into_response()
+        }
     }
 }
 

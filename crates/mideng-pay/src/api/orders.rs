@@ -1,5 +1,5 @@
-//! Orders: creation idempotent by the order id (the business key), reads, and transitions as
-//! compare-and-set on the status.
+//! Orders over HTTP: parse, run the flow ([`crate::flows::order`]), render. Creation is
+//! idempotent by the order id (the business key); transitions are compare-and-set on the status.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -8,33 +8,33 @@ use mideng::Fingerprint;
 use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
 use mideng::state::StateMachine;
 
+use super::error::Code;
 use super::fields::identifier;
 use super::models::{CreateOrder, OrderView, TransitionBody};
-use super::{ApiError, ApiJson, AppState, decision, operation};
-use crate::db::payments::{OrderInsert, OrderRow};
+use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::{OrderId, Sku, UserId};
 use crate::domain::money::Currency;
-use crate::domain::order::{Entitlement, OrderStatus};
-use crate::store::OrderTransition;
+use crate::domain::order::{Entitlement, Order, OrderStatus};
+use crate::flows::order::{self, OrderCreated, Transitioned};
 
 /// Checks a create-order body; the row to insert.
-fn validated(tenant: &str, body: &CreateOrder) -> Result<OrderRow, ApiError> {
+fn validated(tenant: &str, body: &CreateOrder) -> Result<Order, ApiError> {
     let order_id = identifier(OrderId::parse(&body.order_id))?;
     let user_id = identifier(UserId::parse(&body.user_id))?;
     let amount = body.amount.parse()?;
     let currency = Currency::parse(&body.currency)
-        .map_err(|error| ApiError::unprocessable("unsupported-currency", error.to_string()))?;
+        .map_err(|error| ApiError::new(Code::UnsupportedCurrency, error.to_string()))?;
     let entitlement = body
         .entitlement
         .as_ref()
         .map(|entitlement| {
             let sku = identifier(Sku::parse(&entitlement.sku))?;
             Entitlement::new(sku, entitlement.quantity)
-                .map_err(|error| ApiError::unprocessable("invalid-request", error.to_string()))
+                .map_err(|error| ApiError::new(Code::InvalidRequest, error.to_string()))
         })
         .transpose()?;
     let canonical = serde_json::to_value(body).unwrap_or_default();
-    Ok(OrderRow {
+    Ok(Order {
         tenant_id: tenant.to_owned(),
         order_id: order_id.as_str().to_owned(),
         user_id: user_id.as_str().to_owned(),
@@ -67,50 +67,21 @@ pub(super) async fn create(
     ApiJson(body): ApiJson<CreateOrder>,
 ) -> Result<Response, ApiError> {
     let order = validated(&tenant, &body)?;
-    match state.store.create_order(&order).await? {
-        OrderInsert::Created => {
-            decision(
-                "business-key",
-                operation::ORDER_CREATE,
-                &tenant,
-                &order.order_id,
-                "created",
-            );
+    match order::create(&state.ports, &order).await? {
+        OrderCreated::Created => {
             Ok((StatusCode::CREATED, axum::Json(OrderView::of(&order, &[]))).into_response())
         }
-        OrderInsert::Existing(existing) if existing.fingerprint == order.fingerprint => {
-            decision(
-                "business-key",
-                operation::ORDER_CREATE,
-                &tenant,
-                &order.order_id,
-                "replay",
-            );
-            let (current, payments) = state
-                .store
-                .order(&tenant, &order.order_id)
-                .await?
-                .ok_or_else(|| ApiError::not_found("order"))?;
-            Ok((
-                StatusCode::OK,
-                [(IDEMPOTENT_REPLAYED, "true")],
-                axum::Json(OrderView::of(&current, &payments)),
-            )
-                .into_response())
-        }
-        OrderInsert::Existing(_) => {
-            decision(
-                "business-key",
-                operation::ORDER_CREATE,
-                &tenant,
-                &order.order_id,
-                "mismatch",
-            );
-            Err(ApiError::unprocessable(
-                "order-id-reused",
-                "an order with this id and different content exists",
-            ))
-        }
+        OrderCreated::Replayed(current, payments) => Ok((
+            StatusCode::OK,
+            [(IDEMPOTENT_REPLAYED, "true")],
+            axum::Json(OrderView::of(&current, &payments)),
+        )
+            .into_response()),
+        OrderCreated::IdReused => Err(ApiError::new(
+            Code::OrderIdReused,
+            "an order with this id and different content exists",
+        )),
+        OrderCreated::Vanished => Err(ApiError::not_found("order")),
     }
 }
 
@@ -131,7 +102,9 @@ pub(super) async fn show(
 ) -> Result<axum::Json<OrderView>, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
     let (order, payments) = state
+        .ports
         .store
+        .orders
         .order(&tenant, order_id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found("order"))?;
@@ -158,44 +131,21 @@ pub(super) async fn transition(
 ) -> Result<axum::Json<OrderView>, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
     let to = OrderStatus::parse(&body.to)
-        .ok_or_else(|| ApiError::unprocessable("invalid-request", "unknown order status"))?;
-    if to == OrderStatus::Paid {
-        return Err(ApiError::conflict(
-            "illegal-transition",
+        .ok_or_else(|| ApiError::new(Code::InvalidRequest, "unknown order status"))?;
+    match order::transition(&state.ports, &tenant, order_id.as_str(), to).await? {
+        Transitioned::Done(order, payments) => Ok(axum::Json(OrderView::of(&order, &payments))),
+        Transitioned::NoOrder => Err(ApiError::not_found("order")),
+        Transitioned::OnlyByPayment => Err(ApiError::new(
+            Code::IllegalTransition,
             "an order becomes PAID only through a payment",
-        ));
-    }
-    let outcome = state
-        .store
-        .transition_order(&tenant, order_id.as_str(), to)
-        .await?;
-    let label = match outcome {
-        OrderTransition::NoOrder => return Err(ApiError::not_found("order")),
-        OrderTransition::Applied { .. } => "applied",
-        OrderTransition::AlreadyThere => "already_there",
-        OrderTransition::Refused { .. } => "refused",
-    };
-    decision(
-        "cas",
-        operation::ORDER_TRANSITION,
-        &tenant,
-        order_id.as_str(),
-        label,
-    );
-    if let OrderTransition::Refused { current } = outcome {
-        return Err(ApiError::conflict(
-            "illegal-transition",
+        )),
+        Transitioned::Refused { current } => Err(ApiError::new(
+            Code::IllegalTransition,
             format!(
                 "the order is {} and cannot become {}",
                 current.as_str(),
                 to.as_str()
             ),
-        ));
+        )),
     }
-    let (order, payments) = state
-        .store
-        .order(&tenant, order_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("order"))?;
-    Ok(axum::Json(OrderView::of(&order, &payments)))
 }

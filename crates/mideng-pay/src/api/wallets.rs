@@ -1,4 +1,5 @@
-//! Wallets: credit and deduct under a required `Idempotency-Key`, each in one transaction with
+//! Wallets over HTTP: credit and deduct ([`crate::flows::wallet`]) under a required
+//! `Idempotency-Key`, each in one transaction with
 //! its idempotency record, so that the money moves and the answer is stored together or not at
 //! all. Each has a business key besides the request's key — a deduct one debit per user and
 //! order, a credit one credit per user and reference — held by a unique index; a second
@@ -14,15 +15,16 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use mideng::Lease;
-use mideng::clock;
 use mideng::http::{IdempotencyDecision, Tenant};
 use mideng::record::{Decision, StoredResponse};
 
+use super::error::Code;
 use super::fields::identifier;
 use super::models::{CreditBody, CreditView, DeductBody, DeductionView, EntryView, WalletView};
-use super::{ApiError, AppState, decision, operation};
-use crate::db::wallets::{Credit, CreditOutcome, Debit, DeductOutcome};
-use crate::domain::ids::{OrderId, Reference, UserId, new_number};
+use super::{ApiError, AppState};
+use crate::domain::ids::{OrderId, Reference, UserId};
+use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
+use crate::flows::wallet::{self, CreditRequest, DeductRequest};
 use crate::store::WalletRecord;
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
@@ -122,15 +124,10 @@ async fn unrecorded<T>(
     checked: Result<T, ApiError>,
     work: impl AsyncFnOnce(Option<Lease>, T) -> Result<StoredResponse, mideng::StoreError>,
 ) -> Response<Body> {
-    if state.payments.idempotency {
+    if state.ports.settings.idempotency {
         // The layer is missing although the machinery is on: never move money unrecorded.
         tracing::error!("a wallet route without its idempotency layer");
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal-error",
-            "internal error",
-        )
-        .into_response();
+        return ApiError::new(Code::Internal, "internal error").into_response();
     }
     let input = match checked {
         Ok(input) => input,
@@ -172,16 +169,15 @@ fn parse_body<T: serde::de::DeserializeOwned>(
     };
     if !declared_json {
         return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
+            Code::UnsupportedMediaType,
             "send one Content-Type: application/json",
         ));
     }
     serde_json::from_slice(body).map_err(|error| {
         if error.is_syntax() || error.is_eof() {
-            ApiError::bad_request("malformed-json", error.to_string())
+            ApiError::new(Code::MalformedJson, error.to_string())
         } else {
-            ApiError::unprocessable("invalid-request", error.to_string())
+            ApiError::new(Code::InvalidRequest, error.to_string())
         }
     })
 }
@@ -214,22 +210,26 @@ pub(super) async fn credit(
         let body: CreditBody = parse_body(&headers, &body)?;
         let amount = body.amount.parse()?;
         let reference = identifier(Reference::parse(&body.reference))?;
-        Ok((user_id, amount, reference))
+        Ok(CreditRequest {
+            user_id,
+            amount,
+            reference,
+        })
     })();
     let view = |credit: &Credit| CreditView {
         entry_no: credit.entry_no.clone(),
         amount: credit.amount_fen,
         balance: credit.balance_after_fen,
     };
-    let respond = |outcome: &CreditOutcome| match outcome {
+    let render = |outcome: &CreditOutcome| match outcome {
         CreditOutcome::Credited(credit) => stored_json(StatusCode::OK, &view(credit)),
-        CreditOutcome::TooLarge => stored_problem(&ApiError::unprocessable(
-            "balance-limit",
+        CreditOutcome::TooLarge => stored_problem(&ApiError::new(
+            Code::BalanceLimit,
             "the balance would exceed its bound",
         )),
         CreditOutcome::AlreadyCredited(credit) => stored_problem(
-            &ApiError::conflict(
-                "already-credited",
+            &ApiError::new(
+                Code::AlreadyCredited,
                 "this reference was credited under another key",
             )
             .with_existing(view(credit)),
@@ -239,32 +239,14 @@ pub(super) async fn credit(
         &state,
         decided.as_ref().map(|axum::Extension(decided)| decided),
         checked,
-        async |lease, (user_id, amount, reference)| {
-            let entry_no = new_number('C', clock::now_ms());
-            let stored = state
-                .store
-                .credit(
-                    record_of(lease.as_ref(), &tenant),
-                    user_id.as_str(),
-                    amount,
-                    reference.as_str(),
-                    &entry_no,
-                    &respond,
-                )
-                .await?;
-            let label = match stored.status {
-                200 => "credited",
-                409 => "already_credited",
-                _ => "refused",
-            };
-            decision(
-                "constraint",
-                operation::WALLET_CREDIT,
-                &tenant,
-                user_id.as_str(),
-                label,
-            );
-            Ok(stored)
+        async |lease, request| {
+            wallet::credit(
+                &state.ports,
+                record_of(lease.as_ref(), &tenant),
+                &request,
+                &render,
+            )
+            .await
         },
     )
     .await
@@ -298,24 +280,26 @@ pub(super) async fn deduct(
         let body: DeductBody = parse_body(&headers, &body)?;
         let order_id = identifier(OrderId::parse(&body.order_id))?;
         let amount = body.amount.parse()?;
-        Ok((user_id, order_id, amount))
+        Ok(DeductRequest {
+            user_id,
+            order_id,
+            amount,
+        })
     })();
     let view = |debit: &Debit| DeductionView {
         deduction_no: debit.entry_no.clone(),
         amount: debit.amount_fen,
         balance_after: debit.balance_after_fen,
     };
-    let respond = |outcome: &DeductOutcome| match outcome {
+    let render = |outcome: &DeductOutcome| match outcome {
         DeductOutcome::Debited(debit) => stored_json(StatusCode::OK, &view(debit)),
-        DeductOutcome::InsufficientFunds { balance_fen } => {
-            stored_problem(&ApiError::unprocessable(
-                "insufficient-funds",
-                format!("the balance is {balance_fen} fen"),
-            ))
-        }
+        DeductOutcome::InsufficientFunds { balance_fen } => stored_problem(&ApiError::new(
+            Code::InsufficientFunds,
+            format!("the balance is {balance_fen} fen"),
+        )),
         DeductOutcome::AlreadyDeducted(debit) => stored_problem(
-            &ApiError::conflict(
-                "already-deducted",
+            &ApiError::new(
+                Code::AlreadyDeducted,
                 "this order was debited under another key",
             )
             .with_existing(view(debit)),
@@ -325,32 +309,14 @@ pub(super) async fn deduct(
         &state,
         decided.as_ref().map(|axum::Extension(decided)| decided),
         checked,
-        async |lease, (user_id, order_id, amount)| {
-            let entry_no = new_number('D', clock::now_ms());
-            let stored = state
-                .store
-                .deduct(
-                    record_of(lease.as_ref(), &tenant),
-                    user_id.as_str(),
-                    order_id.as_str(),
-                    amount,
-                    &entry_no,
-                    &respond,
-                )
-                .await?;
-            let label = match stored.status {
-                200 => "debited",
-                409 => "already_deducted",
-                _ => "insufficient_funds",
-            };
-            decision(
-                "constraint",
-                operation::WALLET_DEDUCT,
-                &tenant,
-                order_id.as_str(),
-                label,
-            );
-            Ok(stored)
+        async |lease, request| {
+            wallet::deduct(
+                &state.ports,
+                record_of(lease.as_ref(), &tenant),
+                &request,
+                &render,
+            )
+            .await
         },
     )
     .await
@@ -369,7 +335,12 @@ pub(super) async fn show(
     Path(user_id): Path<String>,
 ) -> Result<axum::Json<WalletView>, ApiError> {
     let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("wallet"))?;
-    let wallet = state.store.wallet(&tenant, user_id.as_str()).await?;
+    let wallet = state
+        .ports
+        .store
+        .wallets
+        .wallet(&tenant, user_id.as_str())
+        .await?;
     Ok(axum::Json(WalletView {
         user_id: user_id.as_str().to_owned(),
         balance: wallet.balance_fen,

@@ -68,6 +68,27 @@ impl PaymentSucceeded {
     }
 }
 
+/// A grant .
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Grant number.
+    pub grant_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The holder.
+    pub user_id: String,
+    /// The payment that paid for it.
+    pub payment_no: String,
+    /// Its order.
+    pub order_id: String,
+    /// What.
+    pub sku: String,
+    /// How many.
+    pub quantity: i64,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

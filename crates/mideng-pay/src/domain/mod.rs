@@ -4,10 +4,12 @@
 //! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`order`] — the order state machine.
-//! - [`payment`] — the payment-attempt state machine and channels.
+//! - [`payment`] — payment attempts, their state machine and channels.
+//! - [`wallet`] — ledger entries and what a credit or a deduct came to.
 
 pub mod events;
 pub mod ids;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub mod wallet;

@@ -117,6 +117,31 @@ impl Entitlement {
     }
 }
 
+/// An order .
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The merchant's order id.
+    pub order_id: String,
+    /// The buyer.
+    pub user_id: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// Currency.
+    pub currency: String,
+    /// Status.
+    pub status: OrderStatus,
+    /// Granted SKU, if the order carries an entitlement.
+    pub entitlement_sku: Option<String>,
+    /// Granted quantity.
+    pub entitlement_quantity: Option<i64>,
+    /// Fingerprint of the creating request, to tell a repeat from a different order.
+    pub fingerprint: String,
+    /// Number of transitions applied.
+    pub version: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,6 +95,35 @@ impl ChannelName {
     }
 }
 
+/// A payment attempt .
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payment {
+    /// The payment number (the channel's `out_trade_no`).
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// Currency.
+    pub currency: String,
+    /// Status.
+    pub status: PaymentStatus,
+    /// What the buyer scans.
+    pub pay_url: Option<String>,
+    /// When the channel stops accepting payment (Unix ms).
+    pub expires_at_ms: i64,
+    /// The channel's number, once paid.
+    pub channel_trade_no: Option<String>,
+    /// When it was paid (Unix ms).
+    pub paid_at_ms: Option<i64>,
+    /// When it was created (Unix ms).
+    pub created_at_ms: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

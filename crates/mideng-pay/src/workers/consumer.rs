@@ -3,7 +3,7 @@
 //!
 //! Each delivery is handled in one database transaction that claims the dedup entry
 //! (`entitlement.grant`, payment number), inserts the grant and completes the entry
-//! ([`crate::store::PayStore::grant`]); only then is the delivery acknowledged. So:
+//! ([`crate::store::Grants::grant`]); only then is the delivery acknowledged. So:
 //! a redelivery finds the entry done and is acknowledged without effect; two consumers racing
 //! on one event serialise on the dedup row, and the loser sees it done (or in progress, and
 //! asks for redelivery); a crash before the commit leaves nothing, so the redelivery grants; a
@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use mideng::outbox::{Delivery, Subscriber};
 
-use crate::api::decision;
 use crate::domain::events::{GRANT_KIND, PaymentSucceeded};
-use crate::store::{GrantOutcome, PayStore};
+use crate::flows::decision;
+use crate::store::{GrantOutcome, Grants};
 use crate::workers::{ConsumerSettings, pause_or_stop};
 
 /// How long one poll waits for a delivery before checking the stop signal.
@@ -39,7 +39,7 @@ pub enum Handled {
 
 /// Handles one delivery: grant (deduplicated), then acknowledge; or ask for redelivery.
 pub async fn handle(
-    store: &dyn PayStore,
+    grants: &dyn Grants,
     delivery: Delivery,
     settings: &ConsumerSettings,
 ) -> Handled {
@@ -55,7 +55,7 @@ pub async fn handle(
             return Handled::Malformed;
         }
     };
-    let outcome = match store.grant(&event, settings.dedup).await {
+    let outcome = match grants.grant(&event, settings.dedup).await {
         Ok(GrantOutcome::Busy) => None,
         Ok(outcome) => Some(outcome),
         Err(error) => {
@@ -99,7 +99,7 @@ pub async fn handle(
 
 /// Consumes from `subscriber` until `stop` turns true.
 pub async fn run(
-    store: Arc<dyn PayStore>,
+    grants: Arc<dyn Grants>,
     mut subscriber: Box<dyn Subscriber>,
     settings: ConsumerSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -112,7 +112,7 @@ pub async fn run(
         match subscriber.next(POLL_WAIT).await {
             Ok(Some(delivery)) => {
                 failures = 0;
-                if handle(store.as_ref(), delivery, &settings).await == Handled::Retried
+                if handle(grants.as_ref(), delivery, &settings).await == Handled::Retried
                     && pause_or_stop(settings.retry_after, &mut stop).await
                 {
                     return;

@@ -21,7 +21,7 @@ use mideng::StoreError;
 use mideng::outbox::sql::RelaySettings;
 use mideng::outbox::{Publisher, Subscriber};
 
-use crate::store::PayStore;
+use crate::store::Events;
 
 /// Where events go between the relay and the consumers.
 #[derive(Clone, Debug, Default)]
@@ -47,7 +47,7 @@ impl Broker {
 
     /// The publisher the relay uses. Broker connections are made lazily, so a broker that is
     /// down at start delays events and never the service.
-    pub fn publisher(&self, store: &dyn PayStore) -> Arc<dyn Publisher> {
+    pub fn publisher(&self, store: &dyn Events) -> Arc<dyn Publisher> {
         match self {
             Broker::Queue => store.queue(),
             Broker::RabbitMq(settings) => Arc::new(mideng::outbox::rabbitmq::RabbitPublisher::new(
@@ -62,7 +62,7 @@ impl Broker {
     /// A competing consumer of `topic` in `settings.group`.
     pub fn subscriber(
         &self,
-        store: &dyn PayStore,
+        store: &dyn Events,
         topic: &str,
         settings: &ConsumerSettings,
     ) -> Result<Box<dyn Subscriber>, StoreError> {

@@ -9,11 +9,25 @@
 //! payments, ledger entries and grants are business records and are never purged. Redis
 //! expires its own keys; the purge there deletes nothing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use mideng::record::RecordStore;
+use mideng::token::TokenStore;
 use mideng::{StoreError, clock};
 
-use crate::api::AppState;
+use crate::store::Events;
+
+/// What the purge deletes from: the idempotency records, the tokens and the outbox.
+#[derive(Clone)]
+pub struct Retained {
+    /// Idempotency and dedup records.
+    pub records: Arc<dyn RecordStore>,
+    /// One-time tokens.
+    pub tokens: Arc<dyn TokenStore>,
+    /// The outbox.
+    pub events: Arc<dyn Events>,
+}
 
 /// How the purge runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +66,7 @@ pub struct PurgeReport {
 
 /// One round: batches until a batch comes back short (or the round's bound is reached).
 pub async fn purge_once(
-    state: &AppState,
+    retained: &Retained,
     settings: &PurgeSettings,
 ) -> Result<PurgeReport, StoreError> {
     let now_ms = clock::now_ms();
@@ -61,14 +75,14 @@ pub async fn purge_once(
         .clamp(1, mideng::limits::PURGE_BATCH_ROWS_MAX);
     let mut report = PurgeReport::default();
     for _ in 0..settings.batches_per_round {
-        let deleted = state.records.purge_expired(now_ms, batch).await?;
+        let deleted = retained.records.purge_expired(now_ms, batch).await?;
         report.records += deleted;
         if deleted < u64::from(batch) {
             break;
         }
     }
     for _ in 0..settings.batches_per_round {
-        let deleted = state.tokens.purge_expired_tokens(now_ms, batch).await?;
+        let deleted = retained.tokens.purge_expired_tokens(now_ms, batch).await?;
         report.tokens += deleted;
         if deleted < u64::from(batch) {
             break;
@@ -78,7 +92,10 @@ pub async fn purge_once(
         i64::try_from(settings.sent_events_retention.as_millis()).unwrap_or(i64::MAX),
     );
     for _ in 0..settings.batches_per_round {
-        let deleted = state.store.purge_sent_events(sent_before_ms, batch).await?;
+        let deleted = retained
+            .events
+            .purge_sent_events(sent_before_ms, batch)
+            .await?;
         report.events += deleted;
         if deleted < u64::from(batch) {
             break;
@@ -95,12 +112,12 @@ pub async fn purge_once(
 
 /// The scheduled worker: a round every `settings.interval` until `stop` turns true.
 pub async fn run(
-    state: AppState,
+    retained: Retained,
     settings: PurgeSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(error) = purge_once(&state, &settings).await {
+        if let Err(error) = purge_once(&retained, &settings).await {
             tracing::warn!(%error, "purge round failed");
         }
         tokio::select! {

@@ -14,31 +14,32 @@
 //! | closed | close locally and cancel the order |
 //! | no definite answer | leave it and ask again next round, never guess |
 //!
-//! "Expired" means past the payment's expiry plus a grace for clock skew. One owner per payment
+//! The table is [`crate::flows::payment::settle`], shared with the close route and creation.
+//! "Expired" means past the payment's expiry plus the grace for clock skew
+//! ([`crate::flows::PaymentSettings::expiry_grace`], one setting). One owner per payment
 //! at a time across instances: each payment is handled under a short lock in the lock store
 //! (Redis in production), and every change is a compare-and-set in the database anyway, so two
 //! reconcilers (or a reconciler and a callback) never apply an effect twice.
 
 use std::time::Duration;
 
-use mideng::{Name, StoreError, clock};
+use mideng::{Name, StoreError};
 use mideng_channel::adapter::{Channel, TradeState};
 
-use crate::api::{AppState, decision};
-use crate::db::payments::{PaymentRow, SuccessOutcome};
-use crate::domain::payment::ChannelName;
-use crate::store::LocalClose;
+use crate::domain::payment::Payment;
+use crate::flows::payment::{OnClose, Settled, settle};
+use crate::flows::{Ports, decision, operation};
+use crate::limits::RECONCILE_LOCK_TTL;
+use crate::store::{LocalClose, SuccessOutcome};
 
 /// The operation name of reconciliation in logs and counters.
-pub const OPERATION: &str = "reconcile";
+pub const OPERATION: &str = operation::RECONCILE;
 
 /// How reconciliation runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcileSettings {
     /// Only payments pending for longer than this are examined (callbacks get their chance).
     pub min_age: Duration,
-    /// How far past its expiry a trade must be before "no such trade" or "pending" closes it.
-    pub expiry_grace: Duration,
     /// Payments per page: a round walks through every pending payment, one bounded query per
     /// page.
     pub batch: u32,
@@ -52,7 +53,6 @@ impl Default for ReconcileSettings {
     fn default() -> Self {
         Self {
             min_age: Duration::from_secs(30),
-            expiry_grace: Duration::from_secs(60),
             batch: 100,
             interval: Duration::from_secs(10),
             tenant: None,
@@ -95,17 +95,18 @@ fn ms(duration: Duration) -> i64 {
 /// that payments which legitimately stay pending (unpaid codes not yet expired) never starve
 /// the newer ones behind them — those are the ones whose callbacks were just lost.
 pub async fn reconcile_once(
-    state: &AppState,
+    ports: &Ports,
     settings: &ReconcileSettings,
 ) -> Result<ReconcileReport, StoreError> {
-    let now_ms = clock::now_ms();
+    let now_ms = ports.clock.now_ms();
     let created_before = now_ms.saturating_sub(ms(settings.min_age));
     let batch = settings.batch.max(1);
     let mut report = ReconcileReport::default();
     let mut after: Option<(i64, String)> = None;
     loop {
-        let page = state
+        let page = ports
             .store
+            .payments
             .pending_before(
                 settings.tenant.as_deref(),
                 created_before,
@@ -118,7 +119,7 @@ pub async fn reconcile_once(
             .last()
             .map(|last| (last.created_at_ms, last.payment_no.clone()));
         for payment in page {
-            reconcile_one(state, settings, &payment, &mut report).await;
+            reconcile_one(ports, &payment, &mut report).await;
         }
         if !full {
             break;
@@ -130,14 +131,9 @@ pub async fn reconcile_once(
     Ok(report)
 }
 
-async fn reconcile_one(
-    state: &AppState,
-    settings: &ReconcileSettings,
-    payment: &PaymentRow,
-    report: &mut ReconcileReport,
-) {
+async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileReport) {
     report.examined += 1;
-    let verdict = match one(state, settings, payment).await {
+    let verdict = match one(ports, payment).await {
         Ok(verdict) => verdict,
         Err(error) => {
             tracing::warn!(%error, payment_no = %payment.payment_no, "reconciling a payment failed; next round");
@@ -176,46 +172,30 @@ async fn reconcile_one(
 }
 
 /// Reconciles one payment under its lock.
-async fn one(
-    state: &AppState,
-    settings: &ReconcileSettings,
-    payment: &PaymentRow,
-) -> Result<Verdict, StoreError> {
-    let Some(channel) = ChannelName::parse(&payment.channel)
-        .ok()
-        .and_then(|name| state.channel(name))
-    else {
+async fn one(ports: &Ports, payment: &Payment) -> Result<Verdict, StoreError> {
+    let Some(channel) = ports.channels.named(&payment.channel) else {
         tracing::warn!(payment_no = %payment.payment_no, channel = %payment.channel, "channel not configured; cannot reconcile");
         return Ok(Verdict::Unknown);
     };
     let name = Name::parse(&format!("reconcile:{}", payment.payment_no))?;
-    let guard = match state
-        .locks
-        .try_acquire(&name, Duration::from_secs(60))
-        .await
-    {
+    let guard = match ports.locks.try_acquire(&name, RECONCILE_LOCK_TTL).await {
         Ok(Some(guard)) => Some(guard),
         Ok(None) => return Ok(Verdict::Busy),
         // Without the lock store the database's compare-and-set still decides.
         Err(_) => None,
     };
-    let verdict = decide(state, settings, channel.as_ref(), payment).await;
+    let verdict = decide(ports, channel.as_ref(), payment).await;
     if let Some(guard) = guard {
-        let _ = state.locks.release(&guard).await;
+        let _ = ports.locks.release(&guard).await;
     }
     verdict
 }
 
 async fn decide(
-    state: &AppState,
-    settings: &ReconcileSettings,
+    ports: &Ports,
     channel: &dyn Channel,
-    payment: &PaymentRow,
+    payment: &Payment,
 ) -> Result<Verdict, StoreError> {
-    let expired = clock::now_ms()
-        > payment
-            .expires_at_ms
-            .saturating_add(ms(settings.expiry_grace));
     let found = match channel.query_trade(&payment.payment_no).await {
         Ok(found) => found,
         Err(error) => {
@@ -223,58 +203,44 @@ async fn decide(
             return Ok(Verdict::Unknown);
         }
     };
-    match found {
-        TradeState::Paid(paid) => success(state, payment, &paid).await,
-        TradeState::Closed => expire(state, payment).await,
-        TradeState::NotFound if expired => expire(state, payment).await,
-        TradeState::Pending if expired => match channel.close_trade(&payment.payment_no).await {
-            Ok(TradeState::Closed | TradeState::NotFound) => expire(state, payment).await,
-            // The buyer paid a moment before the close.
-            Ok(TradeState::Paid(paid)) => success(state, payment, &paid).await,
-            Ok(_) | Err(_) => Ok(Verdict::Unknown),
-        },
-        TradeState::NotFound | TradeState::Pending => Ok(Verdict::Left),
-        TradeState::Refunded => {
-            tracing::warn!(payment_no = %payment.payment_no, "refunded at the channel while pending here");
-            Ok(Verdict::Unknown)
+    let settled = match settle(ports, payment, found, OnClose::CancelOrder).await? {
+        // Still pending past its expiry: close it at the channel first, then settle on what
+        // the close found (a close refused because the buyer just paid runs the success flow).
+        Settled::Pending { expired: true } => {
+            match channel.close_trade(&payment.payment_no).await {
+                Ok(TradeState::Closed | TradeState::NotFound) => {
+                    settle(ports, payment, TradeState::Closed, OnClose::CancelOrder).await?
+                }
+                Ok(paid @ TradeState::Paid(_)) => {
+                    settle(ports, payment, paid, OnClose::CancelOrder).await?
+                }
+                Ok(_) | Err(_) => return Ok(Verdict::Unknown),
+            }
         }
-    }
-}
-
-async fn success(
-    state: &AppState,
-    payment: &PaymentRow,
-    paid: &mideng_channel::adapter::Payment,
-) -> Result<Verdict, StoreError> {
-    let outcome = state.store.apply_success(&payment.payment_no, paid).await?;
-    Ok(match outcome {
-        SuccessOutcome::Paid { .. } => Verdict::Paid,
-        // A callback got there first, or the amounts differ (logged by the success flow's
-        // caller as not ours): nothing for this round.
-        SuccessOutcome::AlreadyPaid => Verdict::Left,
-        other => {
+        settled => settled,
+    };
+    Ok(match settled {
+        Settled::Paid(SuccessOutcome::Paid { .. }) => Verdict::Paid,
+        // A callback got there first: nothing for this round.
+        Settled::Paid(SuccessOutcome::AlreadyPaid) => Verdict::Left,
+        Settled::Paid(other) => {
             tracing::warn!(payment_no = %payment.payment_no, ?other, "the channel's payment does not fit ours");
             Verdict::Unknown
         }
-    })
-}
-
-async fn expire(state: &AppState, payment: &PaymentRow) -> Result<Verdict, StoreError> {
-    let (closed, _canceled) = state.store.expire_payment(&payment.payment_no).await?;
-    Ok(match closed {
-        LocalClose::Closed(_) => Verdict::Closed,
-        _ => Verdict::Left,
+        Settled::Closed(LocalClose::Closed(_)) => Verdict::Closed,
+        Settled::Closed(_) | Settled::NotYetAtChannel | Settled::Pending { .. } => Verdict::Left,
+        Settled::Refunded => Verdict::Unknown,
     })
 }
 
 /// The scheduled worker: a round every `settings.interval` until `stop` turns true.
 pub async fn run(
-    state: AppState,
+    ports: Ports,
     settings: ReconcileSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(error) = reconcile_once(&state, &settings).await {
+        if let Err(error) = reconcile_once(&ports, &settings).await {
             tracing::warn!(%error, "reconciliation round failed");
         }
         tokio::select! {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{OutboxRelay, PayStore};
+use crate::store::{Events, OutboxRelay};
 use crate::workers::{RelayWorkerSettings, pause_or_stop};
 
 /// How often the backlog gauge is refreshed.
@@ -16,7 +16,7 @@ const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs `relay` until `stop` turns true.
 pub async fn run(
-    store: Arc<dyn PayStore>,
+    store: Arc<dyn Events>,
     relay: Arc<dyn OutboxRelay>,
     settings: RelayWorkerSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,

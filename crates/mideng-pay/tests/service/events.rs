@@ -12,8 +12,8 @@ use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
 use mideng::outbox::{BrokerError, Message, Publisher};
-use mideng_pay::api::PaymentSettings;
 use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
+use mideng_pay::flows::PaymentSettings;
 use mideng_pay::store::GrantOutcome;
 use mideng_pay::workers::consumer::{self, Handled};
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
@@ -48,7 +48,9 @@ async fn drained(service: &Service) {
     if service.backend == Backend::Sqlite {
         while service
             .state
+            .ports
             .store
+            .events
             .outbox_backlog()
             .await
             .expect("backlog")
@@ -60,7 +62,9 @@ async fn drained(service: &Service) {
         }
         while service
             .state
+            .ports
             .store
+            .events
             .queue_depth(PAYMENT_SUCCEEDED)
             .await
             .expect("depth")
@@ -113,7 +117,7 @@ pub(crate) async fn a_paid_order_is_granted_once(backend: Backend) {
         }),
     };
     let payload = serde_json::to_vec(&event).expect("json");
-    let queue = service.state.store.queue();
+    let queue = service.state.ports.store.events.queue();
     for _ in 0..5 {
         queue
             .publish(&Message {
@@ -125,11 +129,11 @@ pub(crate) async fn a_paid_order_is_granted_once(backend: Backend) {
             .await
             .expect("published");
     }
-    let store = service.state.store.clone();
+    let store = service.state.ports.store.clone();
     let outcomes = race(8, |_| {
         let store = store.clone();
         let event = event.clone();
-        async move { store.grant(&event, true).await.expect("grant") }
+        async move { store.grants.grant(&event, true).await.expect("grant") }
     })
     .await;
     assert!(
@@ -250,16 +254,16 @@ async fn consume(service: &Service, broker: &Broker, count: usize) -> Vec<Handle
         group: unique("group"),
         ..ConsumerSettings::default()
     };
-    let store = service.state.store.clone();
+    let store = service.state.ports.store.clone();
     let mut subscriber = broker
-        .subscriber(store.as_ref(), PAYMENT_SUCCEEDED, &settings)
+        .subscriber(store.events.as_ref(), PAYMENT_SUCCEEDED, &settings)
         .expect("subscriber");
     let started = Instant::now();
     let mut handled = Vec::new();
     while handled.len() < count {
         assert!(started.elapsed() < WAIT_LIMIT, "only {handled:?} delivered");
         if let Ok(Some(delivery)) = subscriber.next(Duration::from_millis(500)).await {
-            handled.push(consumer::handle(store.as_ref(), delivery, &settings).await);
+            handled.push(consumer::handle(store.grants.as_ref(), delivery, &settings).await);
         }
     }
     handled
@@ -278,15 +282,19 @@ pub(crate) async fn a_relay_killed_after_publishing_grants_once(
     .await;
     let user = unique("u");
     paid_order(&service, &user).await;
-    let store = service.state.store.clone();
-    assert_eq!(store.outbox_backlog().await.expect("backlog").unsent, 1);
+    let store = service.state.ports.store.clone();
+    assert_eq!(
+        store.events.outbox_backlog().await.expect("backlog").unsent,
+        1
+    );
 
     // The relay publishes, the broker confirms, and the relay dies before marking the row sent.
     let published = Arc::new(tokio::sync::Notify::new());
     let dying = store
+        .events
         .relay(
             Arc::new(DiesAfterPublish {
-                inner: broker.publisher(store.as_ref()),
+                inner: broker.publisher(store.events.as_ref()),
                 published: published.clone(),
             }),
             short_claims(),
@@ -302,9 +310,10 @@ pub(crate) async fn a_relay_killed_after_publishing_grants_once(
     // normal path) …
     let count = Arc::new(AtomicUsize::new(0));
     let next = store
+        .events
         .relay(
             Arc::new(Counting {
-                inner: broker.publisher(store.as_ref()),
+                inner: broker.publisher(store.events.as_ref()),
                 count: count.clone(),
             }),
             short_claims(),
@@ -318,7 +327,10 @@ pub(crate) async fn a_relay_killed_after_publishing_grants_once(
         tokio::time::sleep(Duration::from_millis(200)).await;
         next.run_once().await.expect("round");
     }
-    assert_eq!(store.outbox_backlog().await.expect("backlog").unsent, 0);
+    assert_eq!(
+        store.events.outbox_backlog().await.expect("backlog").unsent,
+        0
+    );
 
     if matches!(broker, Broker::Nats(_) | Broker::Queue) {
         // JetStream drops the second publish of one `Nats-Msg-Id` inside its dedup window, and
@@ -365,7 +377,14 @@ pub(crate) async fn a_broker_outage_loses_nothing(broker: fn(u16) -> Broker, por
         payments.push(paid_order(&service, &user).await);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let backlog = service.state.store.outbox_backlog().await.expect("backlog");
+    let backlog = service
+        .state
+        .ports
+        .store
+        .events
+        .outbox_backlog()
+        .await
+        .expect("backlog");
     assert_eq!(backlog.unsent, 6, "events wait in the outbox: {backlog:?}");
     assert_eq!(service.grants(&user).await.len(), 1);
 
@@ -384,7 +403,9 @@ pub(crate) async fn a_broker_outage_loses_nothing(broker: fn(u16) -> Broker, por
     assert_eq!(
         service
             .state
+            .ports
             .store
+            .events
             .outbox_backlog()
             .await
             .expect("backlog")
@@ -408,14 +429,15 @@ pub(crate) async fn two_relays_and_two_consumers_one_effect_each(
     for _ in 0..12 {
         paid_order(&service, &user).await;
     }
-    let store = service.state.store.clone();
+    let store = service.state.ports.store.clone();
     let count = Arc::new(AtomicUsize::new(0));
     let relays: Vec<_> = (0..2)
         .map(|_| {
             store
+                .events
                 .relay(
                     Arc::new(Counting {
-                        inner: broker.publisher(store.as_ref()),
+                        inner: broker.publisher(store.events.as_ref()),
                         count: count.clone(),
                     }),
                     RelaySettings {
@@ -454,10 +476,10 @@ pub(crate) async fn two_relays_and_two_consumers_one_effect_each(
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let subscriber = broker
-                .subscriber(store.as_ref(), PAYMENT_SUCCEEDED, &settings)
+                .subscriber(store.events.as_ref(), PAYMENT_SUCCEEDED, &settings)
                 .expect("subscriber");
             tokio::spawn(consumer::run(
-                store.clone(),
+                store.grants.clone(),
                 subscriber,
                 settings.clone(),
                 stopped.clone(),

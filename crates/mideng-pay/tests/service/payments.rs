@@ -388,7 +388,7 @@ pub(crate) async fn a_held_order_lock_delays_but_never_fails(backend: Backend) {
     let locks = mideng::store::redis::RedisStore::connect(&redis)
         .await
         .expect("redis");
-    let name = mideng_pay::api::order_lock_name(&service.tenant, &order_id).expect("name");
+    let name = mideng_pay::flows::order_lock_name(&service.tenant, &order_id).expect("name");
     let held = locks
         .try_acquire(&name, std::time::Duration::from_secs(60))
         .await

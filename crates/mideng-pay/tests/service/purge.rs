@@ -51,13 +51,13 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         .expect("complete");
     let token = service.token().await;
 
-    let early = purge_once(&service.state, &PurgeSettings::default())
+    let early = purge_once(&service.state.retained(), &PurgeSettings::default())
         .await
         .expect("purge");
     assert_eq!(early.records, 0, "nothing is past its retention yet");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let report = purge_once(
-        &service.state,
+        &service.state.retained(),
         &PurgeSettings {
             batch: 1,
             ..PurgeSettings::default()
@@ -120,7 +120,9 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
     let started = std::time::Instant::now();
     while service
         .state
+        .ports
         .store
+        .events
         .outbox_backlog()
         .await
         .expect("backlog")
@@ -130,12 +132,12 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         assert!(started.elapsed() < crate::harness::WAIT_LIMIT, "never sent");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let recent = purge_once(&service.state, &PurgeSettings::default())
+    let recent = purge_once(&service.state.retained(), &PurgeSettings::default())
         .await
         .expect("purge");
     assert_eq!(recent.events, 0, "sent a moment ago: kept for 7 days");
     let expired = purge_once(
-        &service.state,
+        &service.state.retained(),
         &PurgeSettings {
             sent_events_retention: Duration::ZERO,
             ..PurgeSettings::default()

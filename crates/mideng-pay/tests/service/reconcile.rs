@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use mideng_pay::api::PaymentSettings;
+use mideng_pay::flows::PaymentSettings;
+use mideng_pay::flows::Ports;
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use serde_json::json;
 
@@ -12,10 +13,16 @@ use crate::harness::{Backend, Service, unique};
 fn now(service: &Service) -> ReconcileSettings {
     ReconcileSettings {
         min_age: Duration::ZERO,
-        expiry_grace: Duration::ZERO,
         tenant: Some(service.tenant.clone()),
         ..ReconcileSettings::default()
     }
+}
+
+/// The service's ports with no clock grace past a trade's expiry: expired means expired.
+fn at_once(service: &Service) -> Ports {
+    let mut ports = service.state.ports.clone();
+    ports.settings.expiry_grace = Duration::ZERO;
+    ports
 }
 
 pub(crate) async fn lost_notifies_are_found_by_reconciliation(backend: Backend) {
@@ -47,9 +54,10 @@ pub(crate) async fn lost_notifies_are_found_by_reconciliation(backend: Backend) 
     }
     // Two reconcilers at once (two instances' workers): each payment is settled once.
     let settings = now(&service);
+    let ports = at_once(&service);
     let (first, second) = tokio::join!(
-        reconcile_once(&service.state, &settings),
-        reconcile_once(&service.state, &settings)
+        reconcile_once(&ports, &settings),
+        reconcile_once(&ports, &settings)
     );
     let (first, second) = (first.expect("round"), second.expect("round"));
     assert_eq!(first.paid + second.paid, 4, "{first:?} {second:?}");
@@ -59,7 +67,7 @@ pub(crate) async fn lost_notifies_are_found_by_reconciliation(backend: Backend) 
         assert_eq!(order["version"], 1, "one transition");
         assert_eq!(order["payments"][0]["status"], "PAID");
     }
-    let again = reconcile_once(&service.state, &settings)
+    let again = reconcile_once(&at_once(&service), &settings)
         .await
         .expect("round");
     assert_eq!(again.examined, 0, "nothing pending is left: {again:?}");
@@ -95,7 +103,7 @@ pub(crate) async fn expired_payments_are_closed_and_orders_canceled(backend: Bac
             .to_owned();
         attempts.push((order_id, number));
     }
-    let early = reconcile_once(&service.state, &now(&service))
+    let early = reconcile_once(&at_once(&service), &now(&service))
         .await
         .expect("round");
     assert_eq!(
@@ -105,7 +113,7 @@ pub(crate) async fn expired_payments_are_closed_and_orders_canceled(backend: Bac
     );
 
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let late = reconcile_once(&service.state, &now(&service))
+    let late = reconcile_once(&at_once(&service), &now(&service))
         .await
         .expect("round");
     assert_eq!(late.closed, 2, "{late:?}");
@@ -138,7 +146,9 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
     let first = number_of(&service.create_payment(&order_a, "alipay").await);
     service
         .state
+        .ports
         .store
+        .payments
         .close_payment(&first)
         .await
         .expect("closed");
@@ -161,7 +171,9 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
     let second = number_of(&service.create_payment(&order_b, "wechat").await);
     let (_, canceled) = service
         .state
+        .ports
         .store
+        .payments
         .expire_payment(&second)
         .await
         .expect("expired");
@@ -185,7 +197,9 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
     let stale = number_of(&service.create_payment(&order_c, "alipay").await);
     service
         .state
+        .ports
         .store
+        .payments
         .close_payment(&stale)
         .await
         .expect("closed");
@@ -270,7 +284,7 @@ pub(crate) async fn unpaid_payments_never_hide_a_lost_notify(backend: Backend) {
     assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
     service.settled_trade(&number).await;
     let round = reconcile_once(
-        &service.state,
+        &at_once(&service),
         &ReconcileSettings {
             batch: 2,
             ..now(&service)

@@ -6,7 +6,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mideng_pay::api::{PaymentSettings, api_key_hash};
+use mideng_pay::api::api_key_hash;
+use mideng_pay::flows::PaymentSettings;
 use mideng_pay::transport::TransportSettings;
 use mideng_pay::workers::EventSettings;
 use mideng_pay::{Application, Settings, TenantSeed};

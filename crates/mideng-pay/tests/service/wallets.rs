@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mideng_pay::api::PaymentSettings;
+use mideng_pay::flows::PaymentSettings;
 use serde_json::json;
 
 use crate::harness::{Backend, Service, race, unique};

@@ -82,7 +82,7 @@ pub async fn sqlite() -> SqliteStore {
         .await
         .expect("sqlite");
     store.migrate().await.expect("toolkit tables");
-    mideng_pay::db::migrate_sqlite(store.pool())
+    mideng_pay::store::migrate_sqlite(store.pool())
         .await
         .expect("migrate");
     store
@@ -97,7 +97,7 @@ pub async fn postgres() -> PostgresStore {
         .await
         .unwrap_or_else(|error| panic!("postgres at {url} (scripts/services up): {error}"));
     store.migrate().await.expect("toolkit tables");
-    mideng_pay::db::migrate_postgres(store.pool())
+    mideng_pay::store::migrate_postgres(store.pool())
         .await
         .expect("migrate");
     store
@@ -112,7 +112,7 @@ pub async fn mysql() -> MySqlStore {
         .await
         .unwrap_or_else(|error| panic!("mysql at {url} (scripts/services up): {error}"));
     store.migrate().await.expect("toolkit tables");
-    mideng_pay::db::migrate_mysql(store.pool())
+    mideng_pay::store::migrate_mysql(store.pool())
         .await
         .expect("migrate");
     store

@@ -5,7 +5,7 @@
 //! with its own simulator, database and tenant: one with the machinery on (the production
 //! setting: `Idempotency-Key` records on payment creation, credit and deduct, a wallet
 //! operation's record completed in its own transaction), one with it off
-//! ([`mideng_pay::api::PaymentSettings::idempotency`] `= false`: no layer, no record; each
+//! ([`mideng_pay::flows::PaymentSettings::idempotency`] `= false`: no layer, no record; each
 //! operation still one transaction, the ledger's one-debit-per-order constraint still there).
 //! The scenarios alternate between the two, so that both see the same machine at nearly the
 //! same moment. Speed is never asserted; it is reported next to a baseline of the same run.
@@ -75,7 +75,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use mideng_pay::api::PaymentSettings;
+use mideng_pay::flows::PaymentSettings;
 use mideng_sim::{MerchantKeys, SimConfig};
 
 pub use report::{
@@ -405,7 +405,7 @@ fn notify_duplicates() -> Option<u64> {
     let handle = mideng_pay::app::metrics_handle()?;
     let operation = format!(
         "operation=\"{}\"",
-        mideng_pay::api::operation::NOTIFY_ALIPAY
+        mideng_pay::flows::operation::NOTIFY_ALIPAY
     );
     let count = handle
         .render()

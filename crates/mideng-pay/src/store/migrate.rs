@@ -1,19 +1,10 @@
-//! Storage of the service, per SQL dialect.
+//! The service's schema per SQL dialect, in `migrations/<dialect>/`, and how it is applied.
 //!
-//! The schema lives in `migrations/<dialect>/`. Each dialect holds the invariants of
-//! `docs/design.md` §5 that a database can hold: one PENDING and at most one PAID payment per
-//! order (partial unique indexes; on MySQL, generated flags under unique indexes), balances
-//! never negative (CHECK), one debit per user + order, one credit per user + reference, one grant
-//! per payment. The service's
-//! bookkeeping table is `mideng_pay_migrations`, apart from the toolkit's.
-
-pub mod grants;
-pub mod payments;
-mod statements;
-pub mod tenants;
-pub mod wallets;
-
-pub use statements::{PayDialect, PayStatements};
+//! Each dialect holds the invariants of `docs/design.md` §5 that a database can hold: one
+//! PENDING and at most one PAID payment per order (partial unique indexes; on MySQL, generated
+//! flags under unique indexes), balances never negative (CHECK), one debit per user + order,
+//! one credit per user + reference, one grant per payment. The service's bookkeeping table is
+//! `mideng_pay_migrations`, apart from the toolkit's.
 
 use mideng::store::sql::versioned_migrator;
 use mideng::{StoreError, sqlx};

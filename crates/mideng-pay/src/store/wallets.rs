@@ -9,55 +9,18 @@
 //! that debit instead, and a credit whose reference was credited already finds that credit; the
 //! unique debit-per-order and credit-per-reference indexes decide.
 
-use mideng::StoreError;
+use async_trait::async_trait;
+use mideng::record::{Lease, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock};
 
+use super::sql::SqlPay;
 use super::statements::PayDialect;
 use crate::domain::money::{Amount, Balance};
-
-/// A ledger entry as stored: a credit or a debit (the deduction number is its entry number).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LedgerEntry {
-    /// The ledger entry's number.
-    pub entry_no: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// Balance right after it.
-    pub balance_after_fen: i64,
-    /// When (Unix ms).
-    pub created_at_ms: i64,
-}
-
-/// A debit as stored.
-pub type Debit = LedgerEntry;
-/// A credit as stored.
-pub type Credit = LedgerEntry;
-
-/// What a credit did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CreditOutcome {
-    /// Credited.
-    Credited(Credit),
-    /// The balance would exceed its bound; nothing changed.
-    TooLarge,
-    /// This reference was credited before (under another key): that credit. Nothing changed.
-    AlreadyCredited(Credit),
-}
-
-/// What a deduct did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeductOutcome {
-    /// Debited.
-    Debited(Debit),
-    /// The balance is too small; nothing changed.
-    InsufficientFunds {
-        /// The balance found.
-        balance_fen: i64,
-    },
-    /// This order was debited before (under another key): that debit.
-    AlreadyDeducted(Debit),
-}
+use crate::domain::wallet::{
+    Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStatement,
+};
 
 fn read(error: mideng::sqlx::Error) -> StoreError {
     StoreError::Corrupt(format!("unreadable row: {error}"))
@@ -318,32 +281,13 @@ pub async fn balance<D: PayDialect>(
     lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await
 }
 
-/// A ledger entry as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryRow {
-    /// Entry number.
-    pub entry_no: String,
-    /// `CREDIT` or `DEBIT`.
-    pub kind: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// The credit's reference, or the debited order.
-    pub reference: String,
-    /// The debited order, for debits.
-    pub order_id: Option<String>,
-    /// Balance right after it.
-    pub balance_after_fen: i64,
-    /// When (Unix ms).
-    pub created_at_ms: i64,
-}
-
 /// The wallet's balance (zero if it never existed) and its latest entries (at most 100,
 /// newest first), without locking.
 pub async fn statement<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
-) -> Result<(i64, Vec<EntryRow>), StoreError> {
+) -> Result<(i64, Vec<WalletEntry>), StoreError> {
     let statements = D::pay_statements();
     let args = [Arg::Text(tenant_id), Arg::Text(user_id)];
     let balance = match connection
@@ -360,7 +304,7 @@ pub async fn statement<D: PayDialect>(
         .map_err(store_error::<D>)?
         .iter()
         .map(|row| {
-            Ok(EntryRow {
+            Ok(WalletEntry {
                 entry_no: row.text(0).map_err(read)?,
                 kind: row.text(1).map_err(read)?,
                 amount_fen: row.int(2).map_err(read)?,
@@ -372,4 +316,125 @@ pub async fn statement<D: PayDialect>(
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok((balance, entries))
+}
+
+/// Renders an outcome as the answer stored with the request's idempotency record: a pure
+/// function supplied by the caller (the API renders its own answers; storage knows nothing of
+/// HTTP), called inside the transaction so that the answer commits with the effect or not at
+/// all. It must not do I/O: the transaction may be retried, and it is called again then.
+pub type Render<'a, T> = &'a (dyn Fn(&T) -> StoredResponse + Send + Sync);
+
+/// Whose wallet operation it is, and the idempotency record it completes in its transaction.
+#[derive(Clone, Copy, Debug)]
+pub enum WalletRecord<'a> {
+    /// The record under this lease (its scope names the tenant) is completed with the answer.
+    Lease(&'a Lease),
+    /// No record: the idempotency machinery is off
+    /// ([`crate::api::PaymentSettings::idempotency`], measurement only).
+    Unrecorded {
+        /// The tenant.
+        tenant_id: &'a str,
+    },
+}
+
+impl WalletRecord<'_> {
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        match self {
+            WalletRecord::Lease(lease) => lease.scope.tenant(),
+            WalletRecord::Unrecorded { tenant_id } => tenant_id,
+        }
+    }
+}
+
+/// Wallets: credits and deducts, each in one transaction with its idempotency record.
+#[async_trait]
+pub trait Wallets: Send + Sync {
+    /// Credits a wallet (at most once per reference) and completes the record, if any, with
+    /// `render(outcome)` in one transaction, whatever the outcome.
+    async fn credit(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        amount: Amount,
+        reference: &str,
+        entry_no: &str,
+        render: Render<'_, CreditOutcome>,
+    ) -> Result<(CreditOutcome, StoredResponse), StoreError>;
+    /// Deducts from a wallet (at most once per order) and completes the record, if any, with
+    /// `render(outcome)` in one transaction, whatever the outcome.
+    async fn deduct(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        order_id: &str,
+        amount: Amount,
+        entry_no: &str,
+        render: Render<'_, DeductOutcome>,
+    ) -> Result<(DeductOutcome, StoredResponse), StoreError>;
+    /// The wallet's balance and latest entries.
+    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Wallets for SqlPay<D> {
+    async fn credit(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        amount: Amount,
+        reference: &str,
+        entry_no: &str,
+        render: Render<'_, CreditOutcome>,
+    ) -> Result<(CreditOutcome, StoredResponse), StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        let tenant_id = record.tenant();
+        transaction!(self, |connection| async {
+            let outcome = credit::<D>(
+                connection, tenant_id, user_id, amount, reference, entry_no, now_ms,
+            )
+            .await?;
+            let response = render(&outcome);
+            if let WalletRecord::Lease(lease) = record {
+                store.complete_in(connection, lease, &response).await?;
+            }
+            Ok((outcome, response))
+        })
+    }
+
+    async fn deduct(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        order_id: &str,
+        amount: Amount,
+        entry_no: &str,
+        render: Render<'_, DeductOutcome>,
+    ) -> Result<(DeductOutcome, StoredResponse), StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        let tenant_id = record.tenant();
+        transaction!(self, |connection| async {
+            let outcome = deduct::<D>(
+                connection, tenant_id, user_id, order_id, amount, entry_no, now_ms,
+            )
+            .await?;
+            let response = render(&outcome);
+            if let WalletRecord::Lease(lease) = record {
+                store.complete_in(connection, lease, &response).await?;
+            }
+            Ok((outcome, response))
+        })
+    }
+
+    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
+        connection!(self, |connection| async {
+            let (balance_fen, entries) = statement::<D>(connection, tenant_id, user_id).await?;
+            Ok(WalletStatement {
+                balance_fen,
+                entries,
+            })
+        })
+    }
 }

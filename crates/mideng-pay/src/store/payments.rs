@@ -1,83 +1,28 @@
-//! Orders and payment attempts in storage: the writes whose races the database decides.
+//! Payment attempts in storage: the writes whose races the database decides.
 //!
-//! Every function runs on the caller's connection, inside the caller's write transaction
-//! (`SqlStore::begin_write`), so that the payment and its order change together and an
-//! idempotency record can commit with them. Duplicates are answers, never errors: inserting a
+//! Every statement function runs on the caller's connection, inside the caller's write
+//! transaction, so that a payment and its order change together and an idempotency record or
+//! an outbox event can commit with them. Duplicates are answers, never errors: inserting a
 //! second pending payment for an order returns the existing one, and a second success for a
 //! payment reports it was paid already.
+//!
+//! Invariants held here: at most one PENDING and at most one PAID payment per order (partial
+//! unique indexes; generated flags under unique indexes on MySQL), whatever races the
+//! application loses; a payment and its order reach PAID in one transaction with the
+//! `payment.succeeded` event (the outbox).
 
-use mideng::StoreError;
+use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock};
 
+use super::orders;
+use super::sql::SqlPay;
 use super::statements::PayDialect;
 use crate::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use crate::domain::order::OrderStatus;
-use crate::domain::payment::PaymentStatus;
-
-/// An order as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OrderRow {
-    /// Tenant.
-    pub tenant_id: String,
-    /// The merchant's order id.
-    pub order_id: String,
-    /// The buyer.
-    pub user_id: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// Currency.
-    pub currency: String,
-    /// Status.
-    pub status: OrderStatus,
-    /// Granted SKU, if the order carries an entitlement.
-    pub entitlement_sku: Option<String>,
-    /// Granted quantity.
-    pub entitlement_quantity: Option<i64>,
-    /// Fingerprint of the creating request, to tell a repeat from a different order.
-    pub fingerprint: String,
-    /// Number of transitions applied.
-    pub version: i64,
-}
-
-/// A payment attempt as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PaymentRow {
-    /// The payment number (the channel's `out_trade_no`).
-    pub payment_no: String,
-    /// Tenant.
-    pub tenant_id: String,
-    /// Order.
-    pub order_id: String,
-    /// `alipay` or `wechat`.
-    pub channel: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// Currency.
-    pub currency: String,
-    /// Status.
-    pub status: PaymentStatus,
-    /// What the buyer scans.
-    pub pay_url: Option<String>,
-    /// When the channel stops accepting payment (Unix ms).
-    pub expires_at_ms: i64,
-    /// The channel's number, once paid.
-    pub channel_trade_no: Option<String>,
-    /// When it was paid (Unix ms).
-    pub paid_at_ms: Option<i64>,
-    /// When it was created (Unix ms).
-    pub created_at_ms: i64,
-}
-
-/// What inserting an order found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OrderInsert {
-    /// This call created it.
-    Created,
-    /// It existed (compare fingerprints: the same order again, or a different one).
-    Existing(Box<OrderRow>),
-}
+use crate::domain::payment::{Payment, PaymentStatus};
 
 /// What inserting a pending payment found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +30,7 @@ pub enum PaymentInsert {
     /// This call created it.
     Created,
     /// The order already has a pending payment: this one.
-    ExistingPending(Box<PaymentRow>),
+    ExistingPending(Box<Payment>),
 }
 
 /// What applying a channel's success found.
@@ -108,39 +53,17 @@ pub enum SuccessOutcome {
     AmountMismatch,
 }
 
-fn corrupt(what: &str) -> StoreError {
+pub(super) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(what.to_owned())
 }
 
-fn read(error: mideng::sqlx::Error) -> StoreError {
+pub(super) fn read(error: mideng::sqlx::Error) -> StoreError {
     StoreError::Corrupt(format!("unreadable row: {error}"))
 }
 
-/// Columns of the order selects: user_id, amount, currency, status, entitlement_sku,
-/// entitlement_quantity, fingerprint, version.
-fn decode_order<R: SqlRow>(
-    row: &R,
-    tenant_id: &str,
-    order_id: &str,
-) -> Result<OrderRow, StoreError> {
-    Ok(OrderRow {
-        tenant_id: tenant_id.to_owned(),
-        order_id: order_id.to_owned(),
-        user_id: row.text(0).map_err(read)?,
-        amount_fen: row.int(1).map_err(read)?,
-        currency: row.text(2).map_err(read)?,
-        status: OrderStatus::parse(&row.text(3).map_err(read)?)
-            .ok_or_else(|| corrupt("unknown order status"))?,
-        entitlement_sku: row.opt_text(4).map_err(read)?,
-        entitlement_quantity: row.opt_int(5).map_err(read)?,
-        fingerprint: row.text(6).map_err(read)?,
-        version: row.int(7).map_err(read)?,
-    })
-}
-
 /// Columns of the payment selects, in `payment_columns!` order.
-fn decode_payment<R: SqlRow>(row: &R) -> Result<PaymentRow, StoreError> {
-    Ok(PaymentRow {
+fn decode_payment<R: SqlRow>(row: &R) -> Result<Payment, StoreError> {
+    Ok(Payment {
         payment_no: row.text(0).map_err(read)?,
         tenant_id: row.text(1).map_err(read)?,
         order_id: row.text(2).map_err(read)?,
@@ -157,94 +80,11 @@ fn decode_payment<R: SqlRow>(row: &R) -> Result<PaymentRow, StoreError> {
     })
 }
 
-/// Inserts `order` in CREATED unless an order with its id exists in its tenant.
-pub async fn insert_order<D: PayDialect>(
-    connection: &mut <D::Db as Database>::Connection,
-    order: &OrderRow,
-    now_ms: i64,
-) -> Result<OrderInsert, StoreError> {
-    let statements = D::pay_statements();
-    let inserted = connection
-        .run(
-            statements.order_insert,
-            &[
-                Arg::Text(&order.tenant_id),
-                Arg::Text(&order.order_id),
-                Arg::Text(&order.user_id),
-                Arg::Int(order.amount_fen),
-                Arg::Text(&order.currency),
-                Arg::OptText(order.entitlement_sku.as_deref()),
-                Arg::OptInt(order.entitlement_quantity),
-                Arg::Text(&order.fingerprint),
-                Arg::Int(now_ms),
-                Arg::Int(now_ms),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    if inserted == 1 {
-        return Ok(OrderInsert::Created);
-    }
-    find_order::<D>(connection, &order.tenant_id, &order.order_id, true)
-        .await?
-        .map(|existing| OrderInsert::Existing(Box::new(existing)))
-        .ok_or_else(|| StoreError::Conflict("order vanished after a conflicting insert".to_owned()))
-}
-
-/// The order, optionally locked for update until the transaction ends.
-pub async fn find_order<D: PayDialect>(
-    connection: &mut <D::Db as Database>::Connection,
-    tenant_id: &str,
-    order_id: &str,
-    lock: bool,
-) -> Result<Option<OrderRow>, StoreError> {
-    let statements = D::pay_statements();
-    let sql = if lock {
-        statements.order_select_locked
-    } else {
-        statements.order_select
-    };
-    match connection
-        .row(sql, &[Arg::Text(tenant_id), Arg::Text(order_id)])
-        .await
-        .map_err(store_error::<D>)?
-    {
-        None => Ok(None),
-        Some(row) => decode_order(&row, tenant_id, order_id).map(Some),
-    }
-}
-
-/// Moves the order from `from` to `to` if it is in `from`; true for exactly one of racing
-/// callers. The caller checks the transition table first.
-pub async fn transition_order<D: PayDialect>(
-    connection: &mut <D::Db as Database>::Connection,
-    tenant_id: &str,
-    order_id: &str,
-    from: OrderStatus,
-    to: OrderStatus,
-    now_ms: i64,
-) -> Result<bool, StoreError> {
-    let changed = connection
-        .run(
-            D::pay_statements().order_compare_and_set,
-            &[
-                Arg::Text(to.as_str()),
-                Arg::Int(now_ms),
-                Arg::Text(tenant_id),
-                Arg::Text(order_id),
-                Arg::Text(from.as_str()),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    Ok(changed == 1)
-}
-
 /// Inserts `payment` as PENDING, unless its order has a pending payment already: then that one
 /// is returned. The partial unique constraint decides among racing callers.
 pub async fn insert_pending_payment<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
-    payment: &PaymentRow,
+    payment: &Payment,
     now_ms: i64,
 ) -> Result<PaymentInsert, StoreError> {
     let statements = D::pay_statements();
@@ -293,7 +133,7 @@ pub async fn find_payment<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     lock: bool,
-) -> Result<Option<PaymentRow>, StoreError> {
+) -> Result<Option<Payment>, StoreError> {
     let statements = D::pay_statements();
     let sql = if lock {
         statements.payment_select_locked
@@ -367,7 +207,7 @@ pub async fn apply_success<D: PayDialect>(
             "payment changed under its row lock".to_owned(),
         ));
     }
-    let order_moved = transition_order::<D>(
+    let order_moved = orders::transition_order::<D>(
         connection,
         &payment.tenant_id,
         &payment.order_id,
@@ -376,7 +216,7 @@ pub async fn apply_success<D: PayDialect>(
         now_ms,
     )
     .await?;
-    let order = find_order::<D>(connection, &payment.tenant_id, &payment.order_id, false)
+    let order = orders::find_order::<D>(connection, &payment.tenant_id, &payment.order_id, false)
         .await?
         .ok_or_else(|| StoreError::Corrupt("a payment without its order".to_owned()))?;
     let event = PaymentSucceeded {
@@ -408,7 +248,7 @@ pub async fn payments_for_order<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
-) -> Result<Vec<PaymentRow>, StoreError> {
+) -> Result<Vec<Payment>, StoreError> {
     connection
         .rows(
             D::pay_statements().payment_select_by_order,
@@ -426,7 +266,7 @@ pub async fn paid_payment_for_order<D: PayDialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
-) -> Result<Option<PaymentRow>, StoreError> {
+) -> Result<Option<Payment>, StoreError> {
     connection
         .row(
             D::pay_statements().payment_select_paid_for_order,
@@ -489,7 +329,7 @@ pub async fn pending_before<D: PayDialect>(
     created_before_ms: i64,
     after: Option<(i64, &str)>,
     limit: i64,
-) -> Result<Vec<PaymentRow>, StoreError> {
+) -> Result<Vec<Payment>, StoreError> {
     let statements = D::pay_statements();
     let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
     let rows = match tenant_id {
@@ -527,4 +367,233 @@ pub async fn pending_before<D: PayDialect>(
         .iter()
         .map(decode_payment)
         .collect()
+}
+
+/// What opening a payment attempt for an order found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenPayment {
+    /// No such order in this tenant.
+    NoOrder,
+    /// The order was paid: its paid payment.
+    OrderPaid(Box<Payment>),
+    /// The order is in a status that takes no payment (canceled, refunded…).
+    NotPayable(OrderStatus),
+    /// A new pending payment.
+    Created(Box<Payment>),
+    /// The order's pending payment, which existed already.
+    ExistingPending(Box<Payment>),
+}
+
+/// What the local half of closing a payment found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalClose {
+    /// PENDING → CLOSED by this call.
+    Closed(Box<Payment>),
+    /// It was closed already.
+    AlreadyClosed(Box<Payment>),
+    /// It was paid: nothing closed.
+    Paid(Box<Payment>),
+    /// It failed at creation: nothing to close.
+    Failed(Box<Payment>),
+    /// No such payment.
+    Unknown,
+}
+
+/// A channel's notify, verified, as the store applies it.
+
+async fn open_on<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment: &Payment,
+    now_ms: i64,
+) -> Result<OpenPayment, StoreError> {
+    let Some(order) =
+        orders::find_order::<D>(connection, &payment.tenant_id, &payment.order_id, true).await?
+    else {
+        return Ok(OpenPayment::NoOrder);
+    };
+    if !order.status.accepts_payment() {
+        return Ok(
+            match paid_payment_for_order::<D>(connection, &payment.tenant_id, &payment.order_id)
+                .await?
+            {
+                Some(paid) => OpenPayment::OrderPaid(Box::new(paid)),
+                None => OpenPayment::NotPayable(order.status),
+            },
+        );
+    }
+    let row = Payment {
+        amount_fen: order.amount_fen,
+        currency: order.currency.clone(),
+        ..payment.clone()
+    };
+    Ok(
+        match insert_pending_payment::<D>(connection, &row, now_ms).await? {
+            PaymentInsert::Created => OpenPayment::Created(Box::new(Payment {
+                created_at_ms: now_ms,
+                ..row
+            })),
+            PaymentInsert::ExistingPending(existing) => OpenPayment::ExistingPending(existing),
+        },
+    )
+}
+
+/// The local half of a close: row lock, then CAS PENDING → CLOSED.
+async fn close_on<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment_no: &str,
+    now_ms: i64,
+) -> Result<LocalClose, StoreError> {
+    let Some(payment) = find_payment::<D>(connection, payment_no, true).await? else {
+        return Ok(LocalClose::Unknown);
+    };
+    Ok(match payment.status {
+        PaymentStatus::Pending => {
+            transition_payment::<D>(
+                connection,
+                payment_no,
+                PaymentStatus::Pending,
+                PaymentStatus::Closed,
+                now_ms,
+            )
+            .await?;
+            LocalClose::Closed(Box::new(Payment {
+                status: PaymentStatus::Closed,
+                ..payment
+            }))
+        }
+        PaymentStatus::Closed => LocalClose::AlreadyClosed(Box::new(payment)),
+        PaymentStatus::Paid => LocalClose::Paid(Box::new(payment)),
+        PaymentStatus::Failed => LocalClose::Failed(Box::new(payment)),
+    })
+}
+
+/// Payment attempts: opened under the order's row lock, settled by compare-and-set.
+#[async_trait]
+pub trait Payments: Send + Sync {
+    /// Creates the order's pending payment `payment` (its amount taken from the order), or
+    /// finds the one that exists. The order row is locked while deciding.
+    async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError>;
+    /// Records the channel's pay URL on a pending payment.
+    async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError>;
+    /// PENDING → FAILED (the channel refused the attempt).
+    async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError>;
+    /// A payment.
+    async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError>;
+    /// The local half of closing a payment: row lock, then CAS PENDING → CLOSED.
+    async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError>;
+    /// Pending payments created before `created_before_ms`, of one tenant or of all, oldest
+    /// first, after the cursor `after` (creation time, payment number), at most `limit`
+    /// (reconciliation pages through them).
+    async fn pending_before(
+        &self,
+        tenant_id: Option<&str>,
+        created_before_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Payment>, StoreError>;
+    /// Closes a pending payment whose trade is over (closed or expired at the channel) and
+    /// cancels its order if the order still waits for payment, in one transaction; true when
+    /// the order was canceled.
+    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError>;
+    /// The success flow for a trade the channel reports paid when asked (a query by
+    /// reconciliation, a close refused because the buyer paid first).
+    async fn apply_success(
+        &self,
+        payment_no: &str,
+        paid: &mideng_channel::adapter::Payment,
+    ) -> Result<SuccessOutcome, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Payments for SqlPay<D> {
+    async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| open_on::<D>(connection, payment, now_ms))
+    }
+
+    async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| set_pay_url::<D>(
+            connection, payment_no, pay_url, now_ms
+        ))
+    }
+
+    async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| transition_payment::<D>(
+            connection,
+            payment_no,
+            PaymentStatus::Pending,
+            PaymentStatus::Failed,
+            now_ms
+        ))
+    }
+
+    async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError> {
+        connection!(self, |connection| find_payment::<D>(
+            connection, payment_no, false
+        ))
+    }
+
+    async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| close_on::<D>(
+            connection, payment_no, now_ms
+        ))
+    }
+
+    async fn pending_before(
+        &self,
+        tenant_id: Option<&str>,
+        created_before_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Payment>, StoreError> {
+        connection!(self, |connection| pending_before::<D>(
+            connection,
+            tenant_id,
+            created_before_ms,
+            after,
+            i64::from(limit)
+        ))
+    }
+
+    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| async {
+            let closed = close_on::<D>(connection, payment_no, now_ms).await?;
+            let canceled = match &closed {
+                LocalClose::Closed(payment) => {
+                    orders::transition_order::<D>(
+                        connection,
+                        &payment.tenant_id,
+                        &payment.order_id,
+                        OrderStatus::Created,
+                        OrderStatus::Canceled,
+                        now_ms,
+                    )
+                    .await?
+                }
+                _ => false,
+            };
+            Ok((closed, canceled))
+        })
+    }
+
+    async fn apply_success(
+        &self,
+        payment_no: &str,
+        paid: &mideng_channel::adapter::Payment,
+    ) -> Result<SuccessOutcome, StoreError> {
+        let now_ms = clock::now_ms();
+        let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
+        transaction!(self, |connection| apply_success::<D>(
+            connection,
+            payment_no,
+            &paid.channel_trade_no,
+            paid.amount_fen,
+            paid_at_ms,
+            now_ms
+        ))
+    }
 }

@@ -61,22 +61,25 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
+
+mod channels;
+mod sections;
+
+pub use channels::{
+    AlipayApiFile, AlipayFile, ChannelsConfig, ConfiguredChannels, WechatFile, WechatPlatformMode,
+};
+pub use sections::{
+    BrokerKind, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
+    PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
+};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
-use mideng_channel::adapter::Channel;
-use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
-use mideng_channel::adapter::wechat::{
-    CERTIFICATE_REFRESH_INTERVAL, PlatformKeySource, WechatChannel, WechatConfig,
-};
-use mideng_channel::keys::{PrivateKey, PublicKey};
-use mideng_channel::platform_keys::parse_certificate_pem;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::api::PaymentSettings;
+use crate::flows::PaymentSettings;
 use crate::transport::TransportSettings;
 use crate::workers::purge::PurgeSettings;
 use crate::workers::reconcile::ReconcileSettings;
@@ -119,169 +122,6 @@ pub struct ServeConfig {
     pub events: EventsConfig,
 }
 
-/// Which broker carries the outbox's events.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum BrokerKind {
-    /// The in-database queue (no broker to run).
-    #[default]
-    Queue,
-    /// RabbitMQ (`[events.rabbitmq]`).
-    Rabbitmq,
-    /// NATS JetStream (`[events.nats]`).
-    Nats,
-}
-
-/// `[events]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct EventsConfig {
-    /// `queue`, `rabbitmq` or `nats`.
-    pub broker: BrokerKind,
-    /// Run the outbox relay on this instance.
-    pub relay: bool,
-    /// Run the entitlement consumer on this instance.
-    pub consumer: bool,
-    /// Outbox rows per relay round (1 ..= 1000).
-    pub relay_batch: u32,
-    /// Pause after a relay round that found less than a full batch, ms (10 ..= 60000).
-    pub relay_interval_ms: u64,
-    /// How long a relay's claim keeps others off its rows, seconds (2 × publish timeout ..= 3600).
-    pub claim_lease_secs: u64,
-    /// Longest wait for one broker confirmation, seconds (1 ..= 60).
-    pub publish_timeout_secs: u64,
-    /// Longest delay between attempts at an unpublished row, seconds (1 ..= 3600).
-    pub retry_cap_secs: u64,
-    /// The consumer group (the NATS durable consumer's name).
-    pub consumer_group: String,
-    /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
-    pub sent_retention_days: u64,
-    /// RabbitMQ.
-    pub rabbitmq: RabbitConfig,
-    /// NATS JetStream.
-    pub nats: NatsConfig,
-}
-
-impl Default for EventsConfig {
-    fn default() -> Self {
-        let relay = mideng::outbox::sql::RelaySettings::default();
-        let worker = RelayWorkerSettings::default();
-        Self {
-            broker: BrokerKind::Queue,
-            relay: true,
-            consumer: true,
-            relay_batch: relay.batch,
-            relay_interval_ms: u64::try_from(worker.interval.as_millis()).unwrap_or(200),
-            claim_lease_secs: relay.claim_lease.as_secs(),
-            publish_timeout_secs: relay.publish_timeout.as_secs(),
-            retry_cap_secs: relay.retry_cap.as_secs(),
-            consumer_group: ConsumerSettings::default().group,
-            sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
-            rabbitmq: RabbitConfig::default(),
-            nats: NatsConfig::default(),
-        }
-    }
-}
-
-/// `[events.rabbitmq]`.
-#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RabbitConfig {
-    /// `amqp://user:password@host:5672/%2f` (give passwords by environment).
-    pub url: String,
-    /// Queues are `<prefix>.<topic>`.
-    pub queue_prefix: String,
-}
-
-impl Default for RabbitConfig {
-    fn default() -> Self {
-        let defaults = RabbitSettings::default();
-        Self {
-            url: defaults.url,
-            queue_prefix: defaults.queue_prefix,
-        }
-    }
-}
-
-impl std::fmt::Debug for RabbitConfig {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("RabbitConfig")
-            .field("url", &"redacted")
-            .field("queue_prefix", &self.queue_prefix)
-            .finish()
-    }
-}
-
-/// `[events.nats]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct NatsConfig {
-    /// `nats://host:4222`.
-    pub url: String,
-    /// The JetStream stream (created if missing).
-    pub stream: String,
-    /// Subjects are `<prefix>.<topic>`.
-    pub subject_prefix: String,
-}
-
-impl Default for NatsConfig {
-    fn default() -> Self {
-        let defaults = NatsSettings::default();
-        Self {
-            url: defaults.url,
-            stream: defaults.stream,
-            subject_prefix: defaults.subject_prefix,
-        }
-    }
-}
-
-/// `[purge]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct PurgeConfig {
-    /// Seconds between rounds (1 ..= 86400).
-    pub interval_secs: u64,
-    /// Rows per batch (1 ..= 10000).
-    pub batch: u32,
-}
-
-impl Default for PurgeConfig {
-    fn default() -> Self {
-        let defaults = PurgeSettings::default();
-        Self {
-            interval_secs: defaults.interval.as_secs(),
-            batch: defaults.batch,
-        }
-    }
-}
-
-/// `[reconcile]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReconcileConfig {
-    /// Seconds between rounds (1 ..= 3600).
-    pub interval_secs: u64,
-    /// Payments pending for longer than this are examined, seconds (0 ..= 86400).
-    pub min_age_secs: u64,
-    /// Seconds past a trade's expiry before it is treated as over (0 ..= 3600).
-    pub expiry_grace_secs: u64,
-    /// Most payments per round (1 ..= 10000).
-    pub batch: u32,
-}
-
-impl Default for ReconcileConfig {
-    fn default() -> Self {
-        let defaults = ReconcileSettings::default();
-        Self {
-            interval_secs: defaults.interval.as_secs(),
-            min_age_secs: defaults.min_age.as_secs(),
-            expiry_grace_secs: defaults.expiry_grace.as_secs(),
-            batch: defaults.batch,
-        }
-    }
-}
-
 impl Default for ServeConfig {
     fn default() -> Self {
         Self {
@@ -300,296 +140,6 @@ impl Default for ServeConfig {
             purge: PurgeConfig::default(),
             events: EventsConfig::default(),
         }
-    }
-}
-
-/// `[http]`: see [`crate::transport::TransportSettings`] for what each bounds and why.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HttpConfig {
-    /// A request head's deadline, also the idle timeout of a kept-alive connection.
-    pub header_read_timeout_ms: u64,
-    /// A whole request body's deadline, from the end of its head.
-    pub body_read_timeout_ms: u64,
-    /// Connections served at once.
-    pub connections_max: usize,
-    /// Largest request head.
-    pub header_bytes_max: usize,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        let defaults = TransportSettings::default();
-        Self {
-            header_read_timeout_ms: millis(defaults.header_read_timeout),
-            body_read_timeout_ms: millis(defaults.body_read_timeout),
-            connections_max: defaults.connections_max,
-            header_bytes_max: defaults.header_bytes_max,
-        }
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `[database]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct DatabaseConfig {
-    /// `sqlite://…`, `postgres://…` or `mysql://…`; unset: `sqlite://<data_dir>/mideng.db`.
-    pub url: Option<String>,
-    /// Pool size.
-    pub connections_max: u32,
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: None,
-            connections_max: 16,
-        }
-    }
-}
-
-/// `[redis]`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RedisConfig {
-    /// `redis://…`; unset (and no cluster): in-process tokens and locks (a single instance
-    /// only).
-    pub url: Option<String>,
-    /// Seed nodes of a Redis Cluster (`["redis://10.0.0.1:7000", …]`), instead of `url`.
-    pub cluster: Vec<String>,
-    /// Key prefix (default `mideng`).
-    pub prefix: Option<String>,
-}
-
-/// `[simulator]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct SimulatorConfig {
-    /// Run it; unset: run it when no channel is configured.
-    pub enabled: Option<bool>,
-    /// Where it listens.
-    pub listen: SocketAddr,
-}
-
-impl Default for SimulatorConfig {
-    fn default() -> Self {
-        Self {
-            enabled: None,
-            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
-        }
-    }
-}
-
-/// `[payments]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct PaymentsConfig {
-    /// Creating a payment needs a one-time `Idempotency-Token`.
-    pub token_required: bool,
-    /// How long an attempt accepts payment, seconds (60 ..= 86400).
-    pub expire_after_secs: u64,
-    /// How long a request waits for an order's lock, ms (0 ..= 10000).
-    pub lock_wait_ms: u64,
-    /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
-    pub funds_retention_days: u64,
-}
-
-impl Default for PaymentsConfig {
-    fn default() -> Self {
-        let defaults = PaymentSettings::default();
-        Self {
-            token_required: defaults.token_required,
-            expire_after_secs: defaults.expire_after.as_secs(),
-            lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
-            funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
-        }
-    }
-}
-
-/// `[demo]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct DemoConfig {
-    /// Provision the demo tenant.
-    pub enabled: bool,
-    /// Its id.
-    pub tenant_id: String,
-    /// Its API key; unset: a fresh key at every start, printed.
-    pub api_key: Option<String>,
-}
-
-impl Default for DemoConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            tenant_id: "demo".to_owned(),
-            api_key: None,
-        }
-    }
-}
-
-/// `[[tenants]]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    /// Tenant id.
-    pub id: String,
-    /// SHA-256 (hex) of its API key.
-    pub api_key_sha256: String,
-}
-
-/// `[channels]`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct ChannelsConfig {
-    /// Alipay.
-    pub alipay: Option<AlipayFile>,
-    /// WeChat Pay.
-    pub wechat: Option<WechatFile>,
-}
-
-/// `[channels.alipay]`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AlipayFile {
-    /// Gateway URL.
-    pub gateway_url: String,
-    /// `gateway` (default) or `v3`: OpenAPI v3 at `/v3/alipay/trade/…` on the gateway's host.
-    #[serde(default)]
-    pub api: AlipayApiFile,
-    /// App id.
-    pub app_id: String,
-    /// Seller id, checked on notifies.
-    pub seller_id: Option<String>,
-    /// PEM file of the merchant's private key.
-    pub merchant_private_key_file: PathBuf,
-    /// PEM file of Alipay's public key.
-    pub gateway_public_key_file: PathBuf,
-    /// Our notify URL, as the channel reaches it.
-    pub notify_url: String,
-}
-
-/// `[channels.alipay] api`: which of Alipay's APIs the adapter speaks.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum AlipayApiFile {
-    /// `gateway.do`.
-    #[default]
-    Gateway,
-    /// OpenAPI v3.
-    V3,
-}
-
-impl From<AlipayApiFile> for AlipayApi {
-    fn from(api: AlipayApiFile) -> Self {
-        match api {
-            AlipayApiFile::Gateway => AlipayApi::Gateway,
-            AlipayApiFile::V3 => AlipayApi::V3,
-        }
-    }
-}
-
-/// `[channels.wechat]`.
-#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct WechatFile {
-    /// API base URL.
-    pub base_url: String,
-    /// Merchant id.
-    pub mchid: String,
-    /// App id.
-    pub appid: String,
-    /// Serial of the merchant certificate.
-    pub merchant_serial: String,
-    /// PEM file of the merchant's private key.
-    pub merchant_private_key_file: PathBuf,
-    /// `public_key` (the default: one key, [`WechatFile::platform_public_key_file`] under
-    /// [`WechatFile::platform_serial`]) or `certificates` (downloaded from `/v3/certificates`
-    /// and refreshed when the platform rotates).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform_mode: Option<WechatPlatformMode>,
-    /// Public-key mode: PEM file of the platform's public key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform_public_key_file: Option<PathBuf>,
-    /// Public-key mode: the serial that key signs under (`Wechatpay-Serial`, `PUB_KEY_ID_…` or
-    /// a certificate's serial); notifies under any other serial are refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform_serial: Option<String>,
-    /// Certificate mode, optional: a PEM platform certificate trusted before the first
-    /// download (its key then verifies the first list when that list is signed under it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform_certificate_file: Option<PathBuf>,
-    /// The 32-byte API v3 key (give it by environment).
-    pub api_v3_key: String,
-    /// Our notify URL, as the channel reaches it.
-    pub notify_url: String,
-}
-
-/// `channels.wechat.platform_mode`.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum WechatPlatformMode {
-    /// One platform public key, configured.
-    PublicKey,
-    /// The platform certificates, downloaded.
-    Certificates,
-}
-
-/// Where `[channels.wechat]` takes the platform keys from, once its fields are checked.
-enum WechatPlatformChoice<'a> {
-    PublicKey { key_file: &'a Path, serial: &'a str },
-    Certificates { certificate_file: Option<&'a Path> },
-}
-
-impl WechatFile {
-    /// The platform-key fields read together: each mode takes its own fields and refuses the
-    /// other's, so that a configuration never means two things.
-    fn platform_choice(&self) -> Result<WechatPlatformChoice<'_>, ConfigError> {
-        let invalid = |what: &str| ConfigError::Invalid(format!("channels.wechat: {what}"));
-        match self.platform_mode.unwrap_or(WechatPlatformMode::PublicKey) {
-            WechatPlatformMode::PublicKey => {
-                if self.platform_certificate_file.is_some() {
-                    return Err(invalid(
-                        "platform_certificate_file is for platform_mode = \"certificates\"",
-                    ));
-                }
-                match (&self.platform_public_key_file, &self.platform_serial) {
-                    (Some(key_file), Some(serial)) if !serial.is_empty() => {
-                        Ok(WechatPlatformChoice::PublicKey { key_file, serial })
-                    }
-                    _ => Err(invalid(
-                        "public-key mode needs platform_public_key_file and platform_serial \
-                         (or set platform_mode = \"certificates\")",
-                    )),
-                }
-            }
-            WechatPlatformMode::Certificates => {
-                if self.platform_public_key_file.is_some() || self.platform_serial.is_some() {
-                    return Err(invalid(
-                        "platform_mode = \"certificates\" downloads the platform keys: \
-                         remove platform_public_key_file and platform_serial",
-                    ));
-                }
-                Ok(WechatPlatformChoice::Certificates {
-                    certificate_file: self.platform_certificate_file.as_deref(),
-                })
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for WechatFile {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("WechatFile")
-            .field("base_url", &self.base_url)
-            .field("mchid", &self.mchid)
-            .field("api_v3_key", &"redacted")
-            .finish_non_exhaustive()
     }
 }
 
@@ -660,6 +210,9 @@ impl ServeConfig {
         if !(60..=86_400).contains(&self.payments.expire_after_secs) {
             return invalid("payments.expire_after_secs must be 60 to 86400");
         }
+        if self.payments.expiry_grace_secs > 3_600 {
+            return invalid("payments.expiry_grace_secs must be 0 to 3600");
+        }
         if !(30..=400).contains(&self.payments.funds_retention_days) {
             return invalid("payments.funds_retention_days must be 30 to 400");
         }
@@ -692,11 +245,10 @@ impl ServeConfig {
         let reconcile = &self.reconcile;
         if !(1..=3_600).contains(&reconcile.interval_secs)
             || reconcile.min_age_secs > 86_400
-            || reconcile.expiry_grace_secs > 3_600
             || !(1..=10_000).contains(&reconcile.batch)
         {
             return invalid(
-                "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, expiry_grace_secs ..=3600, batch 1..=10000",
+                "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, batch 1..=10000",
             );
         }
         let events = &self.events;
@@ -757,6 +309,7 @@ impl ServeConfig {
         PaymentSettings {
             token_required: self.payments.token_required,
             expire_after: Duration::from_secs(self.payments.expire_after_secs),
+            expiry_grace: Duration::from_secs(self.payments.expiry_grace_secs),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             ..PaymentSettings::default()
@@ -823,63 +376,11 @@ impl ServeConfig {
     pub fn reconcile_settings(&self) -> ReconcileSettings {
         ReconcileSettings {
             min_age: Duration::from_secs(self.reconcile.min_age_secs),
-            expiry_grace: Duration::from_secs(self.reconcile.expiry_grace_secs),
             batch: self.reconcile.batch,
             interval: Duration::from_secs(self.reconcile.interval_secs),
             tenant: None,
         }
     }
-
-    /// The adapters of the configured channels (keys read from their files).
-    pub fn channels(&self) -> Result<ConfiguredChannels, ConfigError> {
-        let alipay = self
-            .channels
-            .alipay
-            .as_ref()
-            .map(|file| -> Result<Arc<dyn Channel>, ConfigError> {
-                let channel = AlipayChannel::new(AlipayConfig {
-                    gateway_url: file.gateway_url.clone(),
-                    api: file.api.into(),
-                    app_id: file.app_id.clone(),
-                    seller_id: file.seller_id.clone(),
-                    merchant_key: private_key(&file.merchant_private_key_file)?,
-                    gateway_public_key: public_key(&file.gateway_public_key_file)?,
-                    notify_url: file.notify_url.clone(),
-                })
-                .map_err(|error| ConfigError::Invalid(format!("alipay: {error}")))?;
-                Ok(Arc::new(channel))
-            })
-            .transpose()?;
-        let wechat = self
-            .channels
-            .wechat
-            .as_ref()
-            .map(|file| -> Result<Arc<dyn Channel>, ConfigError> {
-                let channel = WechatChannel::new(WechatConfig {
-                    base_url: file.base_url.clone(),
-                    mchid: file.mchid.clone(),
-                    appid: file.appid.clone(),
-                    merchant_serial: file.merchant_serial.clone(),
-                    merchant_key: private_key(&file.merchant_private_key_file)?,
-                    platform_keys: platform_key_source(file)?,
-                    api_v3_key: file.api_v3_key.clone(),
-                    notify_url: file.notify_url.clone(),
-                })
-                .map_err(|error| ConfigError::Invalid(format!("wechat: {error}")))?;
-                Ok(Arc::new(channel))
-            })
-            .transpose()?;
-        Ok(ConfiguredChannels { alipay, wechat })
-    }
-}
-
-/// Channel adapters built from the configuration.
-#[derive(Clone, Default)]
-pub struct ConfiguredChannels {
-    /// Alipay.
-    pub alipay: Option<Arc<dyn Channel>>,
-    /// WeChat Pay.
-    pub wechat: Option<Arc<dyn Channel>>,
 }
 
 fn overrides_provider(overrides: &Overrides) -> Serialized<figment::value::Dict> {
@@ -910,48 +411,10 @@ fn overrides_provider(overrides: &Overrides) -> Serialized<figment::value::Dict>
     Serialized::defaults(dict)
 }
 
-fn private_key(path: &Path) -> Result<PrivateKey, ConfigError> {
-    let pem = std::fs::read_to_string(path)
-        .map_err(|error| ConfigError::Invalid(format!("{}: {error}", path.display())))?;
-    PrivateKey::from_pem(&pem)
-        .map_err(|_| ConfigError::Invalid(format!("{} is not an RSA private key", path.display())))
-}
-
-fn platform_key_source(file: &WechatFile) -> Result<PlatformKeySource, ConfigError> {
-    Ok(match file.platform_choice()? {
-        WechatPlatformChoice::PublicKey { key_file, serial } => PlatformKeySource::PublicKey {
-            key: public_key(key_file)?,
-            serial: serial.to_owned(),
-        },
-        WechatPlatformChoice::Certificates { certificate_file } => {
-            let initial = certificate_file
-                .map(|path| {
-                    let pem = std::fs::read_to_string(path).map_err(|error| {
-                        ConfigError::Invalid(format!("{}: {error}", path.display()))
-                    })?;
-                    parse_certificate_pem(&pem).map_err(|error| {
-                        ConfigError::Invalid(format!("{}: {error}", path.display()))
-                    })
-                })
-                .transpose()?;
-            PlatformKeySource::Certificates {
-                initial,
-                refresh_interval: CERTIFICATE_REFRESH_INTERVAL,
-            }
-        }
-    })
-}
-
-fn public_key(path: &Path) -> Result<PublicKey, ConfigError> {
-    let pem = std::fs::read_to_string(path)
-        .map_err(|error| ConfigError::Invalid(format!("{}: {error}", path.display())))?;
-    PublicKey::from_pem(&pem)
-        .map_err(|_| ConfigError::Invalid(format!("{} is not an RSA public key", path.display())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mideng_channel::adapter::alipay::AlipayApi;
 
     fn parse(toml: &str, overrides: &Overrides) -> Result<ServeConfig, ConfigError> {
         ServeConfig::from_figment(

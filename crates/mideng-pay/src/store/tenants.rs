@@ -1,10 +1,12 @@
 //! Tenants: who may call the API. A tenant is found by the SHA-256 of its API key; the key
 //! itself is never stored.
 
-use mideng::StoreError;
+use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock};
 
+use super::sql::SqlPay;
 use super::statements::PayDialect;
 
 /// Creates the tenant with this key hash, or gives an existing tenant of that id this key
@@ -56,4 +58,33 @@ pub async fn tenant_by_key<D: PayDialect>(
             .map_err(|error| StoreError::Corrupt(format!("unreadable tenant: {error}")))
     })
     .transpose()
+}
+
+/// Tenants and their API keys (stored as SHA-256 digests).
+#[async_trait]
+pub trait Tenants: Send + Sync {
+    /// Creates or re-keys a tenant.
+    async fn upsert_tenant(&self, tenant_id: &str, api_key_hash: &str) -> Result<(), StoreError>;
+    /// The tenant owning the key with this hash.
+    async fn tenant_by_key(&self, api_key_hash: &str) -> Result<Option<String>, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Tenants for SqlPay<D> {
+    async fn upsert_tenant(&self, tenant_id: &str, api_key_hash: &str) -> Result<(), StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| upsert_tenant::<D>(
+            connection,
+            tenant_id,
+            api_key_hash,
+            now_ms
+        ))
+    }
+
+    async fn tenant_by_key(&self, api_key_hash: &str) -> Result<Option<String>, StoreError> {
+        connection!(self, |connection| tenant_by_key::<D>(
+            connection,
+            api_key_hash
+        ))
+    }
 }

@@ -1,0 +1,318 @@
+//! The sections of `mideng.toml` besides `[channels]`, each with its defaults (those of the
+//! settings it becomes) and its ranges (checked by [`super::ServeConfig`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::flows::PaymentSettings;
+use crate::transport::TransportSettings;
+use crate::workers::purge::PurgeSettings;
+use crate::workers::reconcile::ReconcileSettings;
+use crate::workers::{ConsumerSettings, RelayWorkerSettings};
+use mideng::outbox::nats::NatsSettings;
+use mideng::outbox::rabbitmq::RabbitSettings;
+
+/// Which broker carries the outbox's events.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BrokerKind {
+    /// The in-database queue (no broker to run).
+    #[default]
+    Queue,
+    /// RabbitMQ (`[events.rabbitmq]`).
+    Rabbitmq,
+    /// NATS JetStream (`[events.nats]`).
+    Nats,
+}
+
+/// `[events]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// `queue`, `rabbitmq` or `nats`.
+    pub broker: BrokerKind,
+    /// Run the outbox relay on this instance.
+    pub relay: bool,
+    /// Run the entitlement consumer on this instance.
+    pub consumer: bool,
+    /// Outbox rows per relay round (1 ..= 1000).
+    pub relay_batch: u32,
+    /// Pause after a relay round that found less than a full batch, ms (10 ..= 60000).
+    pub relay_interval_ms: u64,
+    /// How long a relay's claim keeps others off its rows, seconds (2 × publish timeout ..= 3600).
+    pub claim_lease_secs: u64,
+    /// Longest wait for one broker confirmation, seconds (1 ..= 60).
+    pub publish_timeout_secs: u64,
+    /// Longest delay between attempts at an unpublished row, seconds (1 ..= 3600).
+    pub retry_cap_secs: u64,
+    /// The consumer group (the NATS durable consumer's name).
+    pub consumer_group: String,
+    /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
+    pub sent_retention_days: u64,
+    /// RabbitMQ.
+    pub rabbitmq: RabbitConfig,
+    /// NATS JetStream.
+    pub nats: NatsConfig,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        let relay = mideng::outbox::sql::RelaySettings::default();
+        let worker = RelayWorkerSettings::default();
+        Self {
+            broker: BrokerKind::Queue,
+            relay: true,
+            consumer: true,
+            relay_batch: relay.batch,
+            relay_interval_ms: u64::try_from(worker.interval.as_millis()).unwrap_or(200),
+            claim_lease_secs: relay.claim_lease.as_secs(),
+            publish_timeout_secs: relay.publish_timeout.as_secs(),
+            retry_cap_secs: relay.retry_cap.as_secs(),
+            consumer_group: ConsumerSettings::default().group,
+            sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
+            rabbitmq: RabbitConfig::default(),
+            nats: NatsConfig::default(),
+        }
+    }
+}
+
+/// `[events.rabbitmq]`.
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RabbitConfig {
+    /// `amqp://user:password@host:5672/%2f` (give passwords by environment).
+    pub url: String,
+    /// Queues are `<prefix>.<topic>`.
+    pub queue_prefix: String,
+}
+
+impl Default for RabbitConfig {
+    fn default() -> Self {
+        let defaults = RabbitSettings::default();
+        Self {
+            url: defaults.url,
+            queue_prefix: defaults.queue_prefix,
+        }
+    }
+}
+
+impl std::fmt::Debug for RabbitConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RabbitConfig")
+            .field("url", &"redacted")
+            .field("queue_prefix", &self.queue_prefix)
+            .finish()
+    }
+}
+
+/// `[events.nats]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// `nats://host:4222`.
+    pub url: String,
+    /// The JetStream stream (created if missing).
+    pub stream: String,
+    /// Subjects are `<prefix>.<topic>`.
+    pub subject_prefix: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        let defaults = NatsSettings::default();
+        Self {
+            url: defaults.url,
+            stream: defaults.stream,
+            subject_prefix: defaults.subject_prefix,
+        }
+    }
+}
+
+/// `[purge]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PurgeConfig {
+    /// Seconds between rounds (1 ..= 86400).
+    pub interval_secs: u64,
+    /// Rows per batch (1 ..= 10000).
+    pub batch: u32,
+}
+
+impl Default for PurgeConfig {
+    fn default() -> Self {
+        let defaults = PurgeSettings::default();
+        Self {
+            interval_secs: defaults.interval.as_secs(),
+            batch: defaults.batch,
+        }
+    }
+}
+
+/// `[reconcile]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcileConfig {
+    /// Seconds between rounds (1 ..= 3600).
+    pub interval_secs: u64,
+    /// Payments pending for longer than this are examined, seconds (0 ..= 86400).
+    pub min_age_secs: u64,
+    /// Most payments per round (1 ..= 10000).
+    pub batch: u32,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        let defaults = ReconcileSettings::default();
+        Self {
+            interval_secs: defaults.interval.as_secs(),
+            min_age_secs: defaults.min_age.as_secs(),
+            batch: defaults.batch,
+        }
+    }
+}
+
+/// `[http]`: see [`crate::transport::TransportSettings`] for what each bounds and why.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// A request head's deadline, also the idle timeout of a kept-alive connection.
+    pub header_read_timeout_ms: u64,
+    /// A whole request body's deadline, from the end of its head.
+    pub body_read_timeout_ms: u64,
+    /// Connections served at once.
+    pub connections_max: usize,
+    /// Largest request head.
+    pub header_bytes_max: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        let defaults = TransportSettings::default();
+        Self {
+            header_read_timeout_ms: millis(defaults.header_read_timeout),
+            body_read_timeout_ms: millis(defaults.body_read_timeout),
+            connections_max: defaults.connections_max,
+            header_bytes_max: defaults.header_bytes_max,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://…`, `postgres://…` or `mysql://…`; unset: `sqlite://<data_dir>/mideng.db`.
+    pub url: Option<String>,
+    /// Pool size.
+    pub connections_max: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            connections_max: 16,
+        }
+    }
+}
+
+/// `[redis]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://…`; unset (and no cluster): in-process tokens and locks (a single instance
+    /// only).
+    pub url: Option<String>,
+    /// Seed nodes of a Redis Cluster (`["redis://10.0.0.1:7000", …]`), instead of `url`.
+    pub cluster: Vec<String>,
+    /// Key prefix (default `mideng`).
+    pub prefix: Option<String>,
+}
+
+/// `[simulator]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimulatorConfig {
+    /// Run it; unset: run it when no channel is configured.
+    pub enabled: Option<bool>,
+    /// Where it listens.
+    pub listen: SocketAddr,
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        Self {
+            enabled: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+        }
+    }
+}
+
+/// `[payments]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaymentsConfig {
+    /// Creating a payment needs a one-time `Idempotency-Token`.
+    pub token_required: bool,
+    /// How long an attempt accepts payment, seconds (60 ..= 86400).
+    pub expire_after_secs: u64,
+    /// Seconds past a trade's expiry before the close route and reconciliation treat it as
+    /// over, for clock skew with the channel (0 ..= 3600).
+    pub expiry_grace_secs: u64,
+    /// How long a request waits for an order's lock, ms (0 ..= 10000).
+    pub lock_wait_ms: u64,
+    /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
+    pub funds_retention_days: u64,
+}
+
+impl Default for PaymentsConfig {
+    fn default() -> Self {
+        let defaults = PaymentSettings::default();
+        Self {
+            token_required: defaults.token_required,
+            expire_after_secs: defaults.expire_after.as_secs(),
+            expiry_grace_secs: defaults.expiry_grace.as_secs(),
+            lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
+            funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
+        }
+    }
+}
+
+/// `[demo]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoConfig {
+    /// Provision the demo tenant.
+    pub enabled: bool,
+    /// Its id.
+    pub tenant_id: String,
+    /// Its API key; unset: a fresh key at every start, printed.
+    pub api_key: Option<String>,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            tenant_id: "demo".to_owned(),
+            api_key: None,
+        }
+    }
+}
+
+/// `[[tenants]]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant id.
+    pub id: String,
+    /// SHA-256 (hex) of its API key.
+    pub api_key_sha256: String,
+}

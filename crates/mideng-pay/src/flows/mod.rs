@@ -1,0 +1,234 @@
+//! The service's use cases, one module each, as a request travels: plain async functions over
+//! small ports ([`Ports`]: storage, channels, locks, clock, settings) that return a domain
+//! outcome. The API parses, calls a flow and renders its outcome; the workers call the same
+//! flows with their own ports, never the API.
+//!
+//! | flow | what it decides |
+//! |---|---|
+//! | [`order`] | create an order once per order id; move it by compare-and-set |
+//! | [`payment::create`] | open one pending payment per order under the order lock, create its trade at the channel |
+//! | [`payment::close`] | close at the channel first, then here; a buyer who paid first wins |
+//! | [`payment::settle`] | the one table "the channel says X → do Y", used by creation, close and reconciliation |
+//! | [`notify`] | verify a channel notify, then apply it once per notify id |
+//! | [`wallet`] | credit and deduct, each with its stored answer in one transaction |
+//!
+//! Every idempotency decision a flow takes is logged and counted by [`decision`].
+
+pub mod notify;
+pub mod order;
+pub mod payment;
+pub mod wallet;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mideng::lock::LockStore;
+use mideng::{Name, clock};
+use mideng_channel::adapter::Channel;
+
+use crate::domain::payment::ChannelName as ChannelKind;
+use crate::store::Store;
+
+/// Operation names: the scopes of keys, tokens and counters.
+pub mod operation {
+    /// Creating a payment attempt.
+    pub const PAYMENT_CREATE: &str = "payment.create";
+    /// Closing a payment attempt.
+    pub const PAYMENT_CLOSE: &str = "payment.close";
+    /// Crediting a wallet.
+    pub const WALLET_CREDIT: &str = "wallet.credit";
+    /// Deducting from a wallet.
+    pub const WALLET_DEDUCT: &str = "wallet.deduct";
+    /// Creating an order.
+    pub const ORDER_CREATE: &str = "order.create";
+    /// Transitioning an order.
+    pub const ORDER_TRANSITION: &str = "order.transition";
+    /// An Alipay notify.
+    pub const NOTIFY_ALIPAY: &str = "notify.alipay";
+    /// A WeChat Pay notify.
+    pub const NOTIFY_WECHAT: &str = "notify.wechat";
+    /// A reconciliation round's decision about one payment.
+    pub const RECONCILE: &str = "reconcile";
+}
+
+/// How payments behave.
+#[derive(Clone, Debug)]
+pub struct PaymentSettings {
+    /// Whether creating a payment needs a one-time `Idempotency-Token` (default true).
+    pub token_required: bool,
+    /// How long a payment attempt accepts payment at the channel (default 15 minutes).
+    pub expire_after: Duration,
+    /// Clock grace past a trade's expiry before "the channel has no such trade" (or "still
+    /// pending") closes it, in the close route and in reconciliation alike (default
+    /// [`crate::limits::EXPIRY_GRACE`]).
+    pub expiry_grace: Duration,
+    /// How long a request waits for the order's lock before re-checking the order (default
+    /// 2 s).
+    pub lock_wait: Duration,
+    /// How long a duplicate request waits for the first one before answering 409 (default 5 s).
+    pub duplicate_wait: Duration,
+    /// How long the answers of money-moving requests (payment creation, credit, deduct) are
+    /// kept for replay (default 30 days).
+    pub funds_retention: Duration,
+    /// The idempotency machinery on the money routes: keys, tokens and records (default true).
+    /// Off only for measuring its cost (`mideng bench`), never in production: payment creation,
+    /// credit and deduct then run without an `Idempotency-Key` layer or a token guard, and the
+    /// wallet operations complete no record (each is still one transaction, and the ledger's
+    /// one-debit-per-order constraint still refuses a second deduct for an order).
+    pub idempotency: bool,
+    /// One layer turned off, for the storm's proof of what each layer prevents (default
+    /// none). A test switch: never in production.
+    pub broken: Option<BrokenLayer>,
+}
+
+/// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokenLayer {
+    /// No one-time token guard on payment creation.
+    Tokens,
+    /// No per-order lock on payment creation and close.
+    OrderLock,
+    /// No dedup record for channel notifies.
+    NotifyDedup,
+    /// No dedup claim in the entitlement consumer.
+    GrantDedup,
+}
+
+impl PaymentSettings {
+    /// Whether `layer` is on.
+    pub fn layer_on(&self, layer: BrokenLayer) -> bool {
+        self.broken != Some(layer)
+    }
+}
+
+impl Default for PaymentSettings {
+    fn default() -> Self {
+        Self {
+            token_required: true,
+            expire_after: Duration::from_secs(15 * 60),
+            expiry_grace: crate::limits::EXPIRY_GRACE,
+            lock_wait: Duration::from_secs(2),
+            duplicate_wait: Duration::from_secs(5),
+            funds_retention: Duration::from_secs(30 * 24 * 3600),
+            idempotency: true,
+            broken: None,
+        }
+    }
+}
+
+/// Time, as the flows see it: the wall clock in production, a fixed one in a test.
+pub trait Clock: Send + Sync {
+    /// Unix milliseconds, now.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        clock::now_ms()
+    }
+}
+
+/// The configured channel adapters, at most one per channel (configurations are
+/// deployment-wide and shared by the tenants).
+#[derive(Clone, Default)]
+pub struct Channels {
+    alipay: Option<Arc<dyn Channel>>,
+    wechat: Option<Arc<dyn Channel>>,
+}
+
+impl Channels {
+    /// The adapters the service takes payments through.
+    pub fn new(alipay: Option<Arc<dyn Channel>>, wechat: Option<Arc<dyn Channel>>) -> Self {
+        Self { alipay, wechat }
+    }
+
+    /// The adapter of `kind`, if configured.
+    pub fn get(&self, kind: ChannelKind) -> Option<&Arc<dyn Channel>> {
+        match kind {
+            ChannelKind::Alipay => self.alipay.as_ref(),
+            ChannelKind::Wechat => self.wechat.as_ref(),
+        }
+    }
+
+    /// The adapter a stored payment goes through, if its channel is known and configured.
+    pub fn named(&self, channel: &str) -> Option<&Arc<dyn Channel>> {
+        ChannelKind::parse(channel)
+            .ok()
+            .and_then(|kind| self.get(kind))
+    }
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Channels")
+            .field("alipay", &self.alipay.is_some())
+            .field("wechat", &self.wechat.is_some())
+            .finish()
+    }
+}
+
+/// What every flow works with.
+#[derive(Clone)]
+pub struct Ports {
+    /// Storage, one port per aggregate.
+    pub store: Store,
+    /// The channel adapters.
+    pub channels: Channels,
+    /// Per-order and per-payment locks (Redis, or in-process).
+    pub locks: Arc<dyn LockStore>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Payment behaviour.
+    pub settings: PaymentSettings,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Ports")
+            .field("store", &self.store)
+            .field("channels", &self.channels)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ports {
+    /// Whether a trade that expired at `expires_at_ms` is past its expiry and the clock grace.
+    pub fn expired(&self, expires_at_ms: i64) -> bool {
+        self.clock.now_ms()
+            > expires_at_ms.saturating_add(clock::duration_ms(self.settings.expiry_grace))
+    }
+}
+
+/// The name of an order's lock in the lock store (Redis keys carry it under the store's
+/// prefix).
+pub fn order_lock_name(tenant: &str, order_id: &str) -> Option<Name> {
+    Name::parse(&format!("order:{tenant}:{order_id}")).ok()
+}
+
+/// Logs and counts one idempotency decision of the service (the HTTP layer logs its own key
+/// and token decisions): `layer` is lock, constraint, cas, dedup, business-key, signature or
+/// reconciliation.
+pub fn decision(
+    layer: &'static str,
+    operation: &'static str,
+    tenant: &str,
+    subject: &str,
+    outcome: &'static str,
+) {
+    tracing::info!(
+        target: "mideng::decision",
+        layer, operation, tenant, subject, outcome, "idempotency decision"
+    );
+    metrics::counter!(
+        "mideng_service_decisions_total",
+        "layer" => layer, "operation" => operation, "outcome" => outcome
+    )
+    .increment(1);
+}

@@ -1,0 +1,100 @@
+//! A channel's notify. It is accepted only after its signature, merchant identity, our payment
+//! number, its channel and the amount all check out; then it is deduplicated by the channel's
+//! notify id and applied through the one success flow, in one transaction. Anything that cannot
+//! be processed now gets the channel's failure answer, so that it is sent again.
+
+use mideng_channel::adapter::{NotifiedState, NotifyAnswer, NotifyVerdict, RawNotify};
+
+use crate::domain::payment::ChannelName as ChannelKind;
+use crate::flows::{BrokenLayer, Ports, decision, operation};
+use crate::store::{NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome, SuccessOutcome};
+
+/// The dedup scope's operation of a channel's notifies.
+pub fn operation_of(kind: ChannelKind) -> &'static str {
+    match kind {
+        ChannelKind::Alipay => operation::NOTIFY_ALIPAY,
+        ChannelKind::Wechat => operation::NOTIFY_WECHAT,
+    }
+}
+
+/// Verifies and applies one notify; the channel's answer. `None` when the channel is not
+/// configured here.
+pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Option<NotifyAnswer> {
+    let channel = ports.channels.get(kind)?;
+    let operation = operation_of(kind);
+    let verified = match channel.verify_notify(raw, ports.clock.now_ms()) {
+        Ok(verified) => verified,
+        Err(rejection) => {
+            tracing::warn!(%rejection, "notify refused");
+            decision("signature", operation, "-", "-", rejection.label());
+            return Some(channel.answer(NotifyVerdict::Refused));
+        }
+    };
+    let event = match &verified.state {
+        NotifiedState::Paid(payment) => NotifyEvent::Paid {
+            channel_trade_no: payment.channel_trade_no.clone(),
+            paid_at_ms: payment.paid_at_ms.unwrap_or_else(|| ports.clock.now_ms()),
+        },
+        NotifiedState::Closed => NotifyEvent::Closed,
+        NotifiedState::Other(_) => NotifyEvent::Other,
+    };
+    let effect = NotifyEffect {
+        operation,
+        channel: channel.kind().as_str(),
+        notify_id: verified.notify_id.clone(),
+        payment_no: verified.out_trade_no.clone(),
+        amount_fen: verified.amount_fen,
+        event,
+        dedup: ports.settings.layer_on(BrokenLayer::NotifyDedup),
+    };
+    let subject = verified.out_trade_no.as_str();
+    let NotifyApplied { outcome, tenant } = match ports.store.notifies.apply_notify(&effect).await {
+        Ok(applied) => applied,
+        Err(error) => {
+            tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
+            return Some(channel.answer(NotifyVerdict::RetryLater));
+        }
+    };
+    let (layer, label, verdict) = match &outcome {
+        NotifyOutcome::Duplicate => ("dedup", "duplicate", NotifyVerdict::Accepted),
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: true })) => {
+            ("cas", "paid", NotifyVerdict::Accepted)
+        }
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
+            tracing::warn!(
+                payment_no = subject,
+                "paid, but the order no longer waited for payment (canceled): refund case"
+            );
+            ("cas", "paid_order_not_created", NotifyVerdict::Accepted)
+        }
+        NotifyOutcome::Applied(Some(SuccessOutcome::AlreadyPaid)) => {
+            ("cas", "already_paid", NotifyVerdict::Accepted)
+        }
+        NotifyOutcome::Applied(Some(_)) => ("cas", "refused", NotifyVerdict::RetryLater),
+        NotifyOutcome::Applied(None) => ("cas", "acknowledged", NotifyVerdict::Accepted),
+        NotifyOutcome::Rejected(why) => {
+            tracing::warn!(
+                payment_no = subject,
+                why = *why,
+                "notify does not match our payment"
+            );
+            ("signature", *why, NotifyVerdict::Refused)
+        }
+        NotifyOutcome::LateSuccess(status) => {
+            tracing::error!(
+                payment_no = subject, status = ?status,
+                "charged at the channel, but the order is paid by another payment (or the attempt failed): refund by hand; not acknowledged"
+            );
+            ("cas", "double_charge", NotifyVerdict::RetryLater)
+        }
+        NotifyOutcome::Busy => ("dedup", "busy", NotifyVerdict::RetryLater),
+    };
+    decision(
+        layer,
+        operation,
+        tenant.as_deref().unwrap_or("-"),
+        subject,
+        label,
+    );
+    Some(channel.answer(verdict))
+}

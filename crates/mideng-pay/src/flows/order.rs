@@ -1,0 +1,112 @@
+//! Orders: creation idempotent by the order id (the business key: the same order again is a
+//! replay, another content under the same id is refused), and transitions as compare-and-set on
+//! the status. PAID is reached only through a payment.
+
+use mideng::StoreError;
+
+use crate::domain::order::{Order, OrderStatus};
+use crate::domain::payment::Payment;
+use crate::flows::{Ports, decision, operation};
+use crate::store::{OrderInsert, OrderTransition};
+
+/// What creating an order came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrderCreated {
+    /// Created now.
+    Created,
+    /// The same order was created before: it as it is now, with its payments.
+    Replayed(Order, Vec<Payment>),
+    /// Another order with this id and a different content exists.
+    IdReused,
+    /// The order vanished between the conflict and the read (it cannot be deleted, so only a
+    /// corrupt store gets here).
+    Vanished,
+}
+
+/// Creates `order` unless its id exists in its tenant.
+pub async fn create(ports: &Ports, order: &Order) -> Result<OrderCreated, StoreError> {
+    let tenant = order.tenant_id.as_str();
+    let subject = order.order_id.as_str();
+    Ok(match ports.store.orders.create_order(order).await? {
+        OrderInsert::Created => {
+            decision(
+                "business-key",
+                operation::ORDER_CREATE,
+                tenant,
+                subject,
+                "created",
+            );
+            OrderCreated::Created
+        }
+        OrderInsert::Existing(existing) if existing.fingerprint == order.fingerprint => {
+            decision(
+                "business-key",
+                operation::ORDER_CREATE,
+                tenant,
+                subject,
+                "replay",
+            );
+            match ports.store.orders.order(tenant, subject).await? {
+                Some((current, payments)) => OrderCreated::Replayed(current, payments),
+                None => OrderCreated::Vanished,
+            }
+        }
+        OrderInsert::Existing(_) => {
+            decision(
+                "business-key",
+                operation::ORDER_CREATE,
+                tenant,
+                subject,
+                "mismatch",
+            );
+            OrderCreated::IdReused
+        }
+    })
+}
+
+/// What a transition request came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transitioned {
+    /// Moved now, or it was there already: the order as it is now, with its payments.
+    Done(Order, Vec<Payment>),
+    /// No such order in this tenant.
+    NoOrder,
+    /// PAID is reached only through a payment.
+    OnlyByPayment,
+    /// Not allowed from the current status (or lost a race to another transition).
+    Refused {
+        /// The current status.
+        current: OrderStatus,
+    },
+}
+
+/// Moves the tenant's order `order_id` to `to`.
+pub async fn transition(
+    ports: &Ports,
+    tenant: &str,
+    order_id: &str,
+    to: OrderStatus,
+) -> Result<Transitioned, StoreError> {
+    if to == OrderStatus::Paid {
+        return Ok(Transitioned::OnlyByPayment);
+    }
+    let outcome = ports
+        .store
+        .orders
+        .transition_order(tenant, order_id, to)
+        .await?;
+    let label = match outcome {
+        OrderTransition::NoOrder => return Ok(Transitioned::NoOrder),
+        OrderTransition::Applied { .. } => "applied",
+        OrderTransition::AlreadyThere => "already_there",
+        OrderTransition::Refused { .. } => "refused",
+    };
+    decision("cas", operation::ORDER_TRANSITION, tenant, order_id, label);
+    if let OrderTransition::Refused { current } = outcome {
+        return Ok(Transitioned::Refused { current });
+    }
+    Ok(match ports.store.orders.order(tenant, order_id).await? {
+        Some((order, payments)) => Transitioned::Done(order, payments),
+        None => Transitioned::NoOrder,
+    })
+}

@@ -1,0 +1,147 @@
+//! Closing a pending payment: at the channel first, then here, under the order's lock. A buyer
+//! who paid before the close wins: the success flow runs and the caller is told the payment is
+//! paid. Closing a closed payment answers the same again.
+
+use mideng::StoreError;
+use mideng_channel::adapter::ChannelError;
+
+use super::settle::{OnClose, Settled, settle};
+use super::{lock_order, unlock};
+use crate::domain::ids::PaymentNo;
+use crate::domain::payment::{Payment, PaymentStatus};
+use crate::flows::{Ports, decision, operation};
+use crate::store::{LocalClose, SuccessOutcome};
+
+/// What a close came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Closed now.
+    Closed(Payment),
+    /// It was closed already.
+    AlreadyClosed(Payment),
+    /// Not closable yet: the channel has no trade (the code was not scanned) and it stays
+    /// payable until its expiry; the payment stays PENDING.
+    Deferred(Payment),
+    /// The buyer paid first: the payment as it is now.
+    Paid(Payment),
+    /// It failed at creation: there is nothing to close.
+    FailedAtCreation,
+    /// It is not pending (it moved on during the close).
+    NotPending,
+    /// No such payment in this tenant.
+    NotFound,
+    /// Its channel is not configured here.
+    ChannelNotConfigured,
+    /// Another request holds the order's lock.
+    Busy,
+    /// The channel still calls the trade pending: it has not confirmed the close.
+    ChannelPending,
+    /// The channel gave no definite answer.
+    ChannelUnknown,
+    /// The channel refused to close the trade.
+    ChannelRejected,
+}
+
+/// The tenant's payment `payment_no`, if it exists.
+pub async fn own_payment(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Option<Payment>, StoreError> {
+    Ok(ports
+        .store
+        .payments
+        .payment(payment_no.as_str())
+        .await?
+        .filter(|payment| payment.tenant_id == tenant))
+}
+
+/// Closes the tenant's payment `payment_no`.
+pub async fn close(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Closed, StoreError> {
+    let Some(payment) = own_payment(ports, tenant, payment_no).await? else {
+        return Ok(Closed::NotFound);
+    };
+    match payment.status {
+        PaymentStatus::Closed => return Ok(Closed::AlreadyClosed(payment)),
+        PaymentStatus::Paid => return Ok(Closed::Paid(payment)),
+        PaymentStatus::Failed => return Ok(Closed::FailedAtCreation),
+        PaymentStatus::Pending => {}
+    }
+    let Some(channel) = ports.channels.named(&payment.channel).cloned() else {
+        return Ok(Closed::ChannelNotConfigured);
+    };
+    let op = operation::PAYMENT_CLOSE;
+    let Some(guard) = lock_order(ports, op, tenant, &payment.order_id).await else {
+        return Ok(Closed::Busy);
+    };
+    let result = async {
+        let found = match channel.close_trade(&payment.payment_no).await {
+            Ok(found) => found,
+            Err(error @ ChannelError::OutcomeUnknown(_)) => {
+                tracing::warn!(%error, "channel call without a definite answer");
+                return Ok(Closed::ChannelUnknown);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "channel refused the close");
+                return Ok(Closed::ChannelRejected);
+            }
+        };
+        let number = payment.payment_no.as_str();
+        Ok(
+            match settle(ports, &payment, found, OnClose::PaymentOnly).await? {
+                // Alipay has no trade until the buyer scans the code, and the code stays
+                // payable until its expiry: closing locally now could end with a charge for a
+                // closed payment. The attempt stays PENDING; after the expiry it can no longer
+                // be paid and is closed (by a close then, or by reconciliation).
+                Settled::NotYetAtChannel => {
+                    decision("cas", op, tenant, number, "close_deferred");
+                    Closed::Deferred(payment.clone())
+                }
+                Settled::Closed(LocalClose::Closed(closed)) => {
+                    decision("cas", op, tenant, number, "closed");
+                    Closed::Closed(*closed)
+                }
+                Settled::Closed(LocalClose::AlreadyClosed(closed)) => {
+                    decision("cas", op, tenant, number, "already_closed");
+                    Closed::AlreadyClosed(*closed)
+                }
+                Settled::Closed(LocalClose::Paid(paid)) => {
+                    decision("cas", op, tenant, number, "paid_first");
+                    Closed::Paid(*paid)
+                }
+                Settled::Closed(LocalClose::Failed(_) | LocalClose::Unknown) => Closed::NotPending,
+                // The buyer paid before the close: the one success flow ran; tell the caller.
+                Settled::Paid(outcome) => {
+                    let label = match outcome {
+                        SuccessOutcome::Paid { .. } => "paid_by_close",
+                        SuccessOutcome::AlreadyPaid => "already_paid",
+                        _ => "mismatch",
+                    };
+                    decision("cas", op, tenant, number, label);
+                    current(ports, tenant, payment_no).await?
+                }
+                Settled::Refunded => current(ports, tenant, payment_no).await?,
+                Settled::Pending { .. } => Closed::ChannelPending,
+            },
+        )
+    }
+    .await;
+    unlock(ports, guard).await;
+    result
+}
+
+/// The payment as it is now, after the channel said it was paid.
+async fn current(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Closed, StoreError> {
+    Ok(match own_payment(ports, tenant, payment_no).await? {
+        Some(payment) => Closed::Paid(payment),
+        None => Closed::NotFound,
+    })
+}

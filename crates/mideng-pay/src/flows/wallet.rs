@@ -1,0 +1,108 @@
+//! Wallets: credit and deduct. Each runs in one transaction with its idempotency record, so
+//! that the money moves and the answer is stored together or not at all; the answer is
+//! rendered by the caller's pure [`Render`] function inside that transaction. Each operation has
+//! a business key besides the request's key — a deduct one debit per user and order, a credit
+//! one credit per user and reference — held by a unique index.
+
+use mideng::StoreError;
+use mideng::record::StoredResponse;
+
+use crate::domain::ids::{OrderId, Reference, UserId, new_number};
+use crate::domain::money::Amount;
+use crate::domain::wallet::{CreditOutcome, DeductOutcome};
+use crate::flows::{Ports, decision, operation};
+use crate::store::{Render, WalletRecord};
+
+/// A credit, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreditRequest {
+    /// The wallet's owner.
+    pub user_id: UserId,
+    /// How much.
+    pub amount: Amount,
+    /// The credit's business key: one credit per user and reference.
+    pub reference: Reference,
+}
+
+/// A deduct, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeductRequest {
+    /// The wallet's owner.
+    pub user_id: UserId,
+    /// The order paid for: one debit per user and order.
+    pub order_id: OrderId,
+    /// How much.
+    pub amount: Amount,
+}
+
+/// Credits a wallet at most once per reference, completing `record` (if any) with
+/// `render(outcome)` in the same transaction; the stored answer.
+pub async fn credit(
+    ports: &Ports,
+    record: WalletRecord<'_>,
+    request: &CreditRequest,
+    render: Render<'_, CreditOutcome>,
+) -> Result<StoredResponse, StoreError> {
+    let entry_no = new_number('C', ports.clock.now_ms());
+    let (outcome, stored) = ports
+        .store
+        .wallets
+        .credit(
+            record,
+            request.user_id.as_str(),
+            request.amount,
+            request.reference.as_str(),
+            &entry_no,
+            render,
+        )
+        .await?;
+    let label = match outcome {
+        CreditOutcome::Credited(_) => "credited",
+        CreditOutcome::AlreadyCredited(_) => "already_credited",
+        CreditOutcome::TooLarge => "refused",
+    };
+    decision(
+        "constraint",
+        operation::WALLET_CREDIT,
+        record.tenant(),
+        request.user_id.as_str(),
+        label,
+    );
+    Ok(stored)
+}
+
+/// Deducts from a wallet at most once per order, never below zero, completing `record` (if
+/// any) with `render(outcome)` in the same transaction; the stored answer.
+pub async fn deduct(
+    ports: &Ports,
+    record: WalletRecord<'_>,
+    request: &DeductRequest,
+    render: Render<'_, DeductOutcome>,
+) -> Result<StoredResponse, StoreError> {
+    let entry_no = new_number('D', ports.clock.now_ms());
+    let (outcome, stored) = ports
+        .store
+        .wallets
+        .deduct(
+            record,
+            request.user_id.as_str(),
+            request.order_id.as_str(),
+            request.amount,
+            &entry_no,
+            render,
+        )
+        .await?;
+    let label = match outcome {
+        DeductOutcome::Debited(_) => "debited",
+        DeductOutcome::AlreadyDeducted(_) => "already_deducted",
+        DeductOutcome::InsufficientFunds { .. } => "insufficient_funds",
+    };
+    decision(
+        "constraint",
+        operation::WALLET_DEDUCT,
+        record.tenant(),
+        request.order_id.as_str(),
+        label,
+    );
+    Ok(stored)
+}

@@ -1,0 +1,57 @@
+//! Every bound of the service, and why it has the value it has. The toolkit's own bounds (key
+//! and scope sizes, stored responses, retries) are in `mideng::limits`; the channel's amount
+//! bound is `mideng_channel::money::AMOUNT_FEN_MAX`; client identifiers are bounded by
+//! [`crate::domain::ids::ID_BYTES_MAX`] (64 bytes, what both channels accept in their own
+//! fields); lists (a wallet's entries, a user's grants, a reconciliation page's default) are
+//! at most 100 rows, in the statements themselves.
+
+use std::time::Duration;
+
+/// Largest request body the API reads, notifies included. The largest legitimate body is a
+/// channel notify (a few KiB); 64 KiB leaves room and bounds what a client can make us buffer.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Longest API key read from `Authorization: Bearer`. Issued keys are 68 bytes (`mdk_` and 64
+/// hex digits); anything much longer is not a key and is refused before it is hashed.
+pub const API_KEY_BYTES_MAX: usize = 256;
+
+/// Lease of an API request's idempotency record: the request holds its key at most this long
+/// if its process dies mid-request; after it, a retry may take the key over. Above
+/// [`HANDLER_TIMEOUT`], so a live handler never loses its key.
+pub const ROUTE_LEASE: Duration = Duration::from_secs(60);
+
+/// Longest an API handler runs before its key is freed and the client told to retry: well
+/// above a channel call (bounded by the adapters' own timeouts) and the order lock's wait.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the order lock is held at most: a channel call is bounded well below it, and a
+/// holder that dies frees the order after it.
+pub const ORDER_LOCK_TTL: Duration = Duration::from_secs(30);
+
+/// How long a reconciler holds a payment's lock at most: one query and at most one close at
+/// the channel, each bounded by the adapter's timeout.
+pub const RECONCILE_LOCK_TTL: Duration = Duration::from_secs(60);
+
+/// Lease of a channel notify's dedup record. The record is written in the same transaction as
+/// the effect, so the lease only matters if that transaction outlives it.
+pub const NOTIFY_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a processed notify id is remembered: longer than the channels' retry schedules
+/// (Alipay retries for about 25 hours, WeChat Pay for 24).
+pub const NOTIFY_RETENTION: Duration = Duration::from_secs(3 * 24 * 3600);
+
+/// Lease of an entitlement grant's dedup claim (written in the grant's own transaction).
+pub const GRANT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a processed `payment.succeeded` is remembered: far beyond any broker redelivery.
+pub const GRANT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Default clock grace past a trade's expiry: clocks differ between us and the channel, so a
+/// trade the channel does not know (or still calls pending) is treated as payable until this
+/// long after its expiry. One setting ([`crate::api::PaymentSettings::expiry_grace`]) used by
+/// close and reconciliation alike.
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(60);
+
+/// How long a one-time token (`POST /v1/tokens`) stays valid: a payment page left open for
+/// half an hour asks for a new one.
+pub const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);

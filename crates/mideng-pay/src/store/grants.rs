@@ -1,0 +1,211 @@
+//! Entitlement grants in storage: one per payment, by the primary key (derived from the
+//! payment number) and by a unique payment number — the last guards behind the consumer's
+//! dedup claim.
+//!
+//! Invariant held here: one grant per paid order, however often `payment.succeeded` is
+//! delivered (the dedup claim commits with the grant; the unique payment number is the guard
+//! behind it).
+
+use async_trait::async_trait;
+use mideng::constraint::SqlDialect;
+use mideng::dedup::DedupTable;
+use mideng::record::{Decision, RecordPolicy, StoredResponse};
+use mideng::sqlx::Database;
+use mideng::store::sql::{Arg, SqlConn, SqlRow, SqlStore, store_error};
+use mideng::{StoreError, clock};
+
+use super::sql::SqlPay;
+use super::statements::PayDialect;
+use crate::domain::events::{GRANT_KIND, Grant, PaymentSucceeded};
+use crate::limits::{GRANT_LEASE, GRANT_RETENTION};
+
+struct GrantStatements {
+    insert: &'static str,
+    select_by_user: &'static str,
+}
+
+static POSTGRES: GrantStatements = GrantStatements {
+    insert: "INSERT INTO pay_grants (grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+    select_by_user: "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants \
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY created_at DESC, grant_no LIMIT 100",
+};
+
+static MYSQL: GrantStatements = GrantStatements {
+    insert: "INSERT IGNORE INTO pay_grants (grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    select_by_user: "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants \
+        WHERE tenant_id = ? AND user_id = ? ORDER BY created_at DESC, grant_no LIMIT 100",
+};
+
+fn statements<D: PayDialect>() -> &'static GrantStatements {
+    match D::KIND {
+        SqlDialect::MySql => &MYSQL,
+        // SQLite takes PostgreSQL's `$n` placeholders and `ON CONFLICT DO NOTHING`.
+        SqlDialect::Postgres | SqlDialect::Sqlite => &POSTGRES,
+    }
+}
+
+/// Inserts the grant `event` asks for; `false` if the payment had its grant already.
+pub async fn insert_grant<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    event: &PaymentSucceeded,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let Some(item) = event.grant() else {
+        return Ok(false);
+    };
+    let grant_no = event.grant_no();
+    let inserted = connection
+        .run(
+            statements::<D>().insert,
+            &[
+                Arg::Text(&grant_no),
+                Arg::Text(&event.tenant_id),
+                Arg::Text(&event.user_id),
+                Arg::Text(&event.payment_no),
+                Arg::Text(&event.order_id),
+                Arg::Text(&item.sku),
+                Arg::Int(item.quantity),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(inserted == 1)
+}
+
+/// The user's grants, newest first (at most 100).
+pub async fn grants_for_user<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+) -> Result<Vec<Grant>, StoreError> {
+    let rows = connection
+        .rows(
+            statements::<D>().select_by_user,
+            &[Arg::Text(tenant_id), Arg::Text(user_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let read =
+        |error: mideng::sqlx::Error| StoreError::Corrupt(format!("unreadable grant: {error}"));
+    rows.iter()
+        .map(|row| {
+            Ok(Grant {
+                grant_no: row.text(0).map_err(read)?,
+                tenant_id: row.text(1).map_err(read)?,
+                user_id: row.text(2).map_err(read)?,
+                payment_no: row.text(3).map_err(read)?,
+                order_id: row.text(4).map_err(read)?,
+                sku: row.text(5).map_err(read)?,
+                quantity: row.int(6).map_err(read)?,
+                created_at_ms: row.int(7).map_err(read)?,
+            })
+        })
+        .collect()
+}
+
+/// What a `payment.succeeded` delivery did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantOutcome {
+    /// The grant was made (or the event asks for none), and the entry recorded as processed.
+    Granted,
+    /// The event asks for no grant (no entitlement, or a refund case); recorded as processed.
+    NothingToGrant,
+    /// Processed before: a redelivery.
+    Duplicate,
+    /// Another consumer holds the claim right now: deliver again later.
+    Busy,
+    /// No dedup entry said so, but the grant existed: the unique payment number refused a
+    /// second one.
+    ConstraintHeld,
+}
+
+/// crash before the commit leaves neither the grant nor the claim's completion, and a crash
+/// after it (before the broker ack) finds the entry done on redelivery.
+async fn grant_on<D: PayDialect>(
+    store: &SqlStore<D>,
+    connection: &mut <D::Db as Database>::Connection,
+    event: &PaymentSucceeded,
+    dedup: bool,
+    now_ms: i64,
+) -> Result<GrantOutcome, StoreError> {
+    if !dedup {
+        // The storm's test switch: no claim; the grant's unique payment number still holds.
+        return Ok(if event.grant().is_none() {
+            GrantOutcome::NothingToGrant
+        } else if insert_grant::<D>(connection, event, now_ms).await? {
+            GrantOutcome::Granted
+        } else {
+            GrantOutcome::ConstraintHeld
+        });
+    }
+    let (scope, key, fingerprint) =
+        DedupTable::<SqlStore<D>>::identity(GRANT_KIND, &event.payment_no)?;
+    let policy = RecordPolicy::new(GRANT_LEASE, GRANT_RETENTION)?;
+    let lease = match store
+        .begin_in(connection, &scope, &key, &fingerprint, &policy)
+        .await?
+    {
+        Decision::Proceed(lease) => lease,
+        Decision::Replay(_) => return Ok(GrantOutcome::Duplicate),
+        Decision::InFlight { .. } => return Ok(GrantOutcome::Busy),
+        Decision::Mismatch => {
+            return Err(StoreError::Corrupt(
+                "a dedup entry has a foreign fingerprint".to_owned(),
+            ));
+        }
+    };
+    let outcome = if event.grant().is_none() {
+        GrantOutcome::NothingToGrant
+    } else if insert_grant::<D>(connection, event, now_ms).await? {
+        GrantOutcome::Granted
+    } else {
+        // The unique payment number held although the dedup row was gone (purged early):
+        // the deeper guard caught a second grant.
+        GrantOutcome::ConstraintHeld
+    };
+    let processed = StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    store.complete_in(connection, &lease, &processed).await?;
+    Ok(outcome)
+}
+
+/// Entitlement grants: one per paid order, claimed in the dedup table in the grant's transaction.
+#[async_trait]
+pub trait Grants: Send + Sync {
+    /// Grants what `event` asks for, claimed in the dedup table (kind `entitlement.grant`, key
+    /// the payment number) in the same transaction as the grant.
+    async fn grant(
+        &self,
+        event: &PaymentSucceeded,
+        dedup: bool,
+    ) -> Result<GrantOutcome, StoreError>;
+    /// The user's grants, newest first (at most 100).
+    async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Grants for SqlPay<D> {
+    async fn grant(
+        &self,
+        event: &PaymentSucceeded,
+        dedup: bool,
+    ) -> Result<GrantOutcome, StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        transaction!(self, |connection| grant_on::<D>(
+            store, connection, event, dedup, now_ms
+        ))
+    }
+
+    async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError> {
+        connection!(self, |connection| grants_for_user::<D>(
+            connection, tenant_id, user_id
+        ))
+    }
+}

@@ -1,0 +1,90 @@
+//! The service's storage: one small port per aggregate, each next to its statements, all
+//! implemented once for every SQL dialect by [`SqlPay`].
+//!
+//! | module | port | holds |
+//! |---|---|---|
+//! | [`tenants`] | [`Tenants`] | tenants by the digest of their API key |
+//! | [`orders`] | [`Orders`] | orders: one per order id, moved by compare-and-set |
+//! | [`payments`] | [`Payments`] | payment attempts: one PENDING and at most one PAID per order; the success flow |
+//! | [`notifies`] | [`Notifies`] | channel notifies applied once per notify id, with their effect |
+//! | [`wallets`] | [`Wallets`] | credits and deducts, each with its record and stored answer |
+//! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
+//! | [`events`] | [`Events`] | the outbox and the in-database queue |
+//! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
+//! | [`migrate`] | — | the schema per dialect |
+//! | [`statements`] | — | the service's SQL per dialect ([`PayDialect`]) |
+//!
+//! Domain types ([`crate::domain`]) cross the boundary; each port method is one local
+//! transaction, so no caller ever sees a half-done change. [`Store`] bundles the ports the
+//! flows use.
+
+#[macro_use]
+pub mod sql;
+pub mod events;
+pub mod grants;
+pub mod migrate;
+pub mod notifies;
+pub mod orders;
+pub mod payments;
+mod statements;
+pub mod tenants;
+pub mod wallets;
+
+use std::sync::Arc;
+
+use mideng::store::sql::SqlStore;
+
+pub use events::{Events, OutboxRelay};
+pub use grants::{GrantOutcome, Grants};
+pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
+pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
+pub use orders::{OrderInsert, OrderTransition, Orders};
+pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
+pub use sql::{Backend, SqlPay};
+pub use statements::{PayDialect, PayStatements};
+pub use tenants::Tenants;
+pub use wallets::{Render, WalletRecord, Wallets};
+
+/// Every storage port, on one database.
+#[derive(Clone)]
+pub struct Store {
+    /// The database itself: dialect, readiness, idempotency records.
+    pub backend: Arc<dyn Backend>,
+    /// Tenants.
+    pub tenants: Arc<dyn Tenants>,
+    /// Orders.
+    pub orders: Arc<dyn Orders>,
+    /// Payment attempts.
+    pub payments: Arc<dyn Payments>,
+    /// Channel notifies.
+    pub notifies: Arc<dyn Notifies>,
+    /// Wallets.
+    pub wallets: Arc<dyn Wallets>,
+    /// Entitlement grants.
+    pub grants: Arc<dyn Grants>,
+    /// The outbox and the in-database queue.
+    pub events: Arc<dyn Events>,
+}
+
+impl Store {
+    /// Every port on one SQL store (migrated by the caller).
+    pub fn sql<D: PayDialect>(store: SqlStore<D>) -> Self {
+        let sql = Arc::new(SqlPay::new(store));
+        Self {
+            backend: sql.clone(),
+            tenants: sql.clone(),
+            orders: sql.clone(),
+            payments: sql.clone(),
+            notifies: sql.clone(),
+            wallets: sql.clone(),
+            grants: sql.clone(),
+            events: sql,
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "Store({})", self.backend.dialect())
+    }
+}

@@ -1,0 +1,207 @@
+//! Channel notifies in storage: a verified notify is applied in one transaction with its
+//! dedup record (scope: the payment's tenant and `notify.<channel>`; key: the channel's notify
+//! id), so a resend finds the record and changes nothing.
+//!
+//! Invariants held here: a notify moves only a payment of the channel whose configuration
+//! verified it, and only for the payment's own amount; one notify id speaks for one payment
+//! (a notify id reused for another trade is refused).
+
+use async_trait::async_trait;
+use mideng::record::{Decision, RecordPolicy, StoredResponse};
+use mideng::sqlx::Database;
+use mideng::store::sql::SqlStore;
+use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
+
+use super::payments::{self, SuccessOutcome};
+use super::sql::SqlPay;
+use super::statements::PayDialect;
+use crate::domain::payment::PaymentStatus;
+use crate::limits::{NOTIFY_LEASE, NOTIFY_RETENTION};
+
+/// A channel's notify, verified, as the store applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyEffect {
+    /// `notify.alipay` or `notify.wechat`: the dedup scope's operation.
+    pub operation: &'static str,
+    /// The channel whose configuration verified the notify (`alipay` or `wechat`); only a
+    /// payment of that channel may be touched.
+    pub channel: &'static str,
+    /// The channel's id of the notify (the same on every resend).
+    pub notify_id: String,
+    /// Our payment number.
+    pub payment_no: String,
+    /// The amount the channel reports.
+    pub amount_fen: i64,
+    /// What happened at the channel.
+    pub event: NotifyEvent,
+    /// Whether the notify id is deduplicated (off only as the storm's test switch; the
+    /// compare-and-set on the payment still decides).
+    pub dedup: bool,
+}
+
+/// What a notify reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotifyEvent {
+    /// Paid.
+    Paid {
+        /// The channel's trade number.
+        channel_trade_no: String,
+        /// When it was paid (Unix ms).
+        paid_at_ms: i64,
+    },
+    /// Closed unpaid at the channel.
+    Closed,
+    /// Anything else: acknowledged, no change (refunds are out of scope here).
+    Other,
+}
+
+/// What applying a notify did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotifyOutcome {
+    /// The same notify was processed before (dedup table): acknowledged, nothing changed.
+    Duplicate,
+    /// Processed now; the success flow's outcome when it was a payment.
+    Applied(Option<SuccessOutcome>),
+    /// Not ours: unknown payment, a payment of another channel, an amount mismatch, a notify
+    /// id reused for another trade (the label says which). Nothing changed; the channel is
+    /// told the notify is refused.
+    Rejected(&'static str),
+    /// A success that cannot be recorded: for an attempt that failed at creation, or for a
+    /// closed attempt of an order that another payment paid already (the buyer was charged
+    /// twice). Not acknowledged, so that the channel keeps telling; logged and counted for a
+    /// person to refund.
+    LateSuccess(PaymentStatus),
+    /// The same notify id is being processed right now elsewhere: answer failure, the channel
+    /// resends.
+    Busy,
+}
+
+/// What applying a notify did, and to which tenant's payment (for the logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyApplied {
+    /// What happened.
+    pub outcome: NotifyOutcome,
+    /// The payment's tenant, when the payment is ours.
+    pub tenant: Option<String>,
+}
+
+fn dedup_key(notify_id: &str) -> IdempotencyKey {
+    // Channel notify ids are short visible ASCII; anything else is hashed into a key.
+    IdempotencyKey::parse(notify_id).unwrap_or_else(|_| {
+        IdempotencyKey::parse(&Fingerprint::of_parts(&[notify_id.as_bytes()]).to_hex())
+            .expect("a hex digest is a valid key")
+    })
+}
+
+async fn notify_on<D: PayDialect>(
+    store: &SqlStore<D>,
+    connection: &mut <D::Db as Database>::Connection,
+    notify: &NotifyEffect,
+    now_ms: i64,
+) -> Result<NotifyApplied, StoreError> {
+    let Some(payment) = payments::find_payment::<D>(connection, &notify.payment_no, true).await?
+    else {
+        return Ok(NotifyApplied {
+            outcome: NotifyOutcome::Rejected("unknown_trade"),
+            tenant: None,
+        });
+    };
+    let applied = |outcome: NotifyOutcome| -> Result<NotifyApplied, StoreError> {
+        Ok(NotifyApplied {
+            outcome,
+            tenant: Some(payment.tenant_id.clone()),
+        })
+    };
+    // Verified by one channel's configuration, a notify speaks only for payments made
+    // through that configuration: an Alipay-signed success never settles a WeChat payment.
+    // (Channel configurations are deployment-wide, one per channel, shared by the tenants, so
+    // the payment's channel names both the configuration and the key that verified it.)
+    if payment.channel != notify.channel {
+        return applied(NotifyOutcome::Rejected("channel_mismatch"));
+    }
+    if payment.amount_fen != notify.amount_fen {
+        return applied(NotifyOutcome::Rejected("amount_mismatch"));
+    }
+    let scope = Scope::new(&payment.tenant_id, notify.operation)?;
+    let key = dedup_key(&notify.notify_id);
+    let fingerprint = Fingerprint::of_parts(&[notify.payment_no.as_bytes()]);
+    let policy = RecordPolicy::new(NOTIFY_LEASE, NOTIFY_RETENTION)?;
+    let lease = if notify.dedup {
+        match store
+            .begin_in(connection, &scope, &key, &fingerprint, &policy)
+            .await?
+        {
+            Decision::Proceed(lease) => Some(lease),
+            Decision::Replay(_) => return applied(NotifyOutcome::Duplicate),
+            Decision::InFlight { .. } => return applied(NotifyOutcome::Busy),
+            Decision::Mismatch => return applied(NotifyOutcome::Rejected("notify_id_reused")),
+        }
+    } else {
+        None
+    };
+    let outcome = match &notify.event {
+        NotifyEvent::Paid {
+            channel_trade_no,
+            paid_at_ms,
+        } => {
+            let success = payments::apply_success::<D>(
+                connection,
+                &notify.payment_no,
+                channel_trade_no,
+                notify.amount_fen,
+                *paid_at_ms,
+                now_ms,
+            )
+            .await?;
+            if let SuccessOutcome::NotPending(status) = success {
+                // Not recorded as processed: the resend must find the case again.
+                return applied(NotifyOutcome::LateSuccess(status));
+            }
+            NotifyOutcome::Applied(Some(success))
+        }
+        NotifyEvent::Closed => {
+            if payment.status == PaymentStatus::Pending {
+                payments::transition_payment::<D>(
+                    connection,
+                    &notify.payment_no,
+                    PaymentStatus::Pending,
+                    PaymentStatus::Closed,
+                    now_ms,
+                )
+                .await?;
+            }
+            NotifyOutcome::Applied(None)
+        }
+        NotifyEvent::Other => NotifyOutcome::Applied(None),
+    };
+    let stored = StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: b"processed".to_vec(),
+    };
+    if let Some(lease) = &lease {
+        store.complete_in(connection, lease, &stored).await?;
+    }
+    applied(outcome)
+}
+
+/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
+
+/// Channel notifies, verified, applied once per notify id.
+#[async_trait]
+pub trait Notifies: Send + Sync {
+    /// A verified notify: dedup by its id, then the success (or close) flow, in one
+    /// transaction with the dedup record.
+    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Notifies for SqlPay<D> {
+    async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        transaction!(self, |connection| notify_on::<D>(
+            store, connection, notify, now_ms
+        ))
+    }
+}

@@ -1,0 +1,224 @@
+//! Orders in storage: created once per order id (the business key: a repeat with another
+//! content is told apart by the creating request's fingerprint), moved along their state
+//! machine by compare-and-set on the current status.
+//!
+//! Invariant held here: one order per tenant and order id (primary key).
+
+use async_trait::async_trait;
+use mideng::sqlx::Database;
+use mideng::state::StateMachine;
+use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock};
+
+use super::payments::{self, corrupt, read};
+use super::sql::SqlPay;
+use super::statements::PayDialect;
+use crate::domain::order::{Order, OrderStatus};
+use crate::domain::payment::Payment;
+
+/// What inserting an order found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrderInsert {
+    /// This call created it.
+    Created,
+    /// It existed (compare fingerprints: the same order again, or a different one).
+    Existing(Box<Order>),
+}
+
+/// Columns of the order selects: user_id, amount, currency, status, entitlement_sku,
+/// entitlement_quantity, fingerprint, version.
+fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<Order, StoreError> {
+    Ok(Order {
+        tenant_id: tenant_id.to_owned(),
+        order_id: order_id.to_owned(),
+        user_id: row.text(0).map_err(read)?,
+        amount_fen: row.int(1).map_err(read)?,
+        currency: row.text(2).map_err(read)?,
+        status: OrderStatus::parse(&row.text(3).map_err(read)?)
+            .ok_or_else(|| corrupt("unknown order status"))?,
+        entitlement_sku: row.opt_text(4).map_err(read)?,
+        entitlement_quantity: row.opt_int(5).map_err(read)?,
+        fingerprint: row.text(6).map_err(read)?,
+        version: row.int(7).map_err(read)?,
+    })
+}
+
+/// Inserts `order` in CREATED unless an order with its id exists in its tenant.
+pub async fn insert_order<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    order: &Order,
+    now_ms: i64,
+) -> Result<OrderInsert, StoreError> {
+    let statements = D::pay_statements();
+    let inserted = connection
+        .run(
+            statements.order_insert,
+            &[
+                Arg::Text(&order.tenant_id),
+                Arg::Text(&order.order_id),
+                Arg::Text(&order.user_id),
+                Arg::Int(order.amount_fen),
+                Arg::Text(&order.currency),
+                Arg::OptText(order.entitlement_sku.as_deref()),
+                Arg::OptInt(order.entitlement_quantity),
+                Arg::Text(&order.fingerprint),
+                Arg::Int(now_ms),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if inserted == 1 {
+        return Ok(OrderInsert::Created);
+    }
+    find_order::<D>(connection, &order.tenant_id, &order.order_id, true)
+        .await?
+        .map(|existing| OrderInsert::Existing(Box::new(existing)))
+        .ok_or_else(|| StoreError::Conflict("order vanished after a conflicting insert".to_owned()))
+}
+
+/// The order, optionally locked for update until the transaction ends.
+pub async fn find_order<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    order_id: &str,
+    lock: bool,
+) -> Result<Option<Order>, StoreError> {
+    let statements = D::pay_statements();
+    let sql = if lock {
+        statements.order_select_locked
+    } else {
+        statements.order_select
+    };
+    match connection
+        .row(sql, &[Arg::Text(tenant_id), Arg::Text(order_id)])
+        .await
+        .map_err(store_error::<D>)?
+    {
+        None => Ok(None),
+        Some(row) => decode_order(&row, tenant_id, order_id).map(Some),
+    }
+}
+
+/// Moves the order from `from` to `to` if it is in `from`; true for exactly one of racing
+/// callers. The caller checks the transition table first.
+pub async fn transition_order<D: PayDialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    order_id: &str,
+    from: OrderStatus,
+    to: OrderStatus,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let changed = connection
+        .run(
+            D::pay_statements().order_compare_and_set,
+            &[
+                Arg::Text(to.as_str()),
+                Arg::Int(now_ms),
+                Arg::Text(tenant_id),
+                Arg::Text(order_id),
+                Arg::Text(from.as_str()),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(changed == 1)
+}
+
+/// What an order transition request found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderTransition {
+    /// No such order in this tenant.
+    NoOrder,
+    /// Moved from `from`.
+    Applied {
+        /// The status it left.
+        from: OrderStatus,
+    },
+    /// It was in the target status already.
+    AlreadyThere,
+    /// Not allowed from the current status (or lost a race to another transition).
+    Refused {
+        /// The current status.
+        current: OrderStatus,
+    },
+}
+
+/// Orders: created once per order id (the business key), moved by compare-and-set.
+#[async_trait]
+pub trait Orders: Send + Sync {
+    /// Inserts an order unless its id exists in its tenant.
+    async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError>;
+    /// The order and its payments.
+    async fn order(
+        &self,
+        tenant_id: &str,
+        order_id: &str,
+    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError>;
+    /// Moves an order along its state machine (CAS on the current status).
+    async fn transition_order(
+        &self,
+        tenant_id: &str,
+        order_id: &str,
+        to: OrderStatus,
+    ) -> Result<OrderTransition, StoreError>;
+}
+
+#[async_trait]
+impl<D: PayDialect> Orders for SqlPay<D> {
+    async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| insert_order::<D>(
+            connection, order, now_ms
+        ))
+    }
+
+    async fn order(
+        &self,
+        tenant_id: &str,
+        order_id: &str,
+    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
+        connection!(self, |connection| async {
+            let Some(order) = find_order::<D>(connection, tenant_id, order_id, false).await? else {
+                return Ok(None);
+            };
+            let payments =
+                payments::payments_for_order::<D>(connection, tenant_id, order_id).await?;
+            Ok(Some((order, payments)))
+        })
+    }
+
+    async fn transition_order(
+        &self,
+        tenant_id: &str,
+        order_id: &str,
+        to: OrderStatus,
+    ) -> Result<OrderTransition, StoreError> {
+        use mideng::state::StateMachine;
+        let now_ms = clock::now_ms();
+        transaction!(self, |connection| async {
+            let Some(order) = find_order::<D>(connection, tenant_id, order_id, true).await? else {
+                return Ok(OrderTransition::NoOrder);
+            };
+            if order.status == to {
+                return Ok(OrderTransition::AlreadyThere);
+            }
+            if !OrderStatus::allows(order.status, to) {
+                return Ok(OrderTransition::Refused {
+                    current: order.status,
+                });
+            }
+            let moved =
+                transition_order::<D>(connection, tenant_id, order_id, order.status, to, now_ms)
+                    .await?;
+            Ok(if moved {
+                OrderTransition::Applied { from: order.status }
+            } else {
+                OrderTransition::Refused {
+                    current: order.status,
+                }
+            })
+        })
+    }
+}
