@@ -3,8 +3,8 @@
 //! dedup claim.
 
 use mideng::StoreError;
-use mideng::constraint::SqlDialect;
 use mideng::sqlx::Database;
+use mideng::store::sql::SqlDialect;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
 
 use super::statements::PayDialect;
