@@ -52,19 +52,16 @@ fn payment(tenant: &str, order_id: &str) -> Payment {
 
 async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: SqlStore<D>) {
     let tenant = unique("t");
-    let created = in_transaction!(store, |connection| insert_order::<D>(
-        connection,
-        &order(&tenant, "o1"),
-        now_ms()
-    ))
-    .expect("order");
+    let placed = order(&tenant, "o1");
+    let created = store
+        .write(|connection| Box::pin(insert_order::<D>(connection, &placed, now_ms())))
+        .await
+        .expect("order");
     assert_eq!(created, OrderInsert::Created);
-    let again = in_transaction!(store, |connection| insert_order::<D>(
-        connection,
-        &order(&tenant, "o1"),
-        now_ms()
-    ))
-    .expect("order");
+    let again = store
+        .write(|connection| Box::pin(insert_order::<D>(connection, &placed, now_ms())))
+        .await
+        .expect("order");
     assert!(
         matches!(again, OrderInsert::Existing(ref existing) if existing.fingerprint == "f".repeat(64))
     );
@@ -73,11 +70,11 @@ async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: Sql
         .map(|_| {
             let (store, attempt) = (store.clone(), payment(&tenant, "o1"));
             tokio::spawn(async move {
-                let outcome = in_transaction!(store, |connection| insert_pending_payment::<D>(
-                    connection,
-                    &attempt,
-                    now_ms()
-                ));
+                let outcome = store
+                    .write(|connection| {
+                        Box::pin(insert_pending_payment::<D>(connection, &attempt, now_ms()))
+                    })
+                    .await;
                 (attempt.payment_no, outcome)
             })
         })
@@ -104,32 +101,33 @@ async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: Sql
 
 async fn concurrent_success_notifies_pay_once<D: PayDialect>(store: SqlStore<D>) {
     let tenant = unique("t");
+    let placed = order(&tenant, "o1");
     let attempt = payment(&tenant, "o1");
-    in_transaction!(store, |connection| insert_order::<D>(
-        connection,
-        &order(&tenant, "o1"),
-        now_ms()
-    ))
-    .expect("order");
-    in_transaction!(store, |connection| insert_pending_payment::<D>(
-        connection,
-        &attempt,
-        now_ms()
-    ))
-    .expect("payment");
+    store
+        .write(|connection| Box::pin(insert_order::<D>(connection, &placed, now_ms())))
+        .await
+        .expect("order");
+    store
+        .write(|connection| Box::pin(insert_pending_payment::<D>(connection, &attempt, now_ms())))
+        .await
+        .expect("payment");
 
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (store, payment_no) = (store.clone(), attempt.payment_no.clone());
             tokio::spawn(async move {
-                in_transaction!(store, |connection| apply_success::<D>(
-                    connection,
-                    &payment_no,
-                    "2026112922001400000000000001",
-                    46000,
-                    now_ms(),
-                    now_ms()
-                ))
+                store
+                    .write(|connection| {
+                        Box::pin(apply_success::<D>(
+                            connection,
+                            &payment_no,
+                            "2026112922001400000000000001",
+                            46000,
+                            now_ms(),
+                            now_ms(),
+                        ))
+                    })
+                    .await
             })
         })
         .collect();
@@ -148,23 +146,21 @@ async fn concurrent_success_notifies_pay_once<D: PayDialect>(store: SqlStore<D>)
         paid, 1,
         "one PAID transition for {TASKS} concurrent notifies"
     );
-    let stored = in_transaction!(store, |connection| find_payment::<D>(
-        connection,
-        &attempt.payment_no,
-        false
-    ))
-    .expect("find")
-    .expect("exists");
+    let stored = store
+        .write(|connection| Box::pin(find_payment::<D>(connection, &attempt.payment_no, false)))
+        .await
+        .expect("find")
+        .expect("exists");
     assert_eq!(stored.status, PaymentStatus::Paid);
     assert_eq!(
         stored.channel_trade_no.as_deref(),
         Some("2026112922001400000000000001")
     );
-    let order = in_transaction!(store, |connection| find_order::<D>(
-        connection, &tenant, "o1", false
-    ))
-    .expect("find")
-    .expect("exists");
+    let order = store
+        .write(|connection| Box::pin(find_order::<D>(connection, &tenant, "o1", false)))
+        .await
+        .expect("find")
+        .expect("exists");
     assert_eq!(
         (order.status, order.version),
         (OrderStatus::Paid, 1),
@@ -176,69 +172,80 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Pay
     store: SqlStore<D>,
 ) {
     let tenant = unique("t");
+    let placed = order(&tenant, "o1");
     let attempt = payment(&tenant, "o1");
-    in_transaction!(store, |connection| insert_order::<D>(
-        connection,
-        &order(&tenant, "o1"),
-        now_ms()
-    ))
-    .expect("order");
-    in_transaction!(store, |connection| insert_pending_payment::<D>(
-        connection,
-        &attempt,
-        now_ms()
-    ))
-    .expect("payment");
+    store
+        .write(|connection| Box::pin(insert_order::<D>(connection, &placed, now_ms())))
+        .await
+        .expect("order");
+    store
+        .write(|connection| Box::pin(insert_pending_payment::<D>(connection, &attempt, now_ms())))
+        .await
+        .expect("payment");
 
-    let cheap = in_transaction!(store, |connection| apply_success::<D>(
-        connection,
-        &attempt.payment_no,
-        "T",
-        1,
-        now_ms(),
-        now_ms()
-    ))
-    .expect("apply");
+    let cheap = store
+        .write(|connection| {
+            Box::pin(apply_success::<D>(
+                connection,
+                &attempt.payment_no,
+                "T",
+                1,
+                now_ms(),
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("apply");
     assert_eq!(cheap, SuccessOutcome::AmountMismatch);
-    let unknown = in_transaction!(store, |connection| apply_success::<D>(
-        connection,
-        "P-none",
-        "T",
-        46000,
-        now_ms(),
-        now_ms()
-    ))
-    .expect("apply");
+    let unknown = store
+        .write(|connection| {
+            Box::pin(apply_success::<D>(
+                connection,
+                "P-none",
+                "T",
+                46000,
+                now_ms(),
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("apply");
     assert_eq!(unknown, SuccessOutcome::UnknownPayment);
-    let stored = in_transaction!(store, |connection| find_payment::<D>(
-        connection,
-        &attempt.payment_no,
-        false
-    ))
-    .expect("find")
-    .expect("exists");
+    let stored = store
+        .write(|connection| Box::pin(find_payment::<D>(connection, &attempt.payment_no, false)))
+        .await
+        .expect("find")
+        .expect("exists");
     assert_eq!(stored.status, PaymentStatus::Pending, "nothing changed");
 
     // A canceled order's payment: the payment records the charge, the order stays canceled.
-    let moved = in_transaction!(store, |connection| transition_order::<D>(
-        connection,
-        &tenant,
-        "o1",
-        OrderStatus::Created,
-        OrderStatus::Canceled,
-        now_ms()
-    ))
-    .expect("cancel");
+    let moved = store
+        .write(|connection| {
+            Box::pin(transition_order::<D>(
+                connection,
+                &tenant,
+                "o1",
+                OrderStatus::Created,
+                OrderStatus::Canceled,
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("cancel");
     assert!(moved);
-    let late = in_transaction!(store, |connection| apply_success::<D>(
-        connection,
-        &attempt.payment_no,
-        "T",
-        46000,
-        now_ms(),
-        now_ms()
-    ))
-    .expect("apply");
+    let late = store
+        .write(|connection| {
+            Box::pin(apply_success::<D>(
+                connection,
+                &attempt.payment_no,
+                "T",
+                46000,
+                now_ms(),
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("apply");
     assert_eq!(
         late,
         SuccessOutcome::Paid { order_moved: false },

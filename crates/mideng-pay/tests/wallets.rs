@@ -18,16 +18,21 @@ fn fen(amount: i64) -> Amount {
 
 async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(store: SqlStore<D>) {
     let tenant = unique("t");
-    let credited = in_transaction!(store, |connection| credit::<D>(
-        connection,
-        &tenant,
-        "u1",
-        fen(1000),
-        "top-up",
-        &unique("E"),
-        now_ms()
-    ))
-    .expect("credit");
+    let top_up = unique("E");
+    let credited = store
+        .write(|connection| {
+            Box::pin(credit::<D>(
+                connection,
+                &tenant,
+                "u1",
+                fen(1000),
+                "top-up",
+                &top_up,
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("credit");
     let CreditOutcome::Credited(credited) = credited else {
         panic!("a first credit within bounds is credited: {credited:?}");
     };
@@ -38,15 +43,19 @@ async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(sto
             let (store, tenant) = (store.clone(), tenant.clone());
             tokio::spawn(async move {
                 let (order, entry) = (format!("o{index}"), unique("D"));
-                in_transaction!(store, |connection| deduct::<D>(
-                    connection,
-                    &tenant,
-                    "u1",
-                    &order,
-                    fen(30),
-                    &entry,
-                    now_ms()
-                ))
+                store
+                    .write(|connection| {
+                        Box::pin(deduct::<D>(
+                            connection,
+                            &tenant,
+                            "u1",
+                            &order,
+                            fen(30),
+                            &entry,
+                            now_ms(),
+                        ))
+                    })
+                    .await
             })
         })
         .collect();
@@ -70,42 +79,48 @@ async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(sto
         "as many deducts as the balance allows, no more"
     );
     assert_eq!(refused, 67);
-    let left = in_transaction!(store, |connection| balance::<D>(
-        connection,
-        &tenant,
-        "u1",
-        now_ms()
-    ))
-    .expect("balance");
+    let left = store
+        .write(|connection| Box::pin(balance::<D>(connection, &tenant, "u1", now_ms())))
+        .await
+        .expect("balance");
     assert_eq!(left.fen() + debited, 1000, "money is conserved");
 }
 
 async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlStore<D>) {
     let tenant = unique("t");
-    in_transaction!(store, |connection| credit::<D>(
-        connection,
-        &tenant,
-        "u1",
-        fen(500),
-        "top-up",
-        &unique("E"),
-        now_ms()
-    ))
-    .expect("credit");
+    let top_up = unique("E");
+    store
+        .write(|connection| {
+            Box::pin(credit::<D>(
+                connection,
+                &tenant,
+                "u1",
+                fen(500),
+                "top-up",
+                &top_up,
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("credit");
     let tasks: Vec<_> = (0..50)
         .map(|_| {
             let (store, tenant) = (store.clone(), tenant.clone());
             tokio::spawn(async move {
                 let entry = unique("D");
-                in_transaction!(store, |connection| deduct::<D>(
-                    connection,
-                    &tenant,
-                    "u1",
-                    "o1001",
-                    fen(100),
-                    &entry,
-                    now_ms()
-                ))
+                store
+                    .write(|connection| {
+                        Box::pin(deduct::<D>(
+                            connection,
+                            &tenant,
+                            "u1",
+                            "o1001",
+                            fen(100),
+                            &entry,
+                            now_ms(),
+                        ))
+                    })
+                    .await
             })
         })
         .collect();
@@ -123,33 +138,32 @@ async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlSt
         found.iter().all(|existing| *existing == debits[0]),
         "the others are shown that debit"
     );
-    let left = in_transaction!(store, |connection| balance::<D>(
-        connection,
-        &tenant,
-        "u1",
-        now_ms()
-    ))
-    .expect("balance");
+    let left = store
+        .write(|connection| Box::pin(balance::<D>(connection, &tenant, "u1", now_ms())))
+        .await
+        .expect("balance");
     assert_eq!(left.fen(), 400);
 
-    let broke = in_transaction!(store, |connection| deduct::<D>(
-        connection,
-        &tenant,
-        "u1",
-        "o1002",
-        fen(401),
-        &unique("D"),
-        now_ms()
-    ))
-    .expect("deduct");
+    let refused_entry = unique("D");
+    let broke = store
+        .write(|connection| {
+            Box::pin(deduct::<D>(
+                connection,
+                &tenant,
+                "u1",
+                "o1002",
+                fen(401),
+                &refused_entry,
+                now_ms(),
+            ))
+        })
+        .await
+        .expect("deduct");
     assert_eq!(broke, DeductOutcome::InsufficientFunds { balance_fen: 400 });
-    let left = in_transaction!(store, |connection| balance::<D>(
-        connection,
-        &tenant,
-        "u1",
-        now_ms()
-    ))
-    .expect("balance");
+    let left = store
+        .write(|connection| Box::pin(balance::<D>(connection, &tenant, "u1", now_ms())))
+        .await
+        .expect("balance");
     assert_eq!(left.fen(), 400, "a refused deduct changes nothing");
 }
 
@@ -160,15 +174,19 @@ async fn concurrent_credits_for_one_reference_credit_once<D: PayDialect>(store: 
             let (store, tenant) = (store.clone(), tenant.clone());
             tokio::spawn(async move {
                 let entry = unique("C");
-                in_transaction!(store, |connection| credit::<D>(
-                    connection,
-                    &tenant,
-                    "u1",
-                    fen(250),
-                    "top-up-7",
-                    &entry,
-                    now_ms()
-                ))
+                store
+                    .write(|connection| {
+                        Box::pin(credit::<D>(
+                            connection,
+                            &tenant,
+                            "u1",
+                            fen(250),
+                            "top-up-7",
+                            &entry,
+                            now_ms(),
+                        ))
+                    })
+                    .await
             })
         })
         .collect();
@@ -186,13 +204,10 @@ async fn concurrent_credits_for_one_reference_credit_once<D: PayDialect>(store: 
         found.iter().all(|existing| *existing == credits[0]),
         "the others are shown that credit"
     );
-    let left = in_transaction!(store, |connection| balance::<D>(
-        connection,
-        &tenant,
-        "u1",
-        now_ms()
-    ))
-    .expect("balance");
+    let left = store
+        .write(|connection| Box::pin(balance::<D>(connection, &tenant, "u1", now_ms())))
+        .await
+        .expect("balance");
     assert_eq!(left.fen(), 250, "credited once");
 }
 

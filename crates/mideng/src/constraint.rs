@@ -18,16 +18,10 @@
 
 use crate::error::InvalidInput;
 
-/// The SQL dialects a constraint can be written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SqlDialect {
-    /// PostgreSQL.
-    Postgres,
-    /// MySQL or MariaDB.
-    MySql,
-    /// SQLite.
-    Sqlite,
-}
+/// The dialect a constraint is written for; it belongs to the SQL adapters, where each
+/// [`Dialect`](crate::store::sql::Dialect) names its own, and is re-exported here because
+/// [`PartialUnique::ddl`] takes it.
+pub use crate::store::sql::SqlDialect;
 
 /// Longest identifier accepted (PostgreSQL's limit; MySQL allows 64).
 const IDENTIFIER_BYTES_MAX: usize = 63;

@@ -18,8 +18,9 @@
 //! - [`lock`] — distributed locks with owner-checked release and fencing tokens.
 //! - [`dedup`] — the dedup table for consumers of at-least-once deliveries, built on records.
 //! - [`state`] — state machines whose transitions are compare-and-set updates.
-//! - [`constraint`] — partial unique constraints ("one PENDING payment per order") written for
-//!   each SQL dialect: the database, not application code, is the last word on duplicates.
+//! - `constraint` (with a SQL store) — partial unique constraints ("one PENDING payment per
+//!   order") written for each SQL dialect: the database, not application code, is the last
+//!   word on duplicates.
 //! - [`outbox`] — the transactional outbox, its relay, and the broker port with the
 //!   in-database queue, RabbitMQ and NATS JetStream adapters.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
@@ -38,6 +39,7 @@
 //! Every bound lives in [`limits`]; times are Unix milliseconds ([`clock`]).
 
 pub mod clock;
+#[cfg(feature = "_sql")]
 pub mod constraint;
 pub mod dedup;
 pub mod error;

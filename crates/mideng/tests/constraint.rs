@@ -85,20 +85,20 @@ macro_rules! partial_unique_case {
 partial_unique_case!(
     sqlite,
     support::sqlite_store,
-    mideng::constraint::SqlDialect::Sqlite,
+    mideng::store::sql::SqlDialect::Sqlite,
     "INSERT INTO {table} (payment_no, tenant_id, order_id, status) VALUES ($1, $2, $3, $4)"
 );
 #[cfg(feature = "postgres")]
 partial_unique_case!(
     postgres,
     support::postgres_store,
-    mideng::constraint::SqlDialect::Postgres,
+    mideng::store::sql::SqlDialect::Postgres,
     "INSERT INTO {table} (payment_no, tenant_id, order_id, status) VALUES ($1, $2, $3, $4)"
 );
 #[cfg(feature = "mysql")]
 partial_unique_case!(
     mysql,
     support::mysql_store,
-    mideng::constraint::SqlDialect::MySql,
+    mideng::store::sql::SqlDialect::MySql,
     "INSERT INTO {table} (payment_no, tenant_id, order_id, status) VALUES (?, ?, ?, ?)"
 );

@@ -7,7 +7,7 @@
 //! behind it).
 
 use async_trait::async_trait;
-use mideng::constraint::SqlDialect;
+use mideng::store::sql::SqlDialect;
 use mideng::dedup::DedupTable;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;

@@ -1,5 +1,6 @@
-//! Shared by the service's storage tests: retried write transactions and the three dialects'
-//! stores on the real servers.
+//! Shared by the service's storage tests: the three dialects' stores on the real servers. Work
+//! runs in retried write transactions through the toolkit's `SqlStore::write`, as in the
+//! service.
 
 #![allow(dead_code, unused_macros, unreachable_pub)]
 
@@ -13,35 +14,6 @@ pub fn unique(prefix: &str) -> String {
     let mut bytes = [0_u8; 6];
     getrandom::fill(&mut bytes).expect("random");
     format!("{prefix}-{}", hex::encode(bytes))
-}
-
-/// Runs `$work` (using `$connection`) in a write transaction, retrying transient conflicts as
-/// the service does.
-#[macro_export]
-macro_rules! in_transaction {
-    ($store:expr, |$connection:ident| $work:expr) => {{
-        let mut attempt = 0_u64;
-        loop {
-            let outcome = async {
-                let mut transaction = $store.begin_write().await?;
-                let $connection = &mut *transaction;
-                let value = $work.await?;
-                transaction
-                    .commit()
-                    .await
-                    .map_err(|error| mideng::StoreError::Backend(Box::new(error)))?;
-                Ok::<_, mideng::StoreError>(value)
-            }
-            .await;
-            match outcome {
-                Err(mideng::StoreError::Conflict(_)) if attempt < 20 => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(2 * attempt)).await;
-                }
-                other => break other,
-            }
-        }
-    }};
 }
 
 /// Generates `<backend>::<case>` tests for each listed case (a function generic over the

@@ -18,63 +18,35 @@ use sqlx::Database;
 use super::sql::{claim_rows, validate};
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
 use crate::clock::now_ms;
-use crate::constraint::SqlDialect;
 use crate::error::StoreError;
-use crate::limits::{CONFLICT_RETRIES_MAX, OUTBOX_BATCH_MAX};
+use crate::limits::OUTBOX_BATCH_MAX;
 use crate::record::new_owner;
-use crate::store::sql::{
-    Arg, Dialect, SqlConn, SqlRow, SqlStore, back_off, in_transaction, store_error,
-};
+use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
 
-struct QueueStatements {
-    insert: &'static str,
-    select_due_locked: &'static str,
-    claim: &'static str,
-    ack: &'static str,
-    retry: &'static str,
-    depth: &'static str,
-}
-
-static POSTGRES: QueueStatements = QueueStatements {
-    insert: "INSERT INTO mideng_queue (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-    select_due_locked: "SELECT id, topic, message_key, payload, deliveries FROM mideng_queue \
-        WHERE topic = $1 AND available_at <= $2 AND claimed_until <= $3 \
-        ORDER BY available_at, id LIMIT $4 FOR UPDATE SKIP LOCKED",
-    claim: "UPDATE mideng_queue SET claimed_by = $1, claimed_until = $2, deliveries = deliveries + 1 WHERE id = $3",
-    ack: "DELETE FROM mideng_queue WHERE id = $1 AND claimed_by = $2",
-    retry: "UPDATE mideng_queue SET available_at = $1, claimed_until = 0 WHERE id = $2 AND claimed_by = $3",
-    depth: "SELECT COUNT(*) FROM mideng_queue WHERE topic = $1",
-};
-
-static MYSQL: QueueStatements = QueueStatements {
-    insert: "INSERT IGNORE INTO mideng_queue (id, topic, message_key, payload, created_at, available_at) VALUES (?, ?, ?, ?, ?, ?)",
-    select_due_locked: "SELECT id, topic, message_key, payload, deliveries FROM mideng_queue \
-        WHERE topic = ? AND available_at <= ? AND claimed_until <= ? \
-        ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-    claim: "UPDATE mideng_queue SET claimed_by = ?, claimed_until = ?, deliveries = deliveries + 1 WHERE id = ?",
-    ack: "DELETE FROM mideng_queue WHERE id = ? AND claimed_by = ?",
-    retry: "UPDATE mideng_queue SET available_at = ?, claimed_until = 0 WHERE id = ? AND claimed_by = ?",
-    depth: "SELECT COUNT(*) FROM mideng_queue WHERE topic = ?",
-};
-
-static SQLITE: QueueStatements = QueueStatements {
-    insert: "INSERT INTO mideng_queue (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-    select_due_locked: "SELECT id, topic, message_key, payload, deliveries FROM mideng_queue \
-        WHERE topic = $1 AND available_at <= $2 AND claimed_until <= $3 \
-        ORDER BY available_at, id LIMIT $4",
-    claim: "UPDATE mideng_queue SET claimed_by = $1, claimed_until = $2, deliveries = deliveries + 1 WHERE id = $3",
-    ack: "DELETE FROM mideng_queue WHERE id = $1 AND claimed_by = $2",
-    retry: "UPDATE mideng_queue SET available_at = $1, claimed_until = 0 WHERE id = $2 AND claimed_by = $3",
-    depth: "SELECT COUNT(*) FROM mideng_queue WHERE topic = $1",
-};
-
-fn statements<D: Dialect>() -> &'static QueueStatements {
-    match D::KIND {
-        SqlDialect::Postgres => &POSTGRES,
-        SqlDialect::MySql => &MYSQL,
-        SqlDialect::Sqlite => &SQLITE,
-    }
-}
+/// Publishing is idempotent by message id: a duplicate insert does nothing.
+const INSERT: PerDialect<&str> = crate::dialect_sql!(
+    insert_ignore " mideng_queue (id, topic, message_key, payload, created_at, available_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ")"
+    { mysql: "", _: " ON CONFLICT (id) DO NOTHING" }
+);
+const SELECT_DUE_LOCKED: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT id, topic, message_key, payload, deliveries FROM mideng_queue \
+     WHERE topic = " ? " AND available_at <= " ? " AND claimed_until <= " ?
+    " ORDER BY available_at, id LIMIT " ? skip_locked
+);
+const CLAIM: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_queue SET claimed_by = " ? ", claimed_until = " ?
+    ", deliveries = deliveries + 1 WHERE id = " ?
+);
+const ACK: PerDialect<&str> = crate::dialect_sql!(
+    "DELETE FROM mideng_queue WHERE id = " ? " AND claimed_by = " ?
+);
+const RETRY: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_queue SET available_at = " ? ", claimed_until = 0 WHERE id = " ?
+    " AND claimed_by = " ?
+);
+const DEPTH: PerDialect<&str> =
+    crate::dialect_sql!("SELECT COUNT(*) FROM mideng_queue WHERE topic = "?);
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -134,7 +106,7 @@ impl<D: Dialect> SqlQueue<D> {
             .await
             .map_err(store_error::<D>)?;
         let row = connection
-            .row(statements::<D>().depth, &[Arg::Text(topic)])
+            .row(DEPTH.get::<D>(), &[Arg::Text(topic)])
             .await
             .map_err(store_error::<D>)?
             .ok_or_else(|| StoreError::Corrupt("COUNT returned no row".to_owned()))?;
@@ -153,7 +125,7 @@ impl<D: Dialect> Publisher for SqlQueue<D> {
         let now = now_ms();
         self.store
             .run_once(
-                statements::<D>().insert,
+                INSERT.get::<D>(),
                 &[
                     Arg::Text(&message.id),
                     Arg::Text(&message.topic),
@@ -197,9 +169,11 @@ impl<D: Dialect> SqlQueueSubscriber<D> {
         let topic = self.topic.as_str();
         let owner = self.owner.as_str();
         let limit = i64::from(self.prefetch);
-        let claimed = in_transaction!(store, |connection| claim_on::<D>(
-            connection, topic, owner, now, until, limit
-        ))?;
+        let claimed = store
+            .write(|transaction| {
+                Box::pin(claim_on::<D>(transaction, topic, owner, now, until, limit))
+            })
+            .await?;
         self.buffered.extend(claimed);
         Ok(())
     }
@@ -213,17 +187,16 @@ async fn claim_on<D: Dialect>(
     until: i64,
     limit: i64,
 ) -> Result<Vec<(Message, bool)>, StoreError> {
-    let statements = statements::<D>();
     let rows = claim_rows::<D>(
         connection,
-        statements.select_due_locked,
+        SELECT_DUE_LOCKED.get::<D>(),
         &[
             Arg::Text(topic),
             Arg::Int(now),
             Arg::Int(now),
             Arg::Int(limit),
         ],
-        statements.claim,
+        CLAIM.get::<D>(),
         owner,
         until,
     )
@@ -277,7 +250,7 @@ impl<D: Dialect> Acker for QueueAcker<D> {
         // process it again (and dedup), so there is nothing left to settle here.
         self.store
             .run_once(
-                statements::<D>().ack,
+                ACK.get::<D>(),
                 &[Arg::Text(&self.id), Arg::Text(&self.owner)],
             )
             .await?;
@@ -287,7 +260,7 @@ impl<D: Dialect> Acker for QueueAcker<D> {
     async fn retry(self: Box<Self>, after: Duration) -> Result<(), BrokerError> {
         self.store
             .run_once(
-                statements::<D>().retry,
+                RETRY.get::<D>(),
                 &[
                     Arg::Int(now_ms().saturating_add(millis(after))),
                     Arg::Text(&self.id),

@@ -20,72 +20,47 @@ use sqlx::Database;
 
 use super::{BrokerError, Message, Publisher, retry_delay};
 use crate::clock::now_ms;
-use crate::constraint::SqlDialect;
 use crate::error::{InvalidInput, StoreError};
-use crate::limits::{
-    CONFLICT_RETRIES_MAX, OUTBOX_BATCH_MAX, OUTBOX_PAYLOAD_BYTES_MAX, PURGE_BATCH_ROWS_MAX,
-};
+use crate::limits::{OUTBOX_BATCH_MAX, OUTBOX_PAYLOAD_BYTES_MAX, PURGE_BATCH_ROWS_MAX};
 use crate::record::new_owner;
-use crate::store::sql::{
-    Arg, Dialect, SqlConn, SqlRow, SqlStore, back_off, in_transaction, store_error,
-};
+use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
 
-/// The outbox statements of one dialect.
-pub(crate) struct OutboxStatements {
-    insert: &'static str,
-    select_due_locked: &'static str,
-    claim: &'static str,
-    mark_sent: &'static str,
-    defer: &'static str,
-    purge_sent: &'static str,
-    backlog: &'static str,
-}
-
-static POSTGRES: OutboxStatements = OutboxStatements {
-    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6)",
-    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
-        WHERE sent_at IS NULL AND available_at <= $1 AND claimed_until <= $2 \
-        ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED",
-    claim: "UPDATE mideng_outbox SET claimed_by = $1, claimed_until = $2, attempts = attempts + 1 WHERE id = $3",
-    mark_sent: "UPDATE mideng_outbox SET sent_at = $1, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = $2 AND sent_at IS NULL",
-    defer: "UPDATE mideng_outbox SET available_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3 AND claimed_by = $4 AND sent_at IS NULL",
-    purge_sent: "DELETE FROM mideng_outbox WHERE id IN (SELECT id FROM mideng_outbox \
-        WHERE sent_at IS NOT NULL AND sent_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-    backlog: "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM mideng_outbox WHERE sent_at IS NULL",
-};
-
-static MYSQL: OutboxStatements = OutboxStatements {
-    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES (?, ?, ?, ?, ?, ?)",
-    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
-        WHERE sent_at IS NULL AND available_at <= ? AND claimed_until <= ? \
-        ORDER BY available_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-    claim: "UPDATE mideng_outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1 WHERE id = ?",
-    mark_sent: "UPDATE mideng_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = ? AND sent_at IS NULL",
-    defer: "UPDATE mideng_outbox SET available_at = ?, claimed_until = 0, last_error = ? WHERE id = ? AND claimed_by = ? AND sent_at IS NULL",
-    purge_sent: "DELETE FROM mideng_outbox WHERE sent_at IS NOT NULL AND sent_at <= ? LIMIT ?",
-    backlog: "SELECT COUNT(*), CAST(COALESCE(MIN(created_at), 0) AS SIGNED) FROM mideng_outbox WHERE sent_at IS NULL",
-};
-
-static SQLITE: OutboxStatements = OutboxStatements {
-    insert: "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6)",
-    select_due_locked: "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
-        WHERE sent_at IS NULL AND available_at <= $1 AND claimed_until <= $2 \
-        ORDER BY available_at, id LIMIT $3",
-    claim: "UPDATE mideng_outbox SET claimed_by = $1, claimed_until = $2, attempts = attempts + 1 WHERE id = $3",
-    mark_sent: "UPDATE mideng_outbox SET sent_at = $1, claimed_by = NULL, claimed_until = 0, last_error = NULL WHERE id = $2 AND sent_at IS NULL",
-    defer: "UPDATE mideng_outbox SET available_at = $1, claimed_until = 0, last_error = $2 WHERE id = $3 AND claimed_by = $4 AND sent_at IS NULL",
-    purge_sent: "DELETE FROM mideng_outbox WHERE id IN (SELECT id FROM mideng_outbox \
-        WHERE sent_at IS NOT NULL AND sent_at <= $1 LIMIT $2)",
-    backlog: "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM mideng_outbox WHERE sent_at IS NULL",
-};
-
-fn statements<D: Dialect>() -> &'static OutboxStatements {
-    match D::KIND {
-        SqlDialect::Postgres => &POSTGRES,
-        SqlDialect::MySql => &MYSQL,
-        SqlDialect::Sqlite => &SQLITE,
-    }
-}
+const INSERT: PerDialect<&str> = crate::dialect_sql!(
+    "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ")"
+);
+/// Due rows, skipping those another relay is claiming (SQLite's `BEGIN IMMEDIATE` serialises
+/// the claims instead).
+const SELECT_DUE_LOCKED: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
+     WHERE sent_at IS NULL AND available_at <= " ? " AND claimed_until <= " ?
+    " ORDER BY available_at, id LIMIT " ? skip_locked
+);
+const CLAIM: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET claimed_by = " ? ", claimed_until = " ?
+    ", attempts = attempts + 1 WHERE id = " ?
+);
+const MARK_SENT: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET sent_at = " ? ", claimed_by = NULL, claimed_until = 0, last_error = NULL \
+     WHERE id = " ? " AND sent_at IS NULL"
+);
+const DEFER: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET available_at = " ? ", claimed_until = 0, last_error = " ?
+    " WHERE id = " ? " AND claimed_by = " ? " AND sent_at IS NULL"
+);
+/// A bounded delete; MySQL cannot delete through a subquery on the same table.
+const PURGE_SENT: PerDialect<&str> = crate::dialect_sql!(
+    "DELETE FROM mideng_outbox WHERE "
+    { mysql: "", _: "id IN (SELECT id FROM mideng_outbox WHERE " }
+    "sent_at IS NOT NULL AND sent_at <= " ? " LIMIT " ?
+    { postgres: " FOR UPDATE SKIP LOCKED)", sqlite: ")", mysql: "" }
+);
+const BACKLOG: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT COUNT(*), "
+    // Cast so that MySQL, too, returns a signed 64-bit integer for the port's `int`.
+    { mysql: "CAST(COALESCE(MIN(created_at), 0) AS SIGNED)", _: "COALESCE(MIN(created_at), 0)" }
+    " FROM mideng_outbox WHERE sent_at IS NULL"
+);
 
 /// A new message id: `evt_` and 32 hexadecimal digits of OS randomness.
 pub fn new_message_id() -> String {
@@ -137,7 +112,7 @@ pub async fn enqueue_in<D: Dialect>(
     let now = now_ms();
     connection
         .run(
-            statements::<D>().insert,
+            INSERT.get::<D>(),
             &[
                 Arg::Text(&id),
                 Arg::Text(topic),
@@ -347,25 +322,21 @@ impl<D: Dialect> Relay<D> {
         let until = now.saturating_add(lease_ms);
         let batch = i64::from(self.settings.batch);
         let owner = self.id.as_str();
-        let store = &self.store;
-        in_transaction!(store, |connection| claim_on::<D>(
-            connection, owner, now, until, batch
-        ))
+        self.store
+            .write(|transaction| Box::pin(claim_on::<D>(transaction, owner, now, until, batch)))
+            .await
     }
 
     async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {
-        self.autocommit(
-            statements::<D>().mark_sent,
-            &[Arg::Int(now_ms()), Arg::Text(id)],
-        )
-        .await
+        self.autocommit(MARK_SENT.get::<D>(), &[Arg::Int(now_ms()), Arg::Text(id)])
+            .await
     }
 
     async fn defer(&self, id: &str, delay: Duration, reason: &str) -> Result<(), StoreError> {
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
         let reason: String = reason.chars().take(200).collect();
         self.autocommit(
-            statements::<D>().defer,
+            DEFER.get::<D>(),
             &[
                 Arg::Int(now_ms().saturating_add(delay_ms)),
                 Arg::Text(&reason),
@@ -388,12 +359,11 @@ async fn claim_on<D: Dialect>(
     until: i64,
     batch: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
-    let statements = statements::<D>();
     let rows = claim_rows::<D>(
         connection,
-        statements.select_due_locked,
+        SELECT_DUE_LOCKED.get::<D>(),
         &[Arg::Int(now), Arg::Int(now), Arg::Int(batch)],
-        statements.claim,
+        CLAIM.get::<D>(),
         owner,
         until,
     )
@@ -459,7 +429,7 @@ pub async fn purge_sent<D: Dialect>(
     let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
     connection
         .run(
-            statements::<D>().purge_sent,
+            PURGE_SENT.get::<D>(),
             &[Arg::Int(sent_before_ms), Arg::Int(limit)],
         )
         .await
@@ -470,7 +440,7 @@ pub async fn purge_sent<D: Dialect>(
 pub async fn backlog<D: Dialect>(store: &SqlStore<D>) -> Result<Backlog, StoreError> {
     let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
     let row = connection
-        .row(statements::<D>().backlog, &[])
+        .row(BACKLOG.get::<D>(), &[])
         .await
         .map_err(store_error::<D>)?
         .ok_or_else(|| StoreError::Corrupt("COUNT returned no row".to_owned()))?;

@@ -11,7 +11,7 @@ use sqlx::MySql;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPoolOptions, MySqlRow};
 
 use super::{
-    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport, sql_port, store_error,
+    Dialect, Failure, PoolSettings, SqlDialect, SqlStore, classify_transport, sql_port, store_error,
 };
 use crate::error::StoreError;
 
@@ -24,47 +24,11 @@ pub struct MySqlDialect;
 /// A store on MySQL or MariaDB.
 pub type MySqlStore = SqlStore<MySqlDialect>;
 
-static STATEMENTS: Statements = Statements {
-    record_insert: "INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at) \
-        VALUES (?, ?, ?, ?, 'in_progress', 1, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE fence = fence",
-    record_select_locked: "SELECT fingerprint, state, fence, owner, lease_until, response_status, response_headers, response_body, created_at, expires_at \
-        FROM mideng_records WHERE tenant = ? AND operation = ? AND idempotency_key = ? FOR UPDATE",
-    record_select: "SELECT fingerprint, state, fence, owner, lease_until, response_status, response_headers, response_body, created_at, expires_at \
-        FROM mideng_records WHERE tenant = ? AND operation = ? AND idempotency_key = ?",
-    record_take_over: "UPDATE mideng_records SET fingerprint = ?, state = 'in_progress', fence = ?, owner = ?, lease_until = ?, \
-        response_status = NULL, response_headers = NULL, response_body = NULL, created_at = ?, expires_at = ? \
-        WHERE tenant = ? AND operation = ? AND idempotency_key = ? AND fence = ?",
-    record_complete: "UPDATE mideng_records SET state = 'completed', response_status = ?, response_headers = ?, response_body = ?, expires_at = ? \
-        WHERE tenant = ? AND operation = ? AND idempotency_key = ? AND fence = ? AND owner = ? AND state = 'in_progress'",
-    record_abandon: "UPDATE mideng_records SET state = 'abandoned', lease_until = 0 \
-        WHERE tenant = ? AND operation = ? AND idempotency_key = ? AND fence = ? AND owner = ? AND state = 'in_progress'",
-    record_purge: "DELETE FROM mideng_records WHERE expires_at <= ? AND lease_until <= ? ORDER BY expires_at LIMIT ?",
-    token_insert: "INSERT INTO mideng_tokens (tenant, operation, token, expires_at) VALUES (?, ?, ?, ?)",
-    token_consume: "UPDATE mideng_tokens SET consumed_at = ? \
-        WHERE tenant = ? AND operation = ? AND token = ? AND consumed_at IS NULL AND expires_at > ?",
-    token_select: "SELECT expires_at, consumed_at FROM mideng_tokens WHERE tenant = ? AND operation = ? AND token = ?",
-    token_purge: "DELETE FROM mideng_tokens WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
-    lock_insert: "INSERT INTO mideng_locks (name, owner, fence, held_until) VALUES (?, ?, 1, ?) ON DUPLICATE KEY UPDATE fence = fence",
-    lock_select_locked: "SELECT owner, fence, held_until FROM mideng_locks WHERE name = ? FOR UPDATE",
-    lock_take: "UPDATE mideng_locks SET owner = ?, fence = ?, held_until = ? WHERE name = ? AND fence = ?",
-    lock_release: "UPDATE mideng_locks SET owner = '', held_until = 0 WHERE name = ? AND owner = ?",
-    lock_renew: "UPDATE mideng_locks SET held_until = ? WHERE name = ? AND owner = ?",
-    // INSERT IGNORE reports 0 affected rows on a duplicate whatever the FOUND_ROWS flag; the
-    // values are validated first, so it cannot hide a truncation.
-    state_insert: "INSERT IGNORE INTO mideng_states (kind, entity_id, state, version) VALUES (?, ?, ?, 0)",
-    state_select: "SELECT state, version FROM mideng_states WHERE kind = ? AND entity_id = ?",
-    state_compare_and_set: "UPDATE mideng_states SET state = ?, version = version + 1 WHERE kind = ? AND entity_id = ? AND state = ?",
-};
-
 impl Dialect for MySqlDialect {
     type Db = MySql;
     const NAME: &'static str = "mysql";
-    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::MySql;
+    const KIND: SqlDialect = SqlDialect::MySql;
     const BEGIN_WRITE: &'static str = "BEGIN";
-
-    fn statements() -> &'static Statements {
-        &STATEMENTS
-    }
 
     fn classify(error: &sqlx::Error) -> Failure {
         if let Some(failure) = classify_transport(error) {

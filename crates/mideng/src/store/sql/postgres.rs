@@ -4,8 +4,7 @@ use sqlx::Postgres;
 use sqlx::postgres::{PgConnection, PgPoolOptions, PgRow};
 
 use super::{
-    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport,
-    on_conflict_statements, sql_port, store_error,
+    Dialect, Failure, PoolSettings, SqlDialect, SqlStore, classify_transport, sql_port, store_error,
 };
 use crate::error::StoreError;
 
@@ -18,24 +17,11 @@ pub struct PostgresDialect;
 /// A store on PostgreSQL.
 pub type PostgresStore = SqlStore<PostgresDialect>;
 
-static STATEMENTS: Statements = on_conflict_statements!(
-    locked: " FOR UPDATE",
-    purge_records: "DELETE FROM mideng_records WHERE (tenant, operation, idempotency_key) IN \
-        (SELECT tenant, operation, idempotency_key FROM mideng_records \
-         WHERE expires_at <= $1 AND lease_until <= $2 LIMIT $3 FOR UPDATE SKIP LOCKED)",
-    purge_tokens: "DELETE FROM mideng_tokens WHERE (tenant, operation, token) IN \
-        (SELECT tenant, operation, token FROM mideng_tokens WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
-);
-
 impl Dialect for PostgresDialect {
     type Db = Postgres;
     const NAME: &'static str = "postgres";
-    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::Postgres;
+    const KIND: SqlDialect = SqlDialect::Postgres;
     const BEGIN_WRITE: &'static str = "BEGIN";
-
-    fn statements() -> &'static Statements {
-        &STATEMENTS
-    }
 
     fn classify(error: &sqlx::Error) -> Failure {
         if let Some(failure) = classify_transport(error) {

@@ -13,8 +13,7 @@ use sqlx::sqlite::{
 };
 
 use super::{
-    Dialect, Failure, PoolSettings, SqlStore, Statements, classify_transport,
-    on_conflict_statements, sql_port, store_error,
+    Dialect, Failure, PoolSettings, SqlDialect, SqlStore, classify_transport, sql_port, store_error,
 };
 use crate::error::StoreError;
 
@@ -30,23 +29,11 @@ pub type SqliteStore = SqlStore<SqliteDialect>;
 /// How long a writer waits for the file lock before reporting a conflict (then retried).
 const BUSY_TIMEOUT_SECS: u64 = 5;
 
-static STATEMENTS: Statements = on_conflict_statements!(
-    locked: "",
-    purge_records: "DELETE FROM mideng_records WHERE rowid IN \
-        (SELECT rowid FROM mideng_records WHERE expires_at <= $1 AND lease_until <= $2 LIMIT $3)",
-    purge_tokens: "DELETE FROM mideng_tokens WHERE rowid IN \
-        (SELECT rowid FROM mideng_tokens WHERE expires_at <= $1 LIMIT $2)"
-);
-
 impl Dialect for SqliteDialect {
     type Db = Sqlite;
     const NAME: &'static str = "sqlite";
-    const KIND: crate::constraint::SqlDialect = crate::constraint::SqlDialect::Sqlite;
+    const KIND: SqlDialect = SqlDialect::Sqlite;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
-
-    fn statements() -> &'static Statements {
-        &STATEMENTS
-    }
 
     fn classify(error: &sqlx::Error) -> Failure {
         if let Some(failure) = classify_transport(error) {

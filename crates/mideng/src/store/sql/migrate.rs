@@ -1,0 +1,62 @@
+//! Schema migrations and pool settings for the SQL stores.
+//!
+//! The toolkit's tables are created by its own migrator, whose bookkeeping lives in
+//! `mideng_migrations`; an application on the toolkit builds its migrator with
+//! [`versioned_migrator`] and a table of its own, so that the two histories never mix in one
+//! database.
+
+use std::time::Duration;
+
+/// Builds a migrator from versioned SQL scripts, keeping its bookkeeping in `table` so that it
+/// never mixes with another migrator's in the same database (the toolkit uses
+/// `mideng_migrations`; an application on the toolkit picks its own). Each script is
+/// `(version, description, sql)`.
+pub fn versioned_migrator(
+    table: &'static str,
+    scripts: &[(i64, &'static str, &'static str)],
+) -> sqlx::migrate::Migrator {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    let mut migrator = Migrator::with_migrations(
+        scripts
+            .iter()
+            .map(|(version, description, sql)| {
+                Migration::new(
+                    *version,
+                    (*description).into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    );
+    migrator.dangerous_set_table_name(table);
+    migrator
+}
+
+/// The toolkit's own migrator for one dialect.
+pub(crate) fn migrator(toolkit: &'static str, outbox: &'static str) -> sqlx::migrate::Migrator {
+    versioned_migrator(
+        "mideng_migrations",
+        &[(1, "toolkit", toolkit), (2, "outbox", outbox)],
+    )
+}
+
+/// Pool settings shared by the SQL stores.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSettings {
+    /// Most connections open at once.
+    pub connections_max: u32,
+    /// Longest wait for a free connection before the store reports itself unavailable.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self {
+            connections_max: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}

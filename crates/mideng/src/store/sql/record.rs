@@ -1,0 +1,376 @@
+//! Idempotency records on SQL ([`RecordStore`]), and their transactional forms
+//! [`SqlStore::begin_in`] and [`SqlStore::complete_in`], which run inside the caller's
+//! transaction so that the record commits or rolls back with the business write.
+//!
+//! The write path of `begin`, in one write transaction:
+//! 1. insert the record with a fresh owner nonce, doing nothing on a duplicate key (PostgreSQL
+//!    and SQLite `ON CONFLICT DO NOTHING`; MySQL `ON DUPLICATE KEY UPDATE fence = fence`, which
+//!    takes the row's exclusive lock at once instead of a shared lock that would deadlock on
+//!    upgrade) — a duplicate never raises an error, so a caller's transaction is never aborted;
+//! 2. read the row under a row lock (`FOR UPDATE`; SQLite's `BEGIN IMMEDIATE` already
+//!    serialises writers);
+//! 3. if the row carries our nonce we inserted it: proceed with fence 1; otherwise apply
+//!    [`crate::record::judge`] and, for a take-over, update the row with fence + 1.
+//!
+//! The nonce, not the affected-row count, tells who inserted, because MySQL connections report
+//! matched rather than changed rows. A completion and an abandonment are one conditional
+//! update each, on the fence and the owner: a lease that was taken over can no longer write.
+
+use async_trait::async_trait;
+use sqlx::Database;
+
+use super::engine::{
+    Arg, Dialect, SqlConn, SqlRow, SqlStore, as_fence, as_i64, corrupt, retry_conflicts,
+    store_error,
+};
+use super::statements::PerDialect;
+use crate::clock::now_ms;
+use crate::error::StoreError;
+use crate::key::{Fingerprint, IdempotencyKey, Scope};
+use crate::limits::PURGE_BATCH_ROWS_MAX;
+use crate::record::{
+    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
+    judge, new_owner, retry_after,
+};
+
+/// The columns `decode_record` reads, in its order.
+macro_rules! record_columns {
+    () => {
+        "fingerprint, state, fence, owner, lease_until, response_status, response_headers, response_body, created_at, expires_at"
+    };
+}
+
+const INSERT: PerDialect<&str> = crate::dialect_sql!(
+    "INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at) \
+     VALUES (" ? ", " ? ", " ? ", " ? ", 'in_progress', 1, " ? ", " ? ", " ? ", " ? ")"
+    {
+        mysql: " ON DUPLICATE KEY UPDATE fence = fence",
+        _: " ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING"
+    }
+);
+const SELECT_LOCKED: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT " record_columns!() " FROM mideng_records WHERE tenant = " ? " AND operation = " ?
+    " AND idempotency_key = " ? for_update
+);
+const SELECT: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT " record_columns!() " FROM mideng_records WHERE tenant = " ? " AND operation = " ?
+    " AND idempotency_key = " ?
+);
+const TAKE_OVER: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_records SET fingerprint = " ? ", state = 'in_progress', fence = " ? ", owner = " ?
+    ", lease_until = " ? ", response_status = NULL, response_headers = NULL, response_body = NULL, created_at = " ?
+    ", expires_at = " ? " WHERE tenant = " ? " AND operation = " ? " AND idempotency_key = " ? " AND fence = " ?
+);
+const COMPLETE: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_records SET state = 'completed', response_status = " ? ", response_headers = " ?
+    ", response_body = " ? ", expires_at = " ? " WHERE tenant = " ? " AND operation = " ?
+    " AND idempotency_key = " ? " AND fence = " ? " AND owner = " ? " AND state = 'in_progress'"
+);
+const ABANDON: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_records SET state = 'abandoned', lease_until = 0 WHERE tenant = " ?
+    " AND operation = " ? " AND idempotency_key = " ? " AND fence = " ? " AND owner = " ?
+    " AND state = 'in_progress'"
+);
+/// A bounded delete: PostgreSQL skips rows another purge holds; SQLite and MySQL, which cannot
+/// limit a delete through a subquery on the same table, go by rowid and `ORDER BY … LIMIT`.
+const PURGE: PerDialect<&str> = crate::dialect_sql!(
+    "DELETE FROM mideng_records WHERE "
+    {
+        postgres: "(tenant, operation, idempotency_key) IN (SELECT tenant, operation, idempotency_key FROM mideng_records WHERE ",
+        sqlite: "rowid IN (SELECT rowid FROM mideng_records WHERE ",
+        mysql: ""
+    }
+    "expires_at <= " ? " AND lease_until <= " ? { mysql: " ORDER BY expires_at", _: "" } " LIMIT " ?
+    { postgres: " FOR UPDATE SKIP LOCKED)", sqlite: ")", mysql: "" }
+);
+
+impl<D: Dialect> SqlStore<D> {
+    /// [`RecordStore::begin`] inside the caller's transaction, so that the record commits or
+    /// rolls back with the business write. On PostgreSQL and MySQL the record's row stays
+    /// locked until the caller's transaction ends: a concurrent `begin` on the same key waits
+    /// and then sees the outcome. On SQLite the transaction must have been opened with
+    /// [`SqlStore::begin_write`]. Conflicts are not retried here (the caller's transaction may
+    /// be aborted): they come back as [`StoreError::Conflict`] for the caller to retry whole.
+    pub async fn begin_in(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        policy: &RecordPolicy,
+    ) -> Result<Decision, StoreError> {
+        begin_on::<D>(connection, scope, key, fingerprint, policy).await
+    }
+
+    /// [`RecordStore::complete`] inside the caller's transaction.
+    pub async fn complete_in(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        lease: &Lease,
+        response: &StoredResponse,
+    ) -> Result<(), StoreError> {
+        complete_on::<D>(connection, lease, response).await
+    }
+}
+
+fn record_key_args<'a>(scope: &'a Scope, key: &'a IdempotencyKey) -> [Arg<'a>; 3] {
+    [
+        Arg::Text(scope.tenant()),
+        Arg::Text(scope.operation()),
+        Arg::Text(key.as_str()),
+    ]
+}
+
+/// Columns of `record_select*`: fingerprint, state, fence, owner, lease_until, response_status,
+/// response_headers, response_body, created_at, expires_at.
+fn decode_record<R: SqlRow>(
+    row: &R,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Record, StoreError> {
+    let read = |error: sqlx::Error| StoreError::Corrupt(format!("unreadable record: {error}"));
+    let fingerprint = Fingerprint::from_hex(&row.text(0).map_err(read)?)?;
+    let state_text = row.text(1).map_err(read)?;
+    let state = RecordState::parse(&state_text).ok_or_else(|| corrupt("unknown record state"))?;
+    let response = match (
+        row.opt_int(5).map_err(read)?,
+        row.opt_text(6).map_err(read)?,
+        row.opt_bytes(7).map_err(read)?,
+    ) {
+        (Some(status), Some(headers), Some(body)) => {
+            Some(StoredResponse::from_columns(status, &headers, body)?)
+        }
+        _ => None,
+    };
+    Ok(Record {
+        scope: scope.clone(),
+        key: key.clone(),
+        fingerprint,
+        state,
+        fence: as_fence(row.int(2).map_err(read)?)?,
+        owner: row.text(3).map_err(read)?,
+        lease_until_ms: row.int(4).map_err(read)?,
+        response,
+        created_at_ms: row.int(8).map_err(read)?,
+        expires_at_ms: row.int(9).map_err(read)?,
+    })
+}
+
+async fn begin_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    policy: &RecordPolicy,
+) -> Result<Decision, StoreError> {
+    let now = now_ms();
+    let owner = new_owner();
+    let fingerprint_hex = fingerprint.to_hex();
+    let lease_until_ms = now.saturating_add(policy.lease_ms());
+    let expires_at_ms = now.saturating_add(policy.retention_ms());
+    let [tenant, operation, key_text] = record_key_args(scope, key);
+    connection
+        .run(
+            INSERT.get::<D>(),
+            &[
+                tenant,
+                operation,
+                key_text,
+                Arg::Text(&fingerprint_hex),
+                Arg::Text(&owner),
+                Arg::Int(lease_until_ms),
+                Arg::Int(now),
+                Arg::Int(expires_at_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let row = connection
+        .row(SELECT_LOCKED.get::<D>(), &record_key_args(scope, key))
+        .await
+        .map_err(store_error::<D>)?
+        // Deleted between our insert and our read: only a concurrent purge does that.
+        .ok_or_else(|| StoreError::Conflict("record vanished during begin".to_owned()))?;
+    let existing = decode_record(&row, scope, key)?;
+    if existing.owner == owner {
+        return Ok(Decision::Proceed(Lease {
+            scope: scope.clone(),
+            key: key.clone(),
+            fence: existing.fence,
+            owner,
+            lease_until_ms,
+            retention_ms: policy.retention_ms(),
+            taken_over: false,
+        }));
+    }
+    // Judge by the time the row lock was obtained, not when this call started: it may have
+    // waited behind the winner, whose lease began after our first reading of the clock.
+    let now = now_ms();
+    let lease_until_ms = now.saturating_add(policy.lease_ms());
+    let expires_at_ms = now.saturating_add(policy.retention_ms());
+    match judge(
+        existing.state,
+        &existing.fingerprint,
+        existing.lease_until_ms,
+        existing.expires_at_ms,
+        fingerprint,
+        now,
+    ) {
+        Verdict::Replay => existing
+            .response
+            .map(Decision::Replay)
+            .ok_or_else(|| corrupt("completed record without a response")),
+        Verdict::InFlight { retry_after_ms } => Ok(Decision::InFlight {
+            retry_after: retry_after(retry_after_ms),
+        }),
+        Verdict::Mismatch => Ok(Decision::Mismatch),
+        Verdict::TakeOver => {
+            let fence = existing.fence + 1;
+            let changed = connection
+                .run(
+                    TAKE_OVER.get::<D>(),
+                    &[
+                        Arg::Text(&fingerprint_hex),
+                        Arg::Int(as_i64(fence)),
+                        Arg::Text(&owner),
+                        Arg::Int(lease_until_ms),
+                        Arg::Int(now),
+                        Arg::Int(expires_at_ms),
+                        tenant,
+                        operation,
+                        key_text,
+                        Arg::Int(as_i64(existing.fence)),
+                    ],
+                )
+                .await
+                .map_err(store_error::<D>)?;
+            if changed != 1 {
+                // The row is locked by this transaction, so the fence cannot have moved.
+                return Err(StoreError::Conflict(
+                    "take-over lost its row lock".to_owned(),
+                ));
+            }
+            Ok(Decision::Proceed(Lease {
+                scope: scope.clone(),
+                key: key.clone(),
+                fence,
+                owner,
+                lease_until_ms,
+                retention_ms: policy.retention_ms(),
+                taken_over: true,
+            }))
+        }
+    }
+}
+
+async fn complete_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    lease: &Lease,
+    response: &StoredResponse,
+) -> Result<(), StoreError> {
+    response.validate()?;
+    let headers = response.headers_json();
+    let [tenant, operation, key_text] = record_key_args(&lease.scope, &lease.key);
+    let changed = connection
+        .run(
+            COMPLETE.get::<D>(),
+            &[
+                Arg::OptInt(Some(i64::from(response.status))),
+                Arg::OptText(Some(&headers)),
+                Arg::OptBytes(Some(&response.body)),
+                Arg::Int(now_ms().saturating_add(lease.retention_ms)),
+                tenant,
+                operation,
+                key_text,
+                Arg::Int(as_i64(lease.fence)),
+                Arg::Text(&lease.owner),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::StaleLease)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> RecordStore for SqlStore<D> {
+    async fn begin(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        policy: &RecordPolicy,
+    ) -> Result<Decision, StoreError> {
+        // The cheap path first (read once, save a write): a completed record that has not
+        // expired never changes, so a plain read answers a replay or a mismatch without a
+        // write transaction. Anything else takes the locked path.
+        if let Some(existing) = self.find_record(scope, key).await?
+            && existing.state == RecordState::Completed
+            && existing.expires_at_ms > now_ms()
+        {
+            if existing.fingerprint != *fingerprint {
+                return Ok(Decision::Mismatch);
+            }
+            if let Some(response) = existing.response {
+                return Ok(Decision::Replay(response));
+            }
+        }
+        self.write(|transaction| {
+            Box::pin(begin_on::<D>(transaction, scope, key, fingerprint, policy))
+        })
+        .await
+    }
+
+    async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
+        // One conditional UPDATE is atomic on its own: no explicit transaction needed.
+        retry_conflicts(|| async {
+            let mut connection = self.pool().acquire().await.map_err(store_error::<D>)?;
+            complete_on::<D>(&mut connection, lease, response).await
+        })
+        .await
+    }
+
+    async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
+        let [tenant, operation, key_text] = record_key_args(&lease.scope, &lease.key);
+        let changed = self
+            .run_once(
+                ABANDON.get::<D>(),
+                &[
+                    tenant,
+                    operation,
+                    key_text,
+                    Arg::Int(as_i64(lease.fence)),
+                    Arg::Text(&lease.owner),
+                ],
+            )
+            .await?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::StaleLease)
+        }
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        self.read_row(SELECT.get::<D>(), &record_key_args(scope, key), |row| {
+            decode_record(row, scope, key)
+        })
+        .await
+    }
+
+    async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let limit = i64::from(limit.min(PURGE_BATCH_ROWS_MAX));
+        self.run_once(
+            PURGE.get::<D>(),
+            &[Arg::Int(now_ms), Arg::Int(now_ms), Arg::Int(limit)],
+        )
+        .await
+    }
+}
