@@ -16,8 +16,6 @@ use super::error::Code;
 use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
 use super::{ApiError, AppState, operation};
 
-/// How long an issued token is accepted.
-
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(

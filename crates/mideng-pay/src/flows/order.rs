@@ -15,7 +15,7 @@ pub enum OrderCreated {
     /// Created now.
     Created,
     /// The same order was created before: it as it is now, with its payments.
-    Replayed(Order, Vec<Payment>),
+    Replayed(Box<Order>, Vec<Payment>),
     /// Another order with this id and a different content exists.
     IdReused,
     /// The order vanished between the conflict and the read (it cannot be deleted, so only a
@@ -47,7 +47,7 @@ pub async fn create(ports: &Ports, order: &Order) -> Result<OrderCreated, StoreE
                 "replay",
             );
             match ports.store.orders.order(tenant, subject).await? {
-                Some((current, payments)) => OrderCreated::Replayed(current, payments),
+                Some((current, payments)) => OrderCreated::Replayed(Box::new(current), payments),
                 None => OrderCreated::Vanished,
             }
         }
@@ -68,7 +68,7 @@ pub async fn create(ports: &Ports, order: &Order) -> Result<OrderCreated, StoreE
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transitioned {
     /// Moved now, or it was there already: the order as it is now, with its payments.
-    Done(Order, Vec<Payment>),
+    Done(Box<Order>, Vec<Payment>),
     /// No such order in this tenant.
     NoOrder,
     /// PAID is reached only through a payment.
@@ -106,7 +106,7 @@ pub async fn transition(
         return Ok(Transitioned::Refused { current });
     }
     Ok(match ports.store.orders.order(tenant, order_id).await? {
-        Some((order, payments)) => Transitioned::Done(order, payments),
+        Some((order, payments)) => Transitioned::Done(Box::new(order), payments),
         None => Transitioned::NoOrder,
     })
 }

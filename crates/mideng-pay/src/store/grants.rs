@@ -7,10 +7,10 @@
 //! behind it).
 
 use async_trait::async_trait;
-use mideng::store::sql::SqlDialect;
 use mideng::dedup::DedupTable;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
+use mideng::store::sql::SqlDialect;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, SqlStore, store_error};
 use mideng::{StoreError, clock};
 
