@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
 use mideng_channel::strict::{self, Form};
-use mideng_channel::{money, wechat};
+use mideng_channel::{ChannelKind, money, wechat};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -30,7 +30,7 @@ use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_bod
 use crate::clock::wall_clock_ms;
 use crate::faults::GatewayMethod;
 use crate::trades::{
-    Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
+    CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
     TradeStatus,
 };
 use crate::{Shared, Simulator};
@@ -278,7 +278,7 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
     };
     let out_trade_no = request.out_trade_no.clone();
     let new = NewTrade {
-        channel: Channel::Wechat,
+        channel: ChannelKind::Wechat,
         out_trade_no: request.out_trade_no,
         terms: CreateTerms {
             amount_fen: request.amount.total,
@@ -367,7 +367,7 @@ fn query_trade(
     answer_query(shared, |trades| {
         trades
             .find_trade(&out_trade_no)
-            .filter(|trade| trade.channel == Channel::Wechat)
+            .filter(|trade| trade.channel == ChannelKind::Wechat)
     })
 }
 
@@ -424,7 +424,7 @@ fn query_trade_by_transaction_id(
     answer_query(shared, |trades| {
         trades
             .find_trade_by_channel_trade_id(&transaction_id)
-            .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
+            .filter(|trade| trade.channel == ChannelKind::Wechat && trade.status.was_paid())
     })
 }
 
@@ -580,7 +580,7 @@ fn close_trade(
     let is_wechat_trade = world
         .trades
         .find_trade(&out_trade_no)
-        .is_some_and(|trade| trade.channel == Channel::Wechat);
+        .is_some_and(|trade| trade.channel == ChannelKind::Wechat);
     // Closing an unknown order answers 204 as well (community reports): the merchant confirms
     // every close with a query.
     let result = if is_wechat_trade {

@@ -10,11 +10,11 @@
 //!   same on every delivery; the headers are signed anew each time.
 
 use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
-use mideng_channel::{alipay, money, wechat};
+use mideng_channel::{ChannelKind, alipay, money, wechat};
 
 use super::queue::{NewNotify, Payload};
 use crate::config::SimConfig;
-use crate::trades::{Channel, Trade, TradeEventKind};
+use crate::trades::{Trade, TradeEventKind};
 
 /// Associated data of WeChat Pay notification resources.
 const WECHAT_ASSOCIATED_DATA: &str = "transaction";
@@ -36,8 +36,8 @@ pub(crate) fn notify_for_event(
 ) -> Option<NewNotify> {
     let url = trade.notify_url.clone()?;
     let built = match trade.channel {
-        Channel::Alipay => alipay_notify(config, trade, kind),
-        Channel::Wechat => wechat_notify(config, trade, kind, now_ms),
+        ChannelKind::Alipay => alipay_notify(config, trade, kind),
+        ChannelKind::Wechat => wechat_notify(config, trade, kind, now_ms),
     };
     match built {
         Ok(Some((notify_id, event, payload))) => Some(NewNotify {
