@@ -30,11 +30,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Simulator;
 use crate::faults::{FaultCode, GatewayMethod};
 use crate::gateway::{self, BodyUnreadable, is_valid_out_trade_no, read_body};
 use crate::limits::{CLOCK_ADVANCE_SECONDS_MAX, FAULT_TIMES_MAX, POLICY_DELAY_SECONDS_MAX};
 use crate::notify::queue::{NotifyPolicy, PolicyMode};
+use crate::simulator::Simulator;
 use crate::trades::{Applied, CloseCause, LedgerKind, Refusal, Trade};
 use crate::world::World;
 
@@ -58,7 +58,9 @@ pub(crate) fn routes() -> Router<Simulator> {
 /// on; `/v3/certificates` serves its certificate beside the previous one. Answers the new
 /// serial. Certificate mode only (409 otherwise).
 async fn rotate_wechat_platform(State(simulator): State<Simulator>) -> Response {
-    if simulator.shared.config.wechat_platform_mode != crate::WechatPlatformMode::Certificate {
+    if simulator.shared.config.wechat_platform_mode
+        != crate::config::WechatPlatformMode::Certificate
+    {
         return Problem::new(
             StatusCode::CONFLICT,
             "not-certificate-mode",

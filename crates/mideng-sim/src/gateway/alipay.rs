@@ -25,11 +25,11 @@ use serde_json::{Map, Value, json};
 use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
 use crate::faults::{FaultCode, GatewayMethod};
 use crate::limits::SUBJECT_CHARS_MAX;
+use crate::shared::Shared;
+use crate::simulator::Simulator;
 use crate::trades::{
-    Applied, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade,
-    TradeStatus,
+    Applied, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeStatus,
 };
-use crate::{Shared, Simulator};
 
 /// The response key of answers given before a method is known.
 const ERROR_NODE: &str = "error";

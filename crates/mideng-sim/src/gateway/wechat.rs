@@ -29,11 +29,12 @@ use serde_json::{Value, json};
 use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
 use crate::clock::wall_clock_ms;
 use crate::faults::GatewayMethod;
+use crate::shared::Shared;
+use crate::simulator::Simulator;
 use crate::trades::{
     CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
     TradeStatus,
 };
-use crate::{Shared, Simulator};
 
 /// How long a native order stays payable without `time_expire`: its `code_url` is valid 2 h.
 const ORDER_VALIDITY_DEFAULT_MS: i64 = 2 * 60 * 60 * 1000;

@@ -17,11 +17,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::queue::{Copies, DeliveryJob, DeliveryRecord, Payload};
-use crate::Shared;
 use crate::limits::{
     DELIVERIES_IN_FLIGHT_MAX, DELIVERY_ANSWER_BYTES_MAX, DELIVERY_ANSWER_RECORDED_BYTES_MAX,
     DISPATCHER_IDLE_MAX,
 };
+use crate::shared::Shared;
 
 /// Runs until `stop` turns true (or its sender is dropped).
 pub(crate) async fn run_dispatcher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
