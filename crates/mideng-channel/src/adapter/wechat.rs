@@ -516,7 +516,7 @@ impl Channel for WechatChannel {
             .await?;
         if !status.is_success() {
             let rejection = Self::rejection(status, &text);
-            if !matches!(&rejection, ChannelError::Rejected { sub_code, .. } if sub_code == "ORDERPAID")
+            if !matches!(&rejection, ChannelError::Rejected { sub_code, .. } if sub_code == protocol::CODE_ORDERPAID)
             {
                 return Err(rejection);
             }
@@ -590,7 +590,9 @@ impl Channel for WechatChannel {
             return Err(NotifyRejection::WrongMerchant);
         }
         let state = match state_of(&transaction) {
-            TradeState::Paid(payment) if notification.event_type == "TRANSACTION.SUCCESS" => {
+            TradeState::Paid(payment)
+                if notification.event_type == protocol::EVENT_TRANSACTION_SUCCESS =>
+            {
                 NotifiedState::Paid(payment)
             }
             TradeState::Closed => NotifiedState::Closed,
