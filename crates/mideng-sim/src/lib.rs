@@ -22,7 +22,8 @@
 //! - `faults` — armed "fail the next call" faults (pure).
 //! - `notify` — the notify queue and policies (pure), the payload of each channel's notify,
 //!   and the dispatcher task that delivers them.
-//! - `world` — all the state above behind one lock, settled to the clock on every access.
+//! - `world` — all the state above, one value behind `shared`'s lock, settled to the clock on
+//!   every access.
 //! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close.
 //! - `gateway::alipay_v3` — OpenAPI v3, `POST /v3/alipay/trade/{precreate,query,close}`:
 //!   the same calls with JSON bodies, header signatures and `gateway::alipay`'s business rules.
