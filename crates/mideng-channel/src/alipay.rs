@@ -105,7 +105,7 @@ pub fn request_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a s
 
 /// The sign content of a notify: everything but `sign` and `sign_type`, **empty values kept**
 /// (`passback_params=` is signed as `passback_params=`), as Alipay's own verifiers build it.
-/// The verifier passes a [`Form`], whose names are unique, so that the text signed is the
+/// The verifier passes a [`Form`](crate::strict::Form), whose names are unique, so that the text signed is the
 /// text read.
 pub fn notify_sign_content<'a>(params: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     sign_content(params, &["sign", "sign_type"], false)
@@ -184,10 +184,10 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
 /// - Requests carry `authorization: ALIPAY-SHA256withRSA app_id=…,nonce=…,timestamp=…,sign=…`;
 ///   the auth string is everything between the scheme and `,sign=`, and the signature (the
 ///   merchant's key, SHA256withRSA) covers `auth\nMETHOD\npath?query\nbody\n`, followed by
-///   `app_auth_token\n` when an `alipay-app-auth-token` header is sent ([`request_message`]).
+///   `app_auth_token\n` when an `alipay-app-auth-token` header is sent ([`v3::request_message`]).
 ///   The timestamp is Unix milliseconds.
 /// - Answers, errors included, carry `alipay-timestamp`, `alipay-nonce` and `alipay-signature`
-///   over `timestamp\nnonce\nbody\n` ([`response_message`]), signed with Alipay's key. A
+///   over `timestamp\nnonce\nbody\n` ([`v3::response_message`]), signed with Alipay's key. A
 ///   success is HTTP 200 with the business fields at the top level; a failure is 4xx or 5xx
 ///   with `{"code", "message"}`.
 pub mod v3 {

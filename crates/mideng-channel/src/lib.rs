@@ -6,6 +6,8 @@
 //! check them against vectors computed independently with openssl, so that the service and
 //! the simulator cannot agree on a wrong scheme.
 //!
+//! - [`kind`] — [`ChannelKind`], the one name of a channel (`alipay`, `wechat`) that the
+//!   adapters, the simulator and the payment service share.
 //! - [`money`] — fen ↔ yuan strings, exact, no floats.
 //! - [`keys`] — RSA keys, SHA256withRSA signatures, AES-256-GCM.
 //! - [`alipay`] — sign content, response-node extraction over the raw text, notify rules.
@@ -22,7 +24,10 @@
 pub mod adapter;
 pub mod alipay;
 pub mod keys;
+pub mod kind;
 pub mod money;
 pub mod platform_keys;
 pub mod strict;
 pub mod wechat;
+
+pub use kind::{ChannelKind, UnknownChannel};

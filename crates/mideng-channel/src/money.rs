@@ -7,9 +7,15 @@
 
 use thiserror::Error;
 
-/// The smallest amount a channel accepts, in fen.
+/// The smallest amount a channel accepts, in fen: one fen, the smallest unit either channel
+/// charges.
 pub const AMOUNT_FEN_MIN: i64 = 1;
-/// The largest amount a channel accepts, in fen (100 000 000 yuan).
+/// The largest amount a channel accepts, in fen: 100 000 000.00 yuan, the top of Alipay's
+/// `total_amount` range, and WeChat Pay is held to the same bound so that both channels take
+/// the same orders. This is the only definition: the service refuses a larger order before it
+/// calls a channel and the simulator refuses one as the channel would, so no amount the
+/// service accepts is refused by the channel. It is also why a yuan string has at most nine
+/// integer digits, and it leaves sums of many amounts far below `i64::MAX`.
 pub const AMOUNT_FEN_MAX: i64 = 10_000_000_000;
 
 /// An amount that is not a valid channel amount.

@@ -35,6 +35,12 @@ pub const HEADER_SIGNATURE_TYPE: &str = "wechatpay-signature-type";
 pub const HEADER_REQUEST_ID: &str = "request-id";
 /// The only resource encryption.
 pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
+/// A notification's `resource_type`: its resource is encrypted.
+pub const RESOURCE_TYPE_ENCRYPTED: &str = "encrypt-resource";
+/// The associated data, and the `original_type`, of a notification's encrypted transaction.
+pub const TRANSACTION_ASSOCIATED_DATA: &str = "transaction";
+/// A notification's `event_type` for a successful payment, the only one notified.
+pub const EVENT_TRANSACTION_SUCCESS: &str = "TRANSACTION.SUCCESS";
 
 /// Create a native (QR code) transaction.
 pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
@@ -53,6 +59,25 @@ pub const STATE_NOTPAY: &str = "NOTPAY";
 pub const STATE_CLOSED: &str = "CLOSED";
 /// Refunded.
 pub const STATE_REFUND: &str = "REFUND";
+
+/// Error `code`: the request's signature does not verify (HTTP 401).
+pub const CODE_SIGN_ERROR: &str = "SIGN_ERROR";
+/// Error `code`: a parameter is missing or malformed (HTTP 400).
+pub const CODE_PARAM_ERROR: &str = "PARAM_ERROR";
+/// Error `code`: the platform failed; the outcome is unknown (HTTP 500).
+pub const CODE_SYSTEM_ERROR: &str = "SYSTEM_ERROR";
+/// Error `code`: the app id is not bound to the merchant id.
+pub const CODE_APPID_MCHID_NOT_MATCH: &str = "APPID_MCHID_NOT_MATCH";
+/// Error `code`: the order is already paid (a create or a close that came too late).
+pub const CODE_ORDERPAID: &str = "ORDERPAID";
+/// Error `code`: the order is closed.
+pub const CODE_ORDER_CLOSED: &str = "ORDER_CLOSED";
+/// Error `code`: the merchant's order number was used with other parameters.
+pub const CODE_OUT_TRADE_NO_USED: &str = "OUT_TRADE_NO_USED";
+/// Error `code`: no such order (HTTP 404 to a query).
+pub const CODE_ORDER_NOT_EXIST: &str = "ORDER_NOT_EXIST";
+/// Error `code`: no such API (HTTP 404).
+pub const CODE_NOT_FOUND: &str = "NOT_FOUND";
 
 /// When each notify delivery goes out, in seconds after the event: at once, then 15s, 15s, 30s,
 /// 3m, 10m, 20m, 30m, 30m, 30m, 60m, 3h, 3h, 3h, 6h, 6h — 16 deliveries in about a day.

@@ -206,7 +206,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate { database_url } => {
             store_url::migrate(&database_url).await?;
             tracing::info!(
-                database = store_url::display(&database_url),
+                database = mideng::redact::url(&database_url),
                 "migrations applied"
             );
         }
@@ -241,7 +241,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Demo { store, duplicates } => {
             let stores = store_url::open(&store).await?;
-            demo::run(&store_url::display(&store), stores, usize::from(duplicates)).await?;
+            demo::run(
+                &mideng::redact::url(&store),
+                stores,
+                usize::from(duplicates),
+            )
+            .await?;
         }
     }
     Ok(())

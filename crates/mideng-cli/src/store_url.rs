@@ -5,6 +5,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use mideng::RecordStore;
 use mideng::lock::LockStore;
+use mideng::redact;
 use mideng::state::StateStore;
 use mideng::store::memory::MemoryStore;
 use mideng::store::redis::RedisStore;
@@ -33,21 +34,9 @@ fn all<S: RecordStore + TokenStore + LockStore + StateStore + 'static>(store: S)
     }
 }
 
-/// The URL without its password, for logs.
-pub(crate) fn display(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
-            let user = credentials.split(':').next().unwrap_or_default();
-            format!("{}://{user}:***@{}", &url[..scheme_end], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// Applies the toolkit's migrations to a SQL database.
 pub(crate) async fn migrate(url: &str) -> anyhow::Result<()> {
-    let shown = display(url);
+    let shown = redact::url(url);
     if url.starts_with("sqlite:") {
         let store = SqliteStore::connect(url, PoolSettings::default())
             .await
@@ -71,7 +60,7 @@ pub(crate) async fn migrate(url: &str) -> anyhow::Result<()> {
 
 /// Opens (and migrates, for SQL) the store named by `url`.
 pub(crate) async fn open(url: &str) -> anyhow::Result<Stores> {
-    let shown = display(url);
+    let shown = redact::url(url);
     if url == "memory" {
         return Ok(all(MemoryStore::new()));
     }
@@ -90,22 +79,4 @@ pub(crate) async fn open(url: &str) -> anyhow::Result<Stores> {
     } else {
         all(PostgresStore::connect(url, settings).await?)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::display;
-
-    #[test]
-    fn passwords_are_hidden_from_displayed_urls() {
-        assert_eq!(
-            display("postgres://app:s3cret@db:5432/pay"),
-            "postgres://app:***@db:5432/pay"
-        );
-        assert_eq!(
-            display("sqlite://data/mideng.db"),
-            "sqlite://data/mideng.db"
-        );
-        assert!(!display("mysql://root:pw@localhost/db").contains("pw"));
-    }
 }

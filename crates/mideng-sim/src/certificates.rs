@@ -20,8 +20,8 @@ use rcgen::{
 
 use mideng_channel::keys::PrivateKey;
 
-use crate::SimError;
 use crate::config::{SimConfig, WechatPlatformMode};
+use crate::error::SimError;
 
 /// How long a platform certificate is valid, as WeChat Pay issues them.
 const VALIDITY_DAYS: i64 = 5 * 365;

@@ -7,7 +7,7 @@
 use mideng_channel::keys::{PrivateKey, PublicKey, random_characters, random_nonce};
 use serde::{Deserialize, Serialize};
 
-use crate::SimError;
+use crate::error::SimError;
 use crate::limits::CLOCK_SPEED_MAX;
 
 /// The example Alipay partner id of generated configurations.

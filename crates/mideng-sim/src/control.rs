@@ -25,17 +25,17 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use mideng_channel::{strict, wechat};
+use mideng_channel::{ChannelKind, strict, wechat};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Simulator;
 use crate::faults::{FaultCode, GatewayMethod};
 use crate::gateway::{self, BodyUnreadable, is_valid_out_trade_no, read_body};
 use crate::limits::{CLOCK_ADVANCE_SECONDS_MAX, FAULT_TIMES_MAX, POLICY_DELAY_SECONDS_MAX};
 use crate::notify::queue::{NotifyPolicy, PolicyMode};
-use crate::trades::{Applied, Channel, CloseCause, LedgerKind, Refusal, Trade};
+use crate::simulator::Simulator;
+use crate::trades::{Applied, CloseCause, LedgerKind, Refusal, Trade};
 use crate::world::World;
 
 /// The control routes.
@@ -58,7 +58,9 @@ pub(crate) fn routes() -> Router<Simulator> {
 /// on; `/v3/certificates` serves its certificate beside the previous one. Answers the new
 /// serial. Certificate mode only (409 otherwise).
 async fn rotate_wechat_platform(State(simulator): State<Simulator>) -> Response {
-    if simulator.shared.config.wechat_platform_mode != crate::WechatPlatformMode::Certificate {
+    if simulator.shared.config.wechat_platform_mode
+        != crate::config::WechatPlatformMode::Certificate
+    {
         return Problem::new(
             StatusCode::CONFLICT,
             "not-certificate-mode",
@@ -190,7 +192,7 @@ fn path_out_trade_no(path: Result<Path<String>, PathRejection>) -> Result<String
 /// A trade as the control API shows it.
 #[derive(Serialize)]
 struct TradeView<'a> {
-    channel: Channel,
+    channel: ChannelKind,
     out_trade_no: &'a str,
     channel_trade_id: Option<&'a str>,
     amount_fen: i64,
@@ -221,13 +223,13 @@ fn trade_view<'a>(world: &'a World, trade: &'a Trade) -> TradeView<'a> {
         channel_trade_id: trade
             .channel_trade_id
             .as_deref()
-            .filter(|_| trade.channel == Channel::Alipay || trade.status.was_paid()),
+            .filter(|_| trade.channel == ChannelKind::Alipay || trade.status.was_paid()),
         amount_fen: trade.terms.amount_fen,
         subject: &trade.terms.subject,
         status: trade.status,
         channel_status: match trade.channel {
-            Channel::Alipay => gateway::alipay::trade_status(trade.status),
-            Channel::Wechat => gateway::wechat::trade_state(trade.status),
+            ChannelKind::Alipay => gateway::alipay::trade_status(trade.status),
+            ChannelKind::Wechat => gateway::wechat::trade_state(trade.status),
         },
         scanned: trade.scanned,
         exists_at_channel: trade.exists_at_channel(),

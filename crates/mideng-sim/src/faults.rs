@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use mideng_channel::alipay;
+use mideng_channel::{alipay, wechat};
 
 use crate::limits::FAULT_TIMES_MAX;
 
@@ -83,7 +83,7 @@ impl FaultCode {
         match self {
             FaultCode::AlipayUnknown => alipay::CODE_UNKNOWN,
             FaultCode::AlipaySystemError => alipay::SUB_SYSTEM_ERROR,
-            FaultCode::WechatSystemError => "SYSTEM_ERROR",
+            FaultCode::WechatSystemError => wechat::CODE_SYSTEM_ERROR,
         }
     }
 
@@ -91,9 +91,15 @@ impl FaultCode {
     /// answer (Alipay 20000, WeChat Pay SYSTEM_ERROR).
     pub(crate) fn for_method(method: GatewayMethod, code: Option<&str>) -> Option<Self> {
         match (method.is_alipay(), code) {
-            (true, None | Some("20000" | "isp.unknow-error")) => Some(FaultCode::AlipayUnknown),
-            (true, Some("40004" | "ACQ.SYSTEM_ERROR")) => Some(FaultCode::AlipaySystemError),
-            (false, None | Some("500" | "SYSTEM_ERROR")) => Some(FaultCode::WechatSystemError),
+            (true, None | Some(alipay::CODE_UNKNOWN | alipay::SUB_UNKNOWN_ERROR)) => {
+                Some(FaultCode::AlipayUnknown)
+            }
+            (true, Some(alipay::CODE_BUSINESS_FAILED | alipay::SUB_SYSTEM_ERROR)) => {
+                Some(FaultCode::AlipaySystemError)
+            }
+            (false, None | Some("500" | wechat::CODE_SYSTEM_ERROR)) => {
+                Some(FaultCode::WechatSystemError)
+            }
             _ => None,
         }
     }

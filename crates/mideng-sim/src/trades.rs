@@ -19,19 +19,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use mideng_channel::ChannelKind;
 use serde::Serialize;
 
 use crate::limits::TRADES_MAX;
-
-/// The two simulated channels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Channel {
-    /// Alipay open platform.
-    Alipay,
-    /// WeChat Pay API v3.
-    Wechat,
-}
 
 /// Where a trade is on its state machine, channel-neutral.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -96,7 +87,7 @@ pub(crate) struct CreateTerms {
 #[derive(Clone, Debug)]
 pub(crate) struct Trade {
     /// Which channel holds it.
-    pub(crate) channel: Channel,
+    pub(crate) channel: ChannelKind,
     /// The merchant's number.
     pub(crate) out_trade_no: String,
     /// The channel's number (Alipay `trade_no`, assigned at the scan; WeChat Pay
@@ -134,8 +125,8 @@ impl Trade {
     /// trade only when the buyer scans; a WeChat Pay order exists at once.
     pub(crate) fn exists_at_channel(&self) -> bool {
         match self.channel {
-            Channel::Alipay => self.scanned,
-            Channel::Wechat => true,
+            ChannelKind::Alipay => self.scanned,
+            ChannelKind::Wechat => true,
         }
     }
 }
@@ -165,7 +156,7 @@ pub(crate) struct TradeEvent {
 /// What a create request needs.
 #[derive(Clone, Debug)]
 pub(crate) struct NewTrade {
-    pub(crate) channel: Channel,
+    pub(crate) channel: ChannelKind,
     pub(crate) out_trade_no: String,
     pub(crate) terms: CreateTerms,
     pub(crate) notify_url: Option<String>,
@@ -230,7 +221,7 @@ pub(crate) struct LedgerEntry {
     /// `charge` or `refund`.
     pub(crate) kind: LedgerKind,
     /// Which channel.
-    pub(crate) channel: Channel,
+    pub(crate) channel: ChannelKind,
     /// The merchant's number.
     pub(crate) out_trade_no: String,
     /// The channel's number.
@@ -307,7 +298,7 @@ impl TradeBook {
         let sequence = self.next_sequence();
         let (channel_trade_id, expires_at_ms, pay_code) = match new.channel {
             // The trade number and the relative timeout come with the scan.
-            Channel::Alipay => (
+            ChannelKind::Alipay => (
                 None,
                 match new.expiry {
                     Expiry::At(at_ms) => Some(at_ms),
@@ -315,7 +306,7 @@ impl TradeBook {
                 },
                 format!("https://qr.alipay.com/bax{sequence:020}"),
             ),
-            Channel::Wechat => {
+            ChannelKind::Wechat => {
                 let expires_at_ms = match new.expiry {
                     Expiry::At(at_ms) => at_ms,
                     Expiry::AfterStart(after_ms) => now_ms.saturating_add(after_ms),
@@ -332,7 +323,7 @@ impl TradeBook {
                 .insert(id.clone(), new.out_trade_no.clone());
         }
         // An Alipay precreate cannot expire before its scan: it does not exist as a trade yet.
-        if new.channel == Channel::Wechat
+        if new.channel == ChannelKind::Wechat
             && let Some(at_ms) = expires_at_ms
         {
             self.expiries.insert((at_ms, new.out_trade_no.clone()));
@@ -378,7 +369,7 @@ impl TradeBook {
             TradeStatus::Closed | TradeStatus::Refunded => return Err(Refusal::Closed),
             TradeStatus::Paid | TradeStatus::Finished => return Err(Refusal::Paid),
         }
-        if trade.channel == Channel::Alipay {
+        if trade.channel == ChannelKind::Alipay {
             let expires_at_ms = match trade.expiry {
                 Expiry::At(at_ms) => at_ms,
                 Expiry::AfterStart(after_ms) => now_ms.saturating_add(after_ms),
@@ -470,7 +461,7 @@ impl TradeBook {
         now_ms: i64,
     ) -> Result<(Applied, Option<TradeEvent>), Refusal> {
         let trade = self.trades.get_mut(out_trade_no).ok_or(Refusal::NotFound)?;
-        if trade.channel != Channel::Alipay {
+        if trade.channel != ChannelKind::Alipay {
             return Err(Refusal::NotSupported);
         }
         match trade.status {
@@ -583,7 +574,7 @@ mod tests {
 
     const NOW_MS: i64 = 1_796_011_200_000;
 
-    fn new_trade(channel: Channel, out_trade_no: &str, amount_fen: i64) -> NewTrade {
+    fn new_trade(channel: ChannelKind, out_trade_no: &str, amount_fen: i64) -> NewTrade {
         NewTrade {
             channel,
             out_trade_no: out_trade_no.to_owned(),
@@ -600,18 +591,18 @@ mod tests {
     #[test]
     fn a_repeat_with_the_same_terms_is_the_same_trade_and_other_terms_are_refused() {
         let mut book = TradeBook::default();
-        let trade = new_trade(Channel::Alipay, "P1", 100);
+        let trade = new_trade(ChannelKind::Alipay, "P1", 100);
         assert_eq!(book.create_trade(trade.clone(), NOW_MS), Ok(Created::New));
         assert_eq!(
             book.create_trade(trade.clone(), NOW_MS),
             Ok(Created::Repeated)
         );
         assert_eq!(
-            book.create_trade(new_trade(Channel::Alipay, "P1", 101), NOW_MS),
+            book.create_trade(new_trade(ChannelKind::Alipay, "P1", 101), NOW_MS),
             Err(CreateRefusal::OtherTerms)
         );
         assert_eq!(
-            book.create_trade(new_trade(Channel::Wechat, "P1", 100), NOW_MS),
+            book.create_trade(new_trade(ChannelKind::Wechat, "P1", 100), NOW_MS),
             Err(CreateRefusal::OtherTerms)
         );
         assert!(book.pay_trade("P1", NOW_MS).is_ok());
@@ -625,7 +616,7 @@ mod tests {
     fn the_alipay_trade_number_and_timeout_start_at_the_scan() {
         let mut book = TradeBook::default();
         assert!(
-            book.create_trade(new_trade(Channel::Alipay, "P1", 100), NOW_MS)
+            book.create_trade(new_trade(ChannelKind::Alipay, "P1", 100), NOW_MS)
                 .is_ok()
         );
         let precreated = book.find_trade("P1").expect("trade");
@@ -653,7 +644,7 @@ mod tests {
     fn pay_and_close_exclude_each_other_and_the_ledger_charges_once() {
         let mut book = TradeBook::default();
         assert!(
-            book.create_trade(new_trade(Channel::Wechat, "W1", 500), NOW_MS)
+            book.create_trade(new_trade(ChannelKind::Wechat, "W1", 500), NOW_MS)
                 .is_ok()
         );
         assert!(matches!(
@@ -676,7 +667,7 @@ mod tests {
         assert_eq!(kinds, [LedgerKind::Charge, LedgerKind::Refund]);
 
         assert!(
-            book.create_trade(new_trade(Channel::Wechat, "W2", 500), NOW_MS)
+            book.create_trade(new_trade(ChannelKind::Wechat, "W2", 500), NOW_MS)
                 .is_ok()
         );
         assert!(book.close_trade("W2", CloseCause::Merchant, NOW_MS).is_ok());
@@ -688,7 +679,7 @@ mod tests {
     fn closing_an_unscanned_precreate_tells_nobody() {
         let mut book = TradeBook::default();
         assert!(
-            book.create_trade(new_trade(Channel::Alipay, "P1", 100), NOW_MS)
+            book.create_trade(new_trade(ChannelKind::Alipay, "P1", 100), NOW_MS)
                 .is_ok()
         );
         assert_eq!(

@@ -24,6 +24,7 @@
 //! - [`outbox`] — the transactional outbox, its relay, and the broker port with the
 //!   in-database queue, RabbitMQ and NATS JetStream adapters.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
+//! - [`redact`] — connection URLs shown without their passwords, for logs and errors.
 //! - `http` (feature `axum`) — the tower/axum layer with the IETF `Idempotency-Key` semantics.
 //!
 //! ## How data flows
@@ -50,6 +51,7 @@ pub mod limits;
 pub mod lock;
 pub mod outbox;
 pub mod record;
+pub mod redact;
 pub mod state;
 pub mod store;
 pub mod token;

@@ -15,24 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use thiserror::Error;
 
-/// Which channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ChannelKind {
-    /// Alipay open platform.
-    Alipay,
-    /// WeChat Pay API v3.
-    Wechat,
-}
-
-impl ChannelKind {
-    /// `alipay` or `wechat`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChannelKind::Alipay => "alipay",
-            ChannelKind::Wechat => "wechat",
-        }
-    }
-}
+// Which channel an adapter speaks to. Defined outside the adapters, since the simulator and
+// the service name channels with it too; kept here as well for the adapters' callers.
+pub use crate::kind::ChannelKind;
 
 /// A trade to create at the channel.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -105,7 +105,7 @@ struct PlatformKeyring {
     /// one download runs at a time; a caller that needs a key waits for it, bounded by the
     /// HTTP client's call timeout, and a notify does not wait at all.
     refreshing: Arc<tokio::sync::Mutex<Option<Instant>>>,
-    /// Downloads started, for operators and tests.
+    /// Downloads ended, successful or not, for operators and tests.
     downloads: AtomicU64,
 }
 
@@ -157,9 +157,9 @@ impl WechatChannel {
         })
     }
 
-    /// How many times the platform certificates were downloaded.
+    /// How many downloads of the platform certificates have ended, successful or not.
     pub fn platform_certificate_downloads(&self) -> u64 {
-        self.platform.downloads.load(Ordering::Relaxed)
+        self.platform.downloads.load(Ordering::Acquire)
     }
 
     /// The key trusted under `serial` at `now_ms`, if any.
@@ -196,7 +196,16 @@ impl WechatChannel {
             return Ok(false);
         }
         *last_started = Some(Instant::now());
-        self.platform.downloads.fetch_add(1, Ordering::Relaxed);
+        let downloaded = self.download_and_trust_certificates().await;
+        // Counted when the download has ended, with its keys trusted if it succeeded, and
+        // released to the reader's acquire: whoever sees the count rise can already verify
+        // under the keys that download brought.
+        self.platform.downloads.fetch_add(1, Ordering::Release);
+        downloaded.map(|()| true)
+    }
+
+    /// Downloads the certificate list, verifies it and trusts the keys it admits.
+    async fn download_and_trust_certificates(&self) -> Result<(), ChannelError> {
         let (status, signed, text) = self
             .send(Method::GET, protocol::PATH_CERTIFICATES, None)
             .await?;
@@ -237,7 +246,7 @@ impl WechatChannel {
             .keys
             .write()
             .unwrap_or_else(PoisonError::into_inner) = admitted;
-        Ok(true)
+        Ok(())
     }
 
     /// A notify named a serial we do not know: start a download in the background, if none is
@@ -516,7 +525,7 @@ impl Channel for WechatChannel {
             .await?;
         if !status.is_success() {
             let rejection = Self::rejection(status, &text);
-            if !matches!(&rejection, ChannelError::Rejected { sub_code, .. } if sub_code == "ORDERPAID")
+            if !matches!(&rejection, ChannelError::Rejected { sub_code, .. } if sub_code == protocol::CODE_ORDERPAID)
             {
                 return Err(rejection);
             }
@@ -590,7 +599,9 @@ impl Channel for WechatChannel {
             return Err(NotifyRejection::WrongMerchant);
         }
         let state = match state_of(&transaction) {
-            TradeState::Paid(payment) if notification.event_type == "TRANSACTION.SUCCESS" => {
+            TradeState::Paid(payment)
+                if notification.event_type == protocol::EVENT_TRANSACTION_SUCCESS =>
+            {
                 NotifiedState::Paid(payment)
             }
             TradeState::Closed => NotifiedState::Closed,

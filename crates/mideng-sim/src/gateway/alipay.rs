@@ -19,17 +19,17 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use mideng_channel::strict::{self, Form, StrictError};
-use mideng_channel::{alipay, money};
+use mideng_channel::{ChannelKind, alipay, money};
 use serde_json::{Map, Value, json};
 
 use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
 use crate::faults::{FaultCode, GatewayMethod};
 use crate::limits::SUBJECT_CHARS_MAX;
+use crate::shared::Shared;
+use crate::simulator::Simulator;
 use crate::trades::{
-    Applied, Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade,
-    TradeStatus,
+    Applied, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeStatus,
 };
-use crate::{Shared, Simulator};
 
 /// The response key of answers given before a method is known.
 const ERROR_NODE: &str = "error";
@@ -347,7 +347,7 @@ pub(super) fn precreate(
         (None, None) => Expiry::AfterStart(TIMEOUT_DEFAULT_MS),
     };
     let new = NewTrade {
-        channel: Channel::Alipay,
+        channel: ChannelKind::Alipay,
         out_trade_no: out_trade_no.clone(),
         terms: CreateTerms {
             amount_fen,
@@ -439,7 +439,7 @@ fn find_alipay_trade<'a>(
         Some(trade_no) => trades.find_trade_by_channel_trade_id(trade_no),
         None => trades.find_trade(out_trade_no?),
     }?;
-    (trade.channel == Channel::Alipay && trade.exists_at_channel()).then_some(trade)
+    (trade.channel == ChannelKind::Alipay && trade.exists_at_channel()).then_some(trade)
 }
 
 /// `trade_no` and `out_trade_no` from a query or close; at least one is required.

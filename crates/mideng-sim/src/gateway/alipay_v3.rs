@@ -33,7 +33,8 @@ use serde_json::{Map, Value, json};
 use super::alipay::Failure;
 use super::{BodyUnreadable, read_body};
 use crate::clock::wall_clock_ms;
-use crate::{Shared, Simulator};
+use crate::shared::Shared;
+use crate::simulator::Simulator;
 
 /// The three calls.
 #[derive(Clone, Copy, Debug)]

@@ -23,7 +23,10 @@ pub(crate) mod wechat;
 /// What answers a request no route takes: under `/v3/` (but Alipay's `/v3/alipay/`), WeChat
 /// Pay's own signed 404, as the WeChat SDKs expect of that API; elsewhere the control API's
 /// problem+json.
-pub(crate) async fn not_found(State(simulator): State<crate::Simulator>, uri: Uri) -> Response {
+pub(crate) async fn not_found(
+    State(simulator): State<crate::simulator::Simulator>,
+    uri: Uri,
+) -> Response {
     let path = uri.path();
     if path.starts_with("/v3/") && !path.starts_with("/v3/alipay/") {
         wechat::unknown_route(&simulator)

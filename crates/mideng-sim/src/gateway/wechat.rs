@@ -21,19 +21,22 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
+use mideng_channel::platform_keys::CERTIFICATE_ASSOCIATED_DATA;
 use mideng_channel::strict::{self, Form};
-use mideng_channel::{money, wechat};
+use mideng_channel::{ChannelKind, money, wechat};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
 use crate::clock::wall_clock_ms;
 use crate::faults::GatewayMethod;
+use crate::notify::payload::WECHAT_PAYER_OPENID;
+use crate::shared::Shared;
+use crate::simulator::Simulator;
 use crate::trades::{
-    Channel, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
+    CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeBook,
     TradeStatus,
 };
-use crate::{Shared, Simulator};
 
 /// How long a native order stays payable without `time_expire`: its `code_url` is valid 2 h.
 const ORDER_VALIDITY_DEFAULT_MS: i64 = 2 * 60 * 60 * 1000;
@@ -71,17 +74,17 @@ impl Reply {
     }
 
     fn sign_error(message: &str) -> Self {
-        Self::error(StatusCode::UNAUTHORIZED, "SIGN_ERROR", message)
+        Self::error(StatusCode::UNAUTHORIZED, wechat::CODE_SIGN_ERROR, message)
     }
 
     fn param_error(message: impl Into<String>) -> Self {
-        Self::error(StatusCode::BAD_REQUEST, "PARAM_ERROR", message)
+        Self::error(StatusCode::BAD_REQUEST, wechat::CODE_PARAM_ERROR, message)
     }
 
     fn system_error() -> Self {
         Self::error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "SYSTEM_ERROR",
+            wechat::CODE_SYSTEM_ERROR,
             "系统错误 (simulated failure)",
         )
     }
@@ -238,7 +241,7 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
     if request.appid != config.wechat_appid {
         return Err(Reply::error(
             StatusCode::BAD_REQUEST,
-            "APPID_MCHID_NOT_MATCH",
+            wechat::CODE_APPID_MCHID_NOT_MATCH,
             "appid和mch_id不匹配",
         ));
     }
@@ -278,7 +281,7 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
     };
     let out_trade_no = request.out_trade_no.clone();
     let new = NewTrade {
-        channel: Channel::Wechat,
+        channel: ChannelKind::Wechat,
         out_trade_no: request.out_trade_no,
         terms: CreateTerms {
             amount_fen: request.amount.total,
@@ -305,22 +308,22 @@ fn native(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: &str) -> Result
         }))),
         Err(CreateRefusal::AlreadyPaid) => Err(Reply::error(
             StatusCode::FORBIDDEN,
-            "ORDERPAID",
+            wechat::CODE_ORDERPAID,
             "订单已支付",
         )),
         Err(CreateRefusal::AlreadyClosed) => Err(Reply::error(
             StatusCode::BAD_REQUEST,
-            "ORDER_CLOSED",
+            wechat::CODE_ORDER_CLOSED,
             "订单已关闭",
         )),
         Err(CreateRefusal::OtherTerms) => Err(Reply::error(
             StatusCode::FORBIDDEN,
-            "OUT_TRADE_NO_USED",
+            wechat::CODE_OUT_TRADE_NO_USED,
             "商户订单号重复",
         )),
         Err(CreateRefusal::Full) => Err(Reply::error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "SYSTEM_ERROR",
+            wechat::CODE_SYSTEM_ERROR,
             "the simulator holds its maximum number of trades",
         )),
     }
@@ -340,7 +343,11 @@ fn check_query_mchid(shared: &Shared, uri: &Uri) -> Result<(), Reply> {
 }
 
 fn order_not_exist() -> Reply {
-    Reply::error(StatusCode::NOT_FOUND, "ORDER_NOT_EXIST", "订单不存在")
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        wechat::CODE_ORDER_NOT_EXIST,
+        "订单不存在",
+    )
 }
 
 /// `GET /v3/pay/transactions/out-trade-no/{out_trade_no}?mchid=…`.
@@ -367,7 +374,7 @@ fn query_trade(
     answer_query(shared, |trades| {
         trades
             .find_trade(&out_trade_no)
-            .filter(|trade| trade.channel == Channel::Wechat)
+            .filter(|trade| trade.channel == ChannelKind::Wechat)
     })
 }
 
@@ -424,12 +431,9 @@ fn query_trade_by_transaction_id(
     answer_query(shared, |trades| {
         trades
             .find_trade_by_channel_trade_id(&transaction_id)
-            .filter(|trade| trade.channel == Channel::Wechat && trade.status.was_paid())
+            .filter(|trade| trade.channel == ChannelKind::Wechat && trade.status.was_paid())
     })
 }
-
-/// Associated data of the encrypted certificates.
-const CERTIFICATE_ASSOCIATED_DATA: &str = "certificate";
 
 /// `GET /v3/certificates`: in certificate mode, the platform certificates, AES-256-GCM
 /// encrypted with the API v3 key under associated data `certificate`, as WeChat Pay serves
@@ -479,7 +483,7 @@ fn list_certificates(shared: &Shared, uri: &Uri, headers: &HeaderMap) -> Result<
 fn not_found() -> Reply {
     Reply::error(
         StatusCode::NOT_FOUND,
-        "NOT_FOUND",
+        wechat::CODE_NOT_FOUND,
         "请求的资源不存在 (no such API in the simulator)",
     )
 }
@@ -524,10 +528,7 @@ fn transaction(shared: &Shared, trade: &Trade) -> Value {
                 "success_time".to_owned(),
                 json!(trade.paid_at_ms.map(wechat::format_rfc3339)),
             );
-            fields.insert(
-                "payer".to_owned(),
-                json!({ "openid": "oSimulatedPayer000000000000" }),
-            );
+            fields.insert("payer".to_owned(), json!({ "openid": WECHAT_PAYER_OPENID }));
         }
     }
     if let Value::Object(fields) = &mut transaction {
@@ -580,7 +581,7 @@ fn close_trade(
     let is_wechat_trade = world
         .trades
         .find_trade(&out_trade_no)
-        .is_some_and(|trade| trade.channel == Channel::Wechat);
+        .is_some_and(|trade| trade.channel == ChannelKind::Wechat);
     // Closing an unknown order answers 204 as well (community reports): the merchant confirms
     // every close with a query.
     let result = if is_wechat_trade {
@@ -601,7 +602,7 @@ fn close_trade(
         Ok(_) => Ok(Reply::no_content()),
         Err(Refusal::Paid | Refusal::Closed) => Err(Reply::error(
             StatusCode::BAD_REQUEST,
-            "ORDERPAID",
+            wechat::CODE_ORDERPAID,
             "订单已支付",
         )),
         Err(Refusal::NotFound | Refusal::NotPaid | Refusal::Expired | Refusal::NotSupported) => {

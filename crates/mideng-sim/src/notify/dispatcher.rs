@@ -12,17 +12,16 @@ use std::sync::Arc;
 
 use axum::http::{HeaderValue, header};
 use mideng_channel::keys::random_nonce;
-use mideng_channel::{alipay, wechat};
+use mideng_channel::{ChannelKind, alipay, wechat};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::queue::{Copies, DeliveryJob, DeliveryRecord, Payload};
-use crate::Shared;
 use crate::limits::{
     DELIVERIES_IN_FLIGHT_MAX, DELIVERY_ANSWER_BYTES_MAX, DELIVERY_ANSWER_RECORDED_BYTES_MAX,
     DISPATCHER_IDLE_MAX,
 };
-use crate::trades::Channel;
+use crate::shared::Shared;
 
 /// Runs until `stop` turns true (or its sender is dropped).
 pub(crate) async fn run_dispatcher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -137,9 +136,9 @@ async fn send_copy(shared: &Shared, job: &DeliveryJob, copy: u32) -> DeliveryRec
             record.acknowledged = read_error.is_none()
                 && match job.channel {
                     // Alipay: only the exact body `success` acknowledges.
-                    Channel::Alipay => status == 200 && answer == alipay::NOTIFY_ACK.as_bytes(),
+                    ChannelKind::Alipay => status == 200 && answer == alipay::NOTIFY_ACK.as_bytes(),
                     // WeChat Pay: 200 or 204, whatever the body.
-                    Channel::Wechat => status == 200 || status == 204,
+                    ChannelKind::Wechat => status == 200 || status == 204,
                 };
             answer.truncate(DELIVERY_ANSWER_RECORDED_BYTES_MAX);
             record.answer = Some(String::from_utf8_lossy(&answer).into_owned());

@@ -10,22 +10,20 @@
 //!   same on every delivery; the headers are signed anew each time.
 
 use mideng_channel::keys::{aes_gcm_encrypt, random_nonce};
-use mideng_channel::{alipay, money, wechat};
+use mideng_channel::{ChannelKind, alipay, money, wechat};
 
 use super::queue::{NewNotify, Payload};
 use crate::config::SimConfig;
-use crate::trades::{Channel, Trade, TradeEventKind};
+use crate::trades::{Trade, TradeEventKind};
 
-/// Associated data of WeChat Pay notification resources.
-const WECHAT_ASSOCIATED_DATA: &str = "transaction";
 /// The buyer's id the simulated channels report.
 const ALIPAY_BUYER_ID: &str = "2088000000000001";
 /// The buyer's account as Alipay shows it to merchants: masked in the middle.
 const ALIPAY_BUYER_LOGON_ID: &str = "138****0001";
 /// Where the simulated buyer's money comes from (`fund_bill_list`'s `fundChannel`).
 const ALIPAY_FUND_CHANNEL: &str = "ALIPAYACCOUNT";
-/// The payer's openid the simulated channel reports.
-const WECHAT_PAYER_OPENID: &str = "oSimulatedPayer000000000000";
+/// The payer's openid the simulated channel reports, in notifies and in query answers alike.
+pub(crate) const WECHAT_PAYER_OPENID: &str = "oSimulatedPayer000000000000";
 
 /// The notify for `kind` on `trade`, if the channel sends one and the trade has a notify URL.
 pub(crate) fn notify_for_event(
@@ -36,8 +34,8 @@ pub(crate) fn notify_for_event(
 ) -> Option<NewNotify> {
     let url = trade.notify_url.clone()?;
     let built = match trade.channel {
-        Channel::Alipay => alipay_notify(config, trade, kind),
-        Channel::Wechat => wechat_notify(config, trade, kind, now_ms),
+        ChannelKind::Alipay => alipay_notify(config, trade, kind),
+        ChannelKind::Wechat => wechat_notify(config, trade, kind, now_ms),
     };
     match built {
         Ok(Some((notify_id, event, payload))) => Some(NewNotify {
@@ -162,7 +160,7 @@ fn wechat_notify(
     let ciphertext = aes_gcm_encrypt(
         config.wechat_api_v3_key.as_bytes(),
         nonce.as_bytes(),
-        WECHAT_ASSOCIATED_DATA.as_bytes(),
+        wechat::TRANSACTION_ASSOCIATED_DATA.as_bytes(),
         transaction.to_string().as_bytes(),
     )
     .map_err(|_| "encryption failed")?;
@@ -170,21 +168,21 @@ fn wechat_notify(
     let notification = wechat::Notification {
         id: notify_id.clone(),
         create_time: wechat::format_rfc3339(now_ms),
-        event_type: "TRANSACTION.SUCCESS".to_owned(),
-        resource_type: "encrypt-resource".to_owned(),
+        event_type: wechat::EVENT_TRANSACTION_SUCCESS.to_owned(),
+        resource_type: wechat::RESOURCE_TYPE_ENCRYPTED.to_owned(),
         summary: "支付成功".to_owned(),
         resource: wechat::Resource {
-            algorithm: "AEAD_AES_256_GCM".to_owned(),
+            algorithm: wechat::RESOURCE_ALGORITHM.to_owned(),
             ciphertext,
-            associated_data: WECHAT_ASSOCIATED_DATA.to_owned(),
+            associated_data: wechat::TRANSACTION_ASSOCIATED_DATA.to_owned(),
             nonce,
-            original_type: Some("transaction".to_owned()),
+            original_type: Some(wechat::TRANSACTION_ASSOCIATED_DATA.to_owned()),
         },
     };
     let body = serde_json::to_string(&notification).map_err(|_| "serialisation failed")?;
     Ok(Some((
         notify_id,
-        "TRANSACTION.SUCCESS",
+        wechat::EVENT_TRANSACTION_SUCCESS,
         Payload::WechatJson(body),
     )))
 }

@@ -11,14 +11,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use mideng_channel::{alipay, wechat};
+use mideng_channel::{ChannelKind, alipay, wechat};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
     DELIVERY_RECORDS_PER_NOTIFY_MAX, NOTIFIES_PENDING_MAX, POLICY_DELAY_SECONDS_DEFAULT,
     TRADE_POLICIES_MAX,
 };
-use crate::trades::Channel;
 
 /// What happens to notifies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +95,7 @@ pub(crate) enum Payload {
 /// A notify about to be queued.
 #[derive(Clone, Debug)]
 pub(crate) struct NewNotify {
-    pub(crate) channel: Channel,
+    pub(crate) channel: ChannelKind,
     pub(crate) out_trade_no: String,
     /// The channel's notify id (Alipay `notify_id`, WeChat Pay notification `id`): the same on
     /// every delivery.
@@ -111,7 +110,7 @@ pub(crate) struct NewNotify {
 #[derive(Clone, Debug)]
 pub(crate) struct DeliveryJob {
     pub(crate) key: u64,
-    pub(crate) channel: Channel,
+    pub(crate) channel: ChannelKind,
     pub(crate) url: String,
     pub(crate) payload: Payload,
     pub(crate) copies: Copies,
@@ -164,7 +163,7 @@ pub(crate) struct Notify {
     notify_id: String,
     event: &'static str,
     #[serde(skip)]
-    channel: Channel,
+    channel: ChannelKind,
     url: String,
     policy: PolicyMode,
     state: NotifyState,
@@ -188,8 +187,8 @@ impl Notify {
     /// The channel's retry schedule, seconds after the base time.
     fn schedule(&self) -> &'static [u64] {
         match self.channel {
-            Channel::Alipay => &alipay::NOTIFY_SCHEDULE_SECS,
-            Channel::Wechat => &wechat::NOTIFY_SCHEDULE_SECS,
+            ChannelKind::Alipay => &alipay::NOTIFY_SCHEDULE_SECS,
+            ChannelKind::Wechat => &wechat::NOTIFY_SCHEDULE_SECS,
         }
     }
 
@@ -433,7 +432,7 @@ mod tests {
 
     fn new_notify(out_trade_no: &str, notify_id: &str) -> NewNotify {
         NewNotify {
-            channel: Channel::Alipay,
+            channel: ChannelKind::Alipay,
             out_trade_no: out_trade_no.to_owned(),
             notify_id: notify_id.to_owned(),
             event: "TRADE_SUCCESS",

@@ -46,6 +46,7 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
+use crate::redact;
 
 /// Bound on the initial connect (async-nats reconnects by itself afterwards).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,7 +92,7 @@ impl fmt::Debug for NatsSettings {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("NatsSettings")
-            .field("url", &redact_url(&self.url))
+            .field("url", &redact::url(&self.url))
             .field("stream", &self.stream)
             .field("subject_prefix", &self.subject_prefix)
             .field("ack_timeout", &self.ack_timeout)
@@ -138,17 +139,17 @@ impl NatsSettings {
             Ok(Err(error)) => {
                 return Err(BrokerError::Unavailable(format!(
                     "connecting to {}: {error}",
-                    redact_url(&self.url)
+                    redact::url(&self.url)
                 )));
             }
             Err(_) => {
                 return Err(BrokerError::Unavailable(format!(
                     "connecting to {} took longer than {CONNECT_TIMEOUT:?}",
-                    redact_url(&self.url)
+                    redact::url(&self.url)
                 )));
             }
         };
-        tracing::debug!(url = %redact_url(&self.url), "connected to NATS");
+        tracing::debug!(url = %redact::url(&self.url), "connected to NATS");
         let mut context = jetstream::new(client.clone());
         context.set_timeout(self.ack_timeout);
         Ok((client, context))
@@ -161,23 +162,6 @@ impl NatsSettings {
             .await
             .map_err(|error| stream_error(&self.stream, &error))
     }
-}
-
-/// `url` with the password (or a lone token) in its user info replaced by `***`.
-fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|index| index + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let shown = match rest[..at].split_once(':') {
-        Some((user, _password)) => format!("{user}:***"),
-        None => "***".to_owned(),
-    };
-    format!("{}{shown}{}", &url[..scheme_end], &rest[at..])
 }
 
 fn stream_error(stream: &str, error: &CreateStreamError) -> BrokerError {
@@ -521,13 +505,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redaction_hides_passwords_and_tokens() {
-        assert_eq!(
-            redact_url("nats://app:secret@10.0.0.1:4222"),
-            "nats://app:***@10.0.0.1:4222"
-        );
-        assert_eq!(redact_url("nats://s3cr3t@host"), "nats://***@host");
-        assert_eq!(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    fn settings_debug_hides_the_password() {
         let shown = format!(
             "{:?}",
             NatsSettings {

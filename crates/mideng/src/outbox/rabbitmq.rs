@@ -45,6 +45,7 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
+use crate::redact;
 
 /// Bound on opening a connection and setting up its channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -84,7 +85,7 @@ impl fmt::Debug for RabbitSettings {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("RabbitSettings")
-            .field("url", &redact_url(&self.url))
+            .field("url", &redact::url(&self.url))
             .field("queue_prefix", &self.queue_prefix)
             .field("confirm_timeout", &self.confirm_timeout)
             .field("prefetch", &self.prefetch)
@@ -120,37 +121,19 @@ impl RabbitSettings {
     ) -> Result<T, BrokerError> {
         match outcome {
             Ok(Ok(opened)) => {
-                tracing::debug!(url = %redact_url(&self.url), role, "connected to RabbitMQ");
+                tracing::debug!(url = %redact::url(&self.url), role, "connected to RabbitMQ");
                 Ok(opened)
             }
             Ok(Err(error)) => Err(lapin_error(
-                &format!("connecting to {}", redact_url(&self.url)),
+                &format!("connecting to {}", redact::url(&self.url)),
                 &error,
             )),
             Err(_) => Err(BrokerError::Unavailable(format!(
                 "connecting to {} took longer than {CONNECT_TIMEOUT:?}",
-                redact_url(&self.url)
+                redact::url(&self.url)
             ))),
         }
     }
-}
-
-/// `url` with the password (or a lone token) in its user info replaced by `***`.
-fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|index| index + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let user_info = &rest[..at];
-    let shown = match user_info.split_once(':') {
-        Some((user, _password)) => format!("{user}:***"),
-        None => "***".to_owned(),
-    };
-    format!("{}{shown}{}", &url[..scheme_end], &rest[at..])
 }
 
 /// Channel-level (soft) AMQP errors mean the broker answered and said no; everything else
@@ -582,14 +565,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redaction_hides_the_password_only() {
-        assert_eq!(
-            redact_url("amqp://guest:secret@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(redact_url("amqp://token@host/vh"), "amqp://***@host/vh");
-        assert_eq!(redact_url("amqp://host:5672/a@b"), "amqp://host:5672/a@b");
-        assert_eq!(redact_url("not a url"), "not a url");
+    fn settings_debug_hides_the_password() {
         let shown = format!(
             "{:?}",
             RabbitSettings {
