@@ -5,10 +5,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{NotifyAnswer, RawNotify};
 
 use super::AppState;
-use crate::domain::payment::ChannelName as ChannelKind;
 use crate::flows::notify;
 
 fn answer(reply: NotifyAnswer) -> Response {

@@ -8,12 +8,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
 use mideng::state::StateMachine;
+use mideng_channel::ChannelKind;
 
 use super::error::Code;
 use super::models::{CreatePayment, PaymentView};
 use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::{OrderId, PaymentNo};
-use crate::domain::payment::{ChannelName as ChannelKind, Payment};
+use crate::domain::payment::Payment;
 use crate::flows::payment::{self, Closed, Created};
 
 fn payment_answer(status: StatusCode, payment: &Payment, replayed: bool) -> Response {
@@ -89,7 +90,7 @@ pub(super) async fn create(
         Created::Existing(payment) => Ok(payment_answer(StatusCode::OK, &payment, true)),
         Created::NotYetAtChannel(payment) => Ok(not_yet_at_channel(&payment)),
         Created::NoOrder => Err(ApiError::not_found("order")),
-        Created::ChannelNotConfigured(channel) => Err(not_configured(channel.as_str())),
+        Created::ChannelNotConfigured(channel) => Err(not_configured(&channel)),
         Created::OrderPaid(payment) => Err(paid(Code::OrderAlreadyPaid, &payment)),
         Created::NotPayable(status) => Err(ApiError::new(
             Code::OrderNotPayable,

@@ -4,7 +4,7 @@
 //! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`order`] — the order state machine.
-//! - [`payment`] — payment attempts, their state machine and channels.
+//! - [`payment`] — payment attempts and their state machine.
 //! - [`wallet`] — ledger entries and what a credit or a deduct came to.
 
 pub mod events;

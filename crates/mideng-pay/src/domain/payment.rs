@@ -13,7 +13,6 @@
 
 use mideng::state::StateMachine;
 use serde::Serialize;
-use thiserror::Error;
 
 /// A payment attempt's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -61,41 +60,7 @@ impl StateMachine for PaymentStatus {
     }
 }
 
-/// The channels a payment can go through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChannelName {
-    /// Alipay.
-    Alipay,
-    /// WeChat Pay.
-    Wechat,
-}
-
-/// A channel name that is not one of ours.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[error("channel must be alipay or wechat")]
-pub struct ChannelNameError;
-
-impl ChannelName {
-    /// Parses `alipay` or `wechat`.
-    pub fn parse(text: &str) -> Result<Self, ChannelNameError> {
-        match text {
-            "alipay" => Ok(ChannelName::Alipay),
-            "wechat" => Ok(ChannelName::Wechat),
-            _ => Err(ChannelNameError),
-        }
-    }
-
-    /// `alipay` or `wechat`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChannelName::Alipay => "alipay",
-            ChannelName::Wechat => "wechat",
-        }
-    }
-}
-
-/// A payment attempt .
+/// A payment attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Payment {
     /// The payment number (the channel's `out_trade_no`).
@@ -145,12 +110,5 @@ mod tests {
         for status in [Pending, Paid, Closed, Failed] {
             assert_eq!(PaymentStatus::parse(status.as_str()), Some(status));
         }
-    }
-
-    #[test]
-    fn channels_are_named_exactly() {
-        assert_eq!(ChannelName::parse("alipay"), Ok(ChannelName::Alipay));
-        assert_eq!(ChannelName::parse("wechat"), Ok(ChannelName::Wechat));
-        assert_eq!(ChannelName::parse("Alipay"), Err(ChannelNameError));
     }
 }

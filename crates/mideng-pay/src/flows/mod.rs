@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use mideng::lock::LockStore;
 use mideng::{Name, clock};
+use mideng_channel::ChannelKind;
 use mideng_channel::adapter::Channel;
 
-use crate::domain::payment::ChannelName as ChannelKind;
 use crate::store::Store;
 
 /// Operation names: the scopes of keys, tokens and counters.

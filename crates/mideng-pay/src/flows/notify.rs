@@ -3,9 +3,9 @@
 //! notify id and applied through the one success flow, in one transaction. Anything that cannot
 //! be processed now gets the channel's failure answer, so that it is sent again.
 
+use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{NotifiedState, NotifyAnswer, NotifyVerdict, RawNotify};
 
-use crate::domain::payment::ChannelName as ChannelKind;
 use crate::flows::{BrokenLayer, Ports, decision, operation};
 use crate::store::{NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome, SuccessOutcome};
 

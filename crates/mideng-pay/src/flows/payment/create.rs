@@ -9,13 +9,14 @@
 //!    payment number (the next request for the order, after an unknown answer) is safe.
 
 use mideng::StoreError;
+use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{ChannelError, CreateTrade, TradeState};
 
 use super::settle::{OnClose, Settled, settle};
 use super::{lock_order, unlock};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::order::OrderStatus;
-use crate::domain::payment::{ChannelName as ChannelKind, Payment, PaymentStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
 use crate::flows::{Ports, decision, operation};
 use crate::store::OpenPayment;
 
@@ -32,8 +33,8 @@ pub enum Created {
     NotYetAtChannel(Payment),
     /// No such order in this tenant.
     NoOrder,
-    /// The channel is not configured here.
-    ChannelNotConfigured(ChannelKind),
+    /// The channel (named as asked, or as stored) is not configured here.
+    ChannelNotConfigured(String),
     /// The order is paid: its paid payment.
     OrderPaid(Payment),
     /// The order is in a status that takes no payment.
@@ -52,7 +53,7 @@ pub async fn create(
     channel: ChannelKind,
 ) -> Result<Created, StoreError> {
     if ports.channels.get(channel).is_none() {
-        return Ok(Created::ChannelNotConfigured(channel));
+        return Ok(Created::ChannelNotConfigured(channel.to_string()));
     }
     let op = operation::PAYMENT_CREATE;
     let Some(guard) = lock_order(ports, op, tenant, order_id.as_str()).await else {
@@ -123,9 +124,7 @@ async fn at_channel(
         return Ok(done(payment));
     }
     let Some(channel) = ports.channels.named(&payment.channel) else {
-        return Ok(Created::ChannelNotConfigured(
-            ChannelKind::parse(&payment.channel).unwrap_or(ChannelKind::Alipay),
-        ));
+        return Ok(Created::ChannelNotConfigured(payment.channel));
     };
     let trade = CreateTrade {
         out_trade_no: payment.payment_no.clone(),
