@@ -48,7 +48,7 @@ pub const GRANT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Default clock grace past a trade's expiry: clocks differ between us and the channel, so a
 /// trade the channel does not know (or still calls pending) is treated as payable until this
-/// long after its expiry. One setting ([`crate::api::PaymentSettings::expiry_grace`]) used by
+/// long after its expiry. One setting ([`crate::flows::PaymentSettings::expiry_grace`]) used by
 /// close and reconciliation alike.
 pub const EXPIRY_GRACE: Duration = Duration::from_secs(60);
 

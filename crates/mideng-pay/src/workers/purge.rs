@@ -3,7 +3,7 @@
 //! (7 days by default), deleted in bounded batches. Unsent outbox rows are never purged.
 //!
 //! What is kept how long: records of the money-moving routes (payment creation, wallet credit
-//! and deduct) for [`crate::api::PaymentSettings::funds_retention`] (30 days by default: a
+//! and deduct) for [`crate::flows::PaymentSettings::funds_retention`] (30 days by default: a
 //! client may replay a funds request that late and must get the original answer), notify dedup
 //! records for three days (longer than any channel resends), tokens until they expire. Orders,
 //! payments, ledger entries and grants are business records and are never purged. Redis
