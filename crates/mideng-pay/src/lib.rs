@@ -25,6 +25,8 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 pub mod workers;
 
