@@ -188,7 +188,7 @@ impl Deployment {
             } => (
                 create_database(postgres_url, &format!("storm_{}", options.run_id))
                     .await
-                    .context("creating the run's database (scripts/services up)")?,
+                    .context("the run's database (scripts/services up; the role needs CREATEDB)")?,
                 Some(Proxy::start(redis).await?),
                 Some(Proxy::start(rabbitmq).await?),
             ),

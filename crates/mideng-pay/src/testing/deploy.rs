@@ -133,7 +133,7 @@ pub struct Blueprint {
 
 impl std::fmt::Debug for Blueprint {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The settings show what they may (schemes, not URLs that carry passwords).
+        // Database and Redis URLs may carry passwords: they are left out.
         formatter
             .debug_struct("Blueprint")
             .field("sim_base", &self.sim_base)
