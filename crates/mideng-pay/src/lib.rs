@@ -31,6 +31,8 @@ pub mod domain;
 pub mod flows;
 pub mod limits;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 pub mod workers;
 

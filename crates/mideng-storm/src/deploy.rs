@@ -6,6 +6,10 @@
 //! the broker redelivers what was unacknowledged). [`Deployment::restart`] starts it again on
 //! the same port. The operator side (audit queries, reconciliation by hand) uses a state of its
 //! own on the deployment's runtime, so a crash never takes it down.
+//!
+//! What a deployment is made of (the simulator, each instance's settings, the run's database,
+//! the proxies) comes from `mideng_pay::testing`, which the service's tests share; what is the
+//! storm's own is here: the stacks and their flags, and instances that can crash.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,17 +18,15 @@ use std::time::Duration;
 use anyhow::Context;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
-use mideng_channel::adapter::Channel;
-use mideng_pay::api::{AppState, api_key_hash, generate_api_key};
+use mideng_pay::api::{AppState, generate_api_key};
 use mideng_pay::flows::PaymentSettings;
-use mideng_pay::transport::TransportSettings;
+pub use mideng_pay::testing::TenantAccess;
+use mideng_pay::testing::{Blueprint, Proxy, create_database, start_simulator};
 use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
-use mideng_pay::{Application, Settings, TenantSeed};
+use mideng_pay::{Application, Settings};
 use mideng_sim::{MerchantKeys, SimConfig, Simulator};
 use tokio::sync::watch;
-
-use crate::proxy::Proxy;
 
 /// What the deployment runs on.
 #[derive(Clone, Debug)]
@@ -128,15 +130,6 @@ pub struct DeployOptions {
     pub run_id: String,
 }
 
-/// A tenant and its API key.
-#[derive(Clone, Debug)]
-pub struct TenantAccess {
-    /// Tenant id.
-    pub id: String,
-    /// Its API key.
-    pub api_key: String,
-}
-
 struct Instance {
     base: String,
     port: u16,
@@ -155,7 +148,8 @@ pub struct Deployment {
     pub database_url: String,
     /// The tenants.
     pub tenants: Vec<TenantAccess>,
-    identity: Arc<(SimConfig, MerchantKeys)>,
+    /// What every instance starts from, again after a crash.
+    blueprint: Blueprint,
     instances: Vec<Instance>,
     redis: Option<Proxy>,
     broker: Option<Proxy>,
@@ -180,13 +174,7 @@ impl Deployment {
         options: DeployOptions,
     ) -> anyhow::Result<Self> {
         let (stop, stopped) = watch::channel(false);
-        let simulator = Simulator::new(identity.0.clone())?;
-        let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let sim_base = format!("http://{}", sim_listener.local_addr()?);
-        let mut sim_stop = stopped.clone();
-        tokio::spawn(simulator.clone().serve(sim_listener, async move {
-            let _ = sim_stop.wait_for(|stop| *stop).await;
-        }));
+        let simulator = start_simulator(&identity.0, stopped).await?;
         let (database_url, redis, broker) = match &options.stack {
             Stack::Embedded { dir } => {
                 std::fs::create_dir_all(dir)
@@ -199,12 +187,14 @@ impl Deployment {
                 redis,
                 rabbitmq,
             } => (
-                create_database(postgres_url, &options.run_id).await?,
+                create_database(postgres_url, &format!("storm_{}", options.run_id))
+                    .await
+                    .context("the run's database (scripts/services up; the role needs CREATEDB)")?,
                 Some(Proxy::start(redis).await?),
                 Some(Proxy::start(rabbitmq).await?),
             ),
         };
-        let tenants = (0..options.tenants.max(1))
+        let tenants: Vec<TenantAccess> = (0..options.tenants.max(1))
             .map(|index| TenantAccess {
                 id: format!("{}-t{index}", options.run_id),
                 api_key: generate_api_key(),
@@ -220,39 +210,31 @@ impl Deployment {
             let port = listener.local_addr()?.port();
             listeners.push((listener, port));
         }
+        let blueprint = Blueprint {
+            redis_url: redis
+                .as_ref()
+                .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port())),
+            redis_prefix: Some(options.run_id.clone()),
+            tenants: tenants.clone(),
+            payments: options.payments.clone(),
+            reconcile: options.reconcile.clone(),
+            events: events(&options, broker.as_ref()),
+            ..Blueprint::new(Arc::new(identity), &simulator.base, &database_url)
+        };
         // The operator asks the channel too (reconciliation by hand); its notify URL is the
         // first instance's, though it never creates a trade.
         let first_port = listeners.first().map_or(0, |(_, port)| *port);
-        let (operator_alipay, operator_wechat) = mideng_sim::merchant_channels(
-            &identity.0,
-            &identity.1,
-            &sim_base,
-            &format!("http://127.0.0.1:{first_port}"),
-        )?;
         let mut deployment = Self {
-            operator: mideng_pay::app::connect(&Settings {
-                database_url: database_url.clone(),
-                database_connections_max: 4,
-                redis_url: None,
-                redis_cluster: Vec::new(),
-                redis_prefix: None,
-                alipay: Some(Arc::new(operator_alipay) as Arc<dyn Channel>),
-                wechat: Some(Arc::new(operator_wechat) as Arc<dyn Channel>),
-                payments: options.payments.clone(),
-                tenants: Vec::new(),
-                reconcile: None,
-                purge: None,
-                events: EventSettings::default(),
-                transport: TransportSettings::default(),
-            })
-            .await
-            .context("the operator's connection")?,
+            operator: blueprint
+                .operator(&format!("http://127.0.0.1:{first_port}"))
+                .await
+                .context("the operator's connection")?,
             options,
-            simulator,
-            sim_base,
+            simulator: simulator.simulator,
+            sim_base: simulator.base,
             database_url,
             tenants,
-            identity: Arc::new(identity),
+            blueprint,
             instances: Vec::new(),
             redis,
             broker,
@@ -271,69 +253,9 @@ impl Deployment {
 
     /// The settings of an instance listening on `port`.
     fn settings(&self, port: u16) -> anyhow::Result<Settings> {
-        let (config, merchant) = self.identity.as_ref();
-        let (alipay, wechat) = mideng_sim::merchant_channels(
-            config,
-            merchant,
-            &self.sim_base,
-            &format!("http://127.0.0.1:{port}"),
-        )?;
-        let fast = RelayWorkerSettings {
-            relay: RelaySettings {
-                batch: 50,
-                claim_lease: Duration::from_secs(5),
-                publish_timeout: Duration::from_secs(2),
-                retry_cap: Duration::from_secs(2),
-            },
-            interval: Duration::from_millis(100),
-        };
-        let consumer = ConsumerSettings {
-            group: format!("{}-entitlements", self.options.run_id),
-            visibility: Duration::from_secs(5),
-            dedup: self
-                .options
-                .payments
-                .layer_on(mideng_pay::flows::BrokenLayer::GrantDedup),
-            ..ConsumerSettings::default()
-        };
-        let broker = match (&self.options.stack, &self.broker) {
-            (Stack::Servers { .. }, Some(proxy)) => Broker::RabbitMq(RabbitSettings {
-                url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()),
-                queue_prefix: self.options.run_id.clone(),
-                confirm_timeout: Duration::from_secs(2),
-                ..RabbitSettings::default()
-            }),
-            _ => Broker::Queue,
-        };
-        Ok(Settings {
-            database_url: self.database_url.clone(),
-            database_connections_max: 16,
-            redis_url: self
-                .redis
-                .as_ref()
-                .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port())),
-            redis_cluster: Vec::new(),
-            redis_prefix: Some(self.options.run_id.clone()),
-            alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
-            wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),
-            payments: self.options.payments.clone(),
-            tenants: self
-                .tenants
-                .iter()
-                .map(|tenant| TenantSeed {
-                    tenant_id: tenant.id.clone(),
-                    api_key_sha256: api_key_hash(&tenant.api_key),
-                })
-                .collect(),
-            reconcile: self.options.reconcile.clone(),
-            purge: None,
-            events: EventSettings {
-                broker,
-                relay: self.options.events.then_some(fast),
-                consumer: self.options.events.then_some(consumer),
-            },
-            transport: TransportSettings::default(),
-        })
+        Ok(self
+            .blueprint
+            .settings(&format!("http://127.0.0.1:{port}"))?)
     }
 
     /// Starts an instance on a thread and runtime of its own; the sender crashes it.
@@ -520,30 +442,39 @@ impl Deployment {
     }
 }
 
-/// Creates `mideng_storm_<run>` next to the database of `url` and returns its URL.
-async fn create_database(url: &str, run_id: &str) -> anyhow::Result<String> {
-    use mideng::sqlx::Connection;
-    let name: String = format!("storm_{run_id}")
-        .chars()
-        .map(|character| {
-            if character.is_ascii_alphanumeric() {
-                character.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let mut admin = mideng::sqlx::PgConnection::connect(url)
-        .await
-        .with_context(|| "PostgreSQL (scripts/services up)")?;
-    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-        "CREATE DATABASE {name}"
-    )))
-    .execute(&mut admin)
-    .await
-    .context("creating the run's database (the role needs CREATEDB)")?;
-    let (prefix, _) = url
-        .rsplit_once('/')
-        .context("a database name in the PostgreSQL URL")?;
-    Ok(format!("{prefix}/{name}"))
+/// The event side of every instance: RabbitMQ through its proxy on the servers stack, the
+/// in-database queue on the embedded one; a fast relay and the entitlement consumer when the
+/// run wants events.
+fn events(options: &DeployOptions, broker: Option<&Proxy>) -> EventSettings {
+    let fast = RelayWorkerSettings {
+        relay: RelaySettings {
+            batch: 50,
+            claim_lease: Duration::from_secs(5),
+            publish_timeout: Duration::from_secs(2),
+            retry_cap: Duration::from_secs(2),
+        },
+        interval: Duration::from_millis(100),
+    };
+    let consumer = ConsumerSettings {
+        group: format!("{}-entitlements", options.run_id),
+        visibility: Duration::from_secs(5),
+        dedup: options
+            .payments
+            .layer_on(mideng_pay::flows::BrokenLayer::GrantDedup),
+        ..ConsumerSettings::default()
+    };
+    let broker = match (&options.stack, broker) {
+        (Stack::Servers { .. }, Some(proxy)) => Broker::RabbitMq(RabbitSettings {
+            url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()),
+            queue_prefix: options.run_id.clone(),
+            confirm_timeout: Duration::from_secs(2),
+            ..RabbitSettings::default()
+        }),
+        _ => Broker::Queue,
+    };
+    EventSettings {
+        broker,
+        relay: options.events.then_some(fast),
+        consumer: options.events.then_some(consumer),
+    }
 }

@@ -4,7 +4,8 @@
 //!   channel simulator, one or several service instances (each on its own runtime, so that one
 //!   can crash mid-request: its runtime is dropped with every future, transaction and connection
 //!   it held), on the embedded default or on PostgreSQL + Redis + RabbitMQ, with proxies in
-//!   front of Redis and the broker for outages.
+//!   front of Redis and the broker for outages. What a deployment is made of comes from
+//!   `mideng_pay::testing`, shared with the service's tests.
 //! - [`storm`] — the seeded workload with every source of duplicates, the fault schedule,
 //!   quiescence and the report.
 //! - [`attacker`] — the client that runs beside the workload and sends replayed, retargeted,
@@ -14,11 +15,9 @@
 //!   simulator's ledger: pure rules over a snapshot.
 //! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
 //!   the machine's own limits, measured in the same run.
-//! - [`proxy`] — the TCP forwarder that cuts servers off.
 
 pub mod attacker;
 pub mod audit;
 pub mod bench;
 pub mod deploy;
-pub mod proxy;
 pub mod storm;

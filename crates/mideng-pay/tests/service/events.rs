@@ -15,11 +15,12 @@ use mideng::outbox::{BrokerError, Message, Publisher};
 use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::store::GrantOutcome;
+use mideng_pay::testing::Proxy;
 use mideng_pay::workers::consumer::{self, Handled};
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use serde_json::json;
 
-use crate::harness::{Backend, Proxy, Service, WAIT_LIMIT, isolated_postgres, race, unique};
+use crate::harness::{Backend, Service, WAIT_LIMIT, isolated_postgres, race, unique};
 
 fn number_of(answer: &crate::harness::Answer) -> String {
     answer.json()["payment_no"]
@@ -352,8 +353,10 @@ pub(crate) async fn a_relay_killed_after_publishing_grants_once(
 }
 
 pub(crate) async fn a_broker_outage_loses_nothing(broker: fn(u16) -> Broker, port: u16) {
-    let proxy = Proxy::start(&format!("127.0.0.1:{port}")).await;
-    let broker = broker(proxy.port);
+    let proxy = Proxy::start(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("bind");
+    let broker = broker(proxy.port());
     let service = isolated(EventSettings {
         broker,
         relay: Some(RelayWorkerSettings {

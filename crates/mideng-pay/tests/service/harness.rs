@@ -1,18 +1,18 @@
 //! The service under test: `Application::build` on port 0 against a real database (and Redis
 //! for PostgreSQL and MySQL), with the channel simulator on port 0 sending its notifies back,
-//! and an HTTP client that speaks to both as a merchant's backend would.
+//! and an HTTP client that speaks to both as a merchant's backend would. The deployment is
+//! assembled by `mideng_pay::testing`, as the storm's is; what is here is the tests' own: the
+//! backends, the fixture keys, and a client with assertions.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mideng::outbox::sql::RelaySettings;
-use mideng_channel::adapter::Channel;
 use mideng_channel::keys::PrivateKey;
-use mideng_pay::api::api_key_hash;
 use mideng_pay::flows::PaymentSettings;
+use mideng_pay::testing::{Blueprint, TenantAccess, create_database, start_simulator};
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
-use mideng_pay::{Application, Settings, TenantSeed};
-use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use mideng_sim::{MerchantKeys, SimConfig};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -101,12 +101,17 @@ fn fixture(name: &str) -> PrivateKey {
 /// The simulator's configuration and the merchant's keys, from the fixture keys (generating
 /// RSA keys per test would be slow).
 pub(crate) fn sim_identity() -> &'static (SimConfig, MerchantKeys) {
-    static IDENTITY: OnceLock<(SimConfig, MerchantKeys)> = OnceLock::new();
+    shared_identity()
+}
+
+/// [`sim_identity`] as the deployment builder holds it, made once.
+fn shared_identity() -> &'static Arc<(SimConfig, MerchantKeys)> {
+    static IDENTITY: OnceLock<Arc<(SimConfig, MerchantKeys)>> = OnceLock::new();
     IDENTITY.get_or_init(|| {
-        SimConfig::with_keys(
+        Arc::new(SimConfig::with_keys(
             fixture("merchant-private.pem"),
             fixture("channel-private.pem"),
-        )
+        ))
     })
 }
 
@@ -240,48 +245,33 @@ impl Service {
             Some(sim) => sim,
             None => {
                 let (config, _) = sim_identity();
-                let simulator = Simulator::new(config.clone()).expect("simulator");
-                let sim_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                let sim_base = format!("http://{}", sim_listener.local_addr().expect("address"));
-                let mut sim_stop = stopped.clone();
-                tokio::spawn(simulator.serve(sim_listener, async move {
-                    let _ = sim_stop.wait_for(|stop| *stop).await;
-                }));
-                Arc::new(Sim { base: sim_base })
+                let simulator = start_simulator(config, stopped.clone())
+                    .await
+                    .expect("simulator");
+                Arc::new(Sim {
+                    base: simulator.base,
+                })
             }
         };
-        let (config, merchant) = sim_identity();
-        let (alipay, wechat) =
-            mideng_sim::merchant_channels(config, merchant, &sim.base, &base).expect("adapters");
         let (tenant, api_key) =
             tenant.unwrap_or_else(|| (unique("tenant"), unique("key-0123456789")));
-        let settings = Settings {
-            database_url: database_url.clone(),
-            database_connections_max: 16,
+        let blueprint = Blueprint {
             redis_url: backend.redis_url(),
             redis_cluster: backend.redis_cluster(),
-            redis_prefix: None,
-            alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
-            wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),
-            payments,
-            tenants: vec![TenantSeed {
-                tenant_id: tenant.clone(),
-                api_key_sha256: api_key_hash(&api_key),
+            tenants: vec![TenantAccess {
+                id: tenant.clone(),
+                api_key: api_key.clone(),
             }],
+            payments,
             // Tests run rounds themselves, when they choose.
             reconcile: None,
-            purge: None,
             events,
-            transport: mideng_pay::transport::TransportSettings::default(),
+            ..Blueprint::new(shared_identity().clone(), &sim.base, &database_url)
         };
-        let application = Application::build(settings, listener)
+        let state = blueprint
+            .serve(listener, stopped)
             .await
             .unwrap_or_else(|error| panic!("{backend:?}: the service did not start: {error}"));
-        let state = application.state().clone();
-        let mut app_stop = stopped;
-        tokio::spawn(application.run_until(async move {
-            let _ = app_stop.wait_for(|stop| *stop).await;
-        }));
         Self {
             base,
             api_key,
@@ -534,84 +524,7 @@ pub(crate) fn queue_events() -> EventSettings {
 /// A PostgreSQL database of its own, for deployments whose outbox no other test's relay may
 /// drain (the shared test database has many relays on it).
 pub(crate) async fn isolated_postgres() -> String {
-    use mideng::sqlx::Connection;
-    let base = Backend::Postgres.database_url();
-    let name = unique("mideng_iso").replace('-', "_");
-    let mut admin = mideng::sqlx::PgConnection::connect(&base)
+    create_database(&Backend::Postgres.database_url(), &unique("mideng_iso"))
         .await
-        .expect("PostgreSQL answers");
-    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-        "CREATE DATABASE {name}"
-    )))
-    .execute(&mut admin)
-    .await
-    .expect("the test role may create databases (scripts/services up)");
-    let (prefix, _) = base.rsplit_once('/').expect("a database in the URL");
-    format!("{prefix}/{name}")
-}
-
-/// A TCP forwarder in front of a broker: `cut` closes every connection and refuses new ones (the
-/// broker is unreachable, as when it is stopped), `restore` lets them through again.
-pub(crate) struct Proxy {
-    pub(crate) port: u16,
-    up: Arc<std::sync::atomic::AtomicBool>,
-    connections: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    pub(crate) async fn start(upstream: &str) -> Self {
-        use std::sync::atomic::Ordering;
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("address").port();
-        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let upstream = upstream.to_owned();
-        let accept = {
-            let up = up.clone();
-            let connections = connections.clone();
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        continue; // dropped: the connection is refused
-                    }
-                    let upstream = upstream.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    connections
-                        .lock()
-                        .expect("not poisoned")
-                        .push(task.abort_handle());
-                }
-            })
-        };
-        Self {
-            port,
-            up,
-            connections,
-            accept,
-        }
-    }
-
-    pub(crate) fn cut(&self) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        for connection in self.connections.lock().expect("not poisoned").drain(..) {
-            connection.abort();
-        }
-    }
-
-    pub(crate) fn restore(&self) {
-        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
-    }
+        .expect("the test role may create databases (scripts/services up)")
 }

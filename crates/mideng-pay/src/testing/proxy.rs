@@ -1,7 +1,8 @@
 //! A TCP forwarder in front of a server (Redis, a broker): `cut` closes every connection and
 //! refuses new ones — to the service the server is gone, as when it is stopped — and `restore`
 //! lets connections through again. Faults on the wire, without stopping servers that other
-//! users of the machine share.
+//! users of the machine share: the storm cuts Redis and RabbitMQ with it, the service tests a
+//! broker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

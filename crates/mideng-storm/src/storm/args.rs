@@ -1,0 +1,160 @@
+//! What `mideng storm` is asked to do: its flags, and the layer a run may turn off to show
+//! what that layer prevents. Parsed once here; the rest of the storm reads these values.
+
+use std::path::PathBuf;
+
+use mideng_pay::flows::{BrokenLayer, PaymentSettings};
+use serde::Serialize;
+
+use crate::deploy::{ServerArgs, StackKind};
+
+/// A layer the storm turns off, to show what it prevents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakLayer {
+    /// The `Idempotency-Key` records (and the token guard with them).
+    Keys,
+    /// The one-time token guard.
+    Tokens,
+    /// The per-order lock.
+    OrderLock,
+    /// The channel notifies' dedup records.
+    NotifyDedup,
+    /// The entitlement consumer's dedup claims.
+    GrantDedup,
+    /// The channel's signing key, as if leaked: the attacker also signs victims' successes as
+    /// the channel would. The service cannot tell them from the channel's, so the audit must
+    /// report each as a payment nobody was charged for.
+    ChannelKey,
+}
+
+impl BreakLayer {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            BreakLayer::Keys => "keys",
+            BreakLayer::Tokens => "tokens",
+            BreakLayer::OrderLock => "order-lock",
+            BreakLayer::NotifyDedup => "notify-dedup",
+            BreakLayer::GrantDedup => "grant-dedup",
+            BreakLayer::ChannelKey => "channel-key",
+        }
+    }
+
+    /// The layers expected to hold in its place, with the operation whose duplicates they
+    /// then catch.
+    pub(super) fn deeper(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            BreakLayer::Keys => &[
+                ("constraint", "wallet.deduct"),
+                ("constraint", "payment.create"),
+            ],
+            BreakLayer::Tokens => &[("key", "payment.create"), ("constraint", "payment.create")],
+            BreakLayer::OrderLock => &[("constraint", "payment.create")],
+            BreakLayer::NotifyDedup => &[("cas", "notify.")],
+            BreakLayer::GrantDedup => &[("constraint", "entitlement.grant")],
+            // Nothing deeper: a notify signed with the channel's key is the channel speaking.
+            BreakLayer::ChannelKey => &[],
+        }
+    }
+
+    pub(super) fn apply(self, payments: &mut PaymentSettings) {
+        match self {
+            BreakLayer::Keys => payments.idempotency = false,
+            BreakLayer::Tokens => payments.broken = Some(BrokenLayer::Tokens),
+            BreakLayer::OrderLock => payments.broken = Some(BrokenLayer::OrderLock),
+            BreakLayer::NotifyDedup => payments.broken = Some(BrokenLayer::NotifyDedup),
+            BreakLayer::GrantDedup => payments.broken = Some(BrokenLayer::GrantDedup),
+            // The service is unchanged; the attacker holds the key.
+            BreakLayer::ChannelKey => {}
+        }
+    }
+}
+
+/// `mideng storm` flags.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StormArgs {
+    /// Seed of the workload and the fault schedule (default: from the clock; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The stack to deploy.
+    #[arg(long, value_enum, default_value_t = StackKind::Embedded)]
+    pub stack: StackKind,
+    /// Service instances on the servers stack (1 to 16).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub instances: u16,
+    /// How long the workload runs, seconds (1 to 86400).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub duration_secs: u64,
+    /// Concurrent clients (1 to 256).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+    /// Tenants (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub tenants: u16,
+    /// Seconds between faults (0: no faults).
+    #[arg(long, default_value_t = 3)]
+    pub fault_every_secs: u64,
+    /// Where the embedded stack's database goes.
+    #[arg(long, default_value = ".mideng/storm")]
+    pub dir: PathBuf,
+    /// The servers of the servers stack.
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Turn one layer off (a test switch): the audit must then report what that layer
+    /// prevents, or the report names the deeper layer that held.
+    #[arg(long, value_enum)]
+    pub break_layer: Option<BreakLayer>,
+    /// Storm a running deployment instead of starting one: its instances' base URLs
+    /// (comma-separated). Its faults are then the simulator's only.
+    #[arg(long, value_delimiter = ',')]
+    pub target: Vec<String>,
+    /// With `--target`: a tenant as `id:api-key` (repeatable).
+    #[arg(long)]
+    pub tenant_key: Vec<String>,
+    /// With `--target`: the simulator its channels point at.
+    #[arg(long)]
+    pub sim_url: Option<String>,
+    /// With `--target`: its database, read by the audit only.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// With `--target`: how long quiescence waits for its own workers to settle, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub settle_secs: u64,
+    /// With `--target`: its instances' metrics listeners (`mideng serve --metrics-listen`),
+    /// comma-separated base URLs, for the layer table; without them the table is empty.
+    #[arg(long, value_delimiter = ',')]
+    pub target_metrics: Vec<String>,
+    /// Leave the attacker out (it runs by default: replayed, retargeted, polluted, wrongly
+    /// signed, cross-channel and stale notifies beside the workload, none of which may move
+    /// anything).
+    #[arg(long)]
+    pub no_attacker: bool,
+}
+
+impl Default for StormArgs {
+    fn default() -> Self {
+        Self {
+            seed: None,
+            stack: StackKind::Embedded,
+            instances: 3,
+            duration_secs: 30,
+            concurrency: 8,
+            tenants: 3,
+            fault_every_secs: 3,
+            dir: PathBuf::from(".mideng/storm"),
+            servers: ServerArgs::default(),
+            json: None,
+            break_layer: None,
+            target: Vec::new(),
+            tenant_key: Vec::new(),
+            sim_url: None,
+            database_url: None,
+            settle_secs: 120,
+            target_metrics: Vec::new(),
+            no_attacker: false,
+        }
+    }
+}

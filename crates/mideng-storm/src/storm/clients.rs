@@ -1,0 +1,676 @@
+//! The storm's clients: what they share (the HTTP client, the instances, the tenants, the log of
+//! what they sent and were told) and the scripts they run, each producing its sources of
+//! duplicates: double clicks, retries after a timeout, manual replays, a second request key
+//! for one business key, keyless checkouts from two tabs, and the simulator's notify policies.
+//!
+//! A keyed request is sent until it has a final answer; the first final answer for a key is
+//! kept, and every later one must repeat it byte for byte.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::faults::FaultClock;
+use crate::attacker::{self, AttackLog, Victim};
+use crate::audit::ClientFacts;
+use crate::deploy::TenantAccess;
+
+/// An answer the client can use, or not.
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    replayed: bool,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// A final answer for its key: not a 5xx, not "in progress", not a used token.
+    fn is_final(&self) -> bool {
+        self.status < 500
+            && !(self.status == 409
+                && matches!(self.code().as_str(), "in-progress" | "duplicate-submission"))
+    }
+}
+
+/// What the clients saw and sent.
+#[derive(Default)]
+pub(crate) struct Log {
+    originals: HashMap<String, (u16, Vec<u8>)>,
+    pub(super) client: ClientFacts,
+    pub(super) duplicates: BTreeMap<String, u64>,
+    pub(super) payments: HashSet<String>,
+    pub(super) unresolved: Vec<Pending>,
+    /// Payments the workload left waiting for good: the attacker's victims.
+    pub(crate) victims: Vec<Victim>,
+    /// What the attacker sent.
+    pub(crate) attacks: AttackLog,
+}
+
+/// A keyed request that had no final answer when its client gave up; quiescence finishes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Pending {
+    pub(crate) label: String,
+    pub(crate) tenant: usize,
+    pub(crate) path: String,
+    pub(crate) body: Value,
+    pub(crate) key: String,
+    pub(crate) token_needed: bool,
+    pub(crate) kind: PendingKind,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum PendingKind {
+    Payment,
+    Credit {
+        user: String,
+        amount: i64,
+    },
+    Deduct {
+        user: String,
+        order: String,
+        amount: i64,
+    },
+}
+
+pub(crate) struct Shared {
+    /// Prefix of every id the storm makes (orders, users, keys), unique per run.
+    pub(crate) run: String,
+    pub(super) http: reqwest::Client,
+    pub(crate) bases: Vec<String>,
+    pub(super) sim_base: String,
+    pub(crate) tenants: Vec<TenantAccess>,
+    pub(super) faults: FaultClock,
+    pub(super) log: Mutex<Log>,
+    pub(super) requests: AtomicU64,
+    pub(super) excused: AtomicU64,
+}
+
+impl Shared {
+    /// The tenants' hot wallet owner.
+    pub(super) fn hot(&self) -> String {
+        format!("{}-hot", self.run)
+    }
+
+    pub(crate) fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, source: &str) {
+        *self.log().duplicates.entry(source.to_owned()).or_default() += 1;
+    }
+
+    /// One request to instance `instance`; `None` when no answer came (connection refused,
+    /// reset, timed out).
+    #[allow(clippy::too_many_arguments)] // the parts of one HTTP request, each used once
+    async fn send(
+        &self,
+        instance: usize,
+        tenant: usize,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Option<Answer> {
+        let base = &self.bases[instance % self.bases.len()];
+        let mut request = self
+            .http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(&self.tenants[tenant % self.tenants.len()].api_key)
+            .timeout(timeout);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|value| value == "true");
+        let body = response.bytes().await.ok()?.to_vec();
+        self.account_for(status, started, path, &body);
+        Some(Answer {
+            status,
+            replayed,
+            body,
+        })
+    }
+
+    /// A 5xx is excused inside a fault window (and counted); outside one it is a violation.
+    fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
+        if status < 500 {
+            return;
+        }
+        if self.faults.excused(started, Instant::now()) {
+            self.excused.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let detail = String::from_utf8_lossy(body)
+                .chars()
+                .take(200)
+                .collect::<String>();
+            self.log()
+                .client
+                .unexcused_errors
+                .push(format!("{status} on {path}: {detail}"));
+        }
+    }
+
+    /// A channel notify (no API key: the channel's signature is its credential) to instance
+    /// `instance`; the status and body, `None` when no answer came.
+    pub(crate) async fn post_notify(
+        &self,
+        instance: usize,
+        channel: &str,
+        content_type: &str,
+        headers: &[(String, String)],
+        body: String,
+    ) -> Option<(u16, Vec<u8>)> {
+        let base = &self.bases[instance % self.bases.len()];
+        let path = format!("/v1/channels/{channel}/notify");
+        let mut request = self
+            .http
+            .post(format!("{base}{path}"))
+            .header("content-type", content_type)
+            .timeout(Duration::from_secs(20))
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.ok()?.to_vec();
+        self.account_for(status, started, &path, &body);
+        Some((status, body))
+    }
+
+    pub(crate) async fn sim(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Option<Value> {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.sim_base))
+            .json(&body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        response.json().await.ok()
+    }
+
+    /// Records a final answer for `label` (operation + key) and checks it against the first.
+    fn settle(&self, label: &str, answer: &Answer) {
+        let mut log = self.log();
+        match log.originals.get(label) {
+            None => {
+                log.originals
+                    .insert(label.to_owned(), (answer.status, answer.body.clone()));
+            }
+            Some((status, body)) => {
+                if *status != answer.status || *body != answer.body {
+                    let mismatch = format!(
+                        "{label}: first {status} {}, then {} {}",
+                        String::from_utf8_lossy(body),
+                        answer.status,
+                        String::from_utf8_lossy(&answer.body)
+                    );
+                    log.client.replay_mismatches.push(mismatch);
+                } else if answer.replayed {
+                    *log.duplicates
+                        .entry("replayed byte for byte".to_owned())
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Sends a keyed request until it has a final answer (or gives up, leaving it to quiescence),
+/// the way a client retries: same key, another instance, after a pause.
+pub(crate) async fn keyed(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    pending: Pending,
+    mut token: Option<String>,
+    first_timeout: Duration,
+    attempts: usize,
+) -> (Option<Answer>, Option<String>) {
+    let mut instance = rng.usize(..shared.bases.len());
+    for attempt in 0..attempts {
+        if pending.token_needed && token.is_none() {
+            token = issue_token(shared, pending.tenant, instance).await;
+            if token.is_none() {
+                // No token now (its store is down): never send the request without one.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        }
+        let mut headers = vec![("Idempotency-Key", pending.key.as_str())];
+        if let Some(token) = &token {
+            headers.push(("Idempotency-Token", token.as_str()));
+        }
+        let timeout = if attempt == 0 {
+            first_timeout
+        } else {
+            Duration::from_secs(20)
+        };
+        let answer = shared
+            .send(
+                instance,
+                pending.tenant,
+                reqwest::Method::POST,
+                &pending.path,
+                Some(&pending.body),
+                &headers,
+                timeout,
+            )
+            .await;
+        match answer {
+            Some(answer) if answer.is_final() => {
+                // Every final answer counts, not only the one the caller keeps: with a layer
+                // off, two copies of a double click may both have taken effect.
+                shared.settle(&pending.label, &answer);
+                record(shared, &pending, &answer);
+                return (Some(answer), token);
+            }
+            Some(answer) if answer.code() == "duplicate-submission" => {
+                // The token was used by an attempt whose answer was lost: a fresh one.
+                token = None;
+            }
+            _ => {}
+        }
+        if attempt + 1 < attempts {
+            shared.count("retry after timeout or failure");
+            instance = (instance + 1) % shared.bases.len();
+            tokio::time::sleep(Duration::from_millis(rng.u64(50..300))).await;
+        }
+    }
+    shared.log().unresolved.push(pending);
+    (None, token)
+}
+
+async fn issue_token(shared: &Shared, tenant: usize, instance: usize) -> Option<String> {
+    for attempt in 0..10 {
+        let answer = shared
+            .send(
+                instance + attempt,
+                tenant,
+                reqwest::Method::POST,
+                "/v1/tokens",
+                Some(&json!({})),
+                &[],
+                Duration::from_secs(10),
+            )
+            .await;
+        if let Some(answer) = answer
+            && answer.status == 201
+        {
+            return answer.json()["token"].as_str().map(str::to_owned);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+/// A keyed request sent the way this iteration's client behaves: once, twice at once (double
+/// click, to two instances), or with a first attempt that gives up after a few milliseconds.
+async fn keyed_with_duplicates(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    pending: Pending,
+) -> (Option<Answer>, Option<String>) {
+    let token = if pending.token_needed {
+        issue_token(shared, pending.tenant, rng.usize(..shared.bases.len())).await
+    } else {
+        None
+    };
+    match rng.u8(..10) {
+        0..3 => {
+            shared.count("double click");
+            if shared.bases.len() > 1 {
+                shared.count("same request to two instances");
+            }
+            let mut other = fastrand::Rng::with_seed(rng.u64(..));
+            let ((first, token), (second, _)) = tokio::join!(
+                keyed(
+                    shared,
+                    rng,
+                    pending.clone(),
+                    token.clone(),
+                    Duration::from_secs(20),
+                    8
+                ),
+                keyed(
+                    shared,
+                    &mut other,
+                    pending,
+                    token,
+                    Duration::from_secs(20),
+                    8
+                )
+            );
+            (first.or(second), token)
+        }
+        3..5 => {
+            shared.count("retry after a client timeout");
+            let timeout = Duration::from_millis(rng.u64(1..30));
+            keyed(shared, rng, pending, token, timeout, 8).await
+        }
+        _ => keyed(shared, rng, pending, token, Duration::from_secs(20), 8).await,
+    }
+}
+
+pub(super) async fn credit(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    tenant: usize,
+    user: &str,
+    key: &str,
+    amount: i64,
+) {
+    let pending = Pending {
+        label: format!("credit/{tenant}/{key}"),
+        tenant,
+        path: format!("/v1/wallets/{user}/credit"),
+        body: json!({"amount": amount, "reference": key}),
+        key: key.to_owned(),
+        token_needed: false,
+        kind: PendingKind::Credit {
+            user: user.to_owned(),
+            amount,
+        },
+    };
+    keyed_with_duplicates(shared, rng, pending).await;
+}
+
+/// Writes what a final answer means into the client facts.
+fn record(shared: &Shared, pending: &Pending, answer: &Answer) {
+    let tenant = shared.tenants[pending.tenant % shared.tenants.len()]
+        .id
+        .clone();
+    let mut log = shared.log();
+    match &pending.kind {
+        PendingKind::Credit { user, amount } if answer.status == 200 => {
+            log.client
+                .credits
+                .insert((tenant, user.clone(), pending.key.clone()), *amount);
+        }
+        PendingKind::Deduct {
+            user,
+            order,
+            amount,
+        } if answer.status == 200 => {
+            log.client.deducts.insert(
+                (tenant, user.clone(), pending.key.clone()),
+                (order.clone(), *amount),
+            );
+        }
+        PendingKind::Payment => {
+            if let Some(number) = answer.json()["payment_no"].as_str() {
+                log.payments.insert(number.to_owned());
+            }
+        }
+        _ => {}
+    }
+}
+
+pub(super) async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
+    let order = format!("{}-do-{n}", shared.run);
+    let key = format!("{}-dd-{n}", shared.run);
+    let hot = shared.hot();
+    let amount = rng.i64(1..5_000);
+    let pending = Pending {
+        label: format!("deduct/{tenant}/{key}"),
+        tenant,
+        path: format!("/v1/wallets/{hot}/deduct"),
+        body: json!({"order_id": order, "amount": amount}),
+        key: key.clone(),
+        token_needed: false,
+        kind: PendingKind::Deduct {
+            user: hot,
+            order,
+            amount,
+        },
+    };
+    keyed_with_duplicates(shared, rng, pending.clone()).await;
+    if rng.u8(..10) == 0 {
+        // The same order under a new request key: the business key refuses a second debit.
+        shared.count("same order, new key");
+        let again = Pending {
+            label: format!("deduct/{tenant}/{key}-again"),
+            key: format!("{key}-again"),
+            ..pending.clone()
+        };
+        keyed(shared, rng, again, None, Duration::from_secs(20), 8).await;
+    }
+    if rng.u8(..10) < 2 {
+        // The same request again, long after its answer.
+        shared.count("manual replay");
+        keyed(shared, rng, pending, None, Duration::from_secs(20), 8).await;
+    }
+}
+
+const NOTIFY_MODES: [&str; 8] = [
+    "normal",
+    "normal",
+    "duplicate",
+    "concurrent",
+    "delay",
+    "reorder",
+    "drop",
+    "normal",
+];
+
+pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
+    let order_id = format!("{}-o-{n}", shared.run);
+    let user = format!("{}-u{}", shared.run, rng.u16(..200));
+    let amount = rng.i64(1..100_000);
+    let mut body =
+        json!({"order_id": order_id, "user_id": user, "amount": amount, "currency": "CNY"});
+    if rng.u8(..10) < 7 {
+        body["entitlement"] = json!({"sku": "vip-month", "quantity": 1});
+    }
+    // Creating the order: a double click half the time; retried until answered.
+    let instance = rng.usize(..shared.bases.len());
+    let mut created = false;
+    for attempt in 0..20 {
+        let sends = if attempt == 0 && rng.bool() {
+            shared.count("double click");
+            2
+        } else {
+            1
+        };
+        let answers = create_order(shared, instance + attempt, tenant, &body, sends).await;
+        if answers
+            .iter()
+            .flatten()
+            .any(|answer| matches!(answer.status, 200 | 201))
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !created {
+        return;
+    }
+    let channel = if rng.bool() { "alipay" } else { "wechat" };
+    if rng.u8(..10) < 2 {
+        keyless_double_click(shared, rng, tenant, &order_id, channel).await;
+    }
+    let pending = Pending {
+        label: format!("payment/{tenant}/pay-{order_id}"),
+        tenant,
+        path: format!("/v1/orders/{order_id}/payments"),
+        body: json!({"channel": channel}),
+        key: format!("pay-{order_id}"),
+        token_needed: true,
+        kind: PendingKind::Payment,
+    };
+    let (Some(answer), token) = keyed_with_duplicates(shared, rng, pending.clone()).await else {
+        return;
+    };
+    let Some(number) = answer.json()["payment_no"].as_str().map(str::to_owned) else {
+        return;
+    };
+    let mode = NOTIFY_MODES[rng.usize(..NOTIFY_MODES.len())];
+    if mode != "normal" {
+        shared.count(&format!("notify {mode}"));
+    }
+    let mut policy = json!({"mode": mode, "out_trade_no": number});
+    if matches!(mode, "delay" | "reorder") {
+        policy["delay_seconds"] = json!(rng.u64(1..4));
+    }
+    shared
+        .sim(reqwest::Method::PUT, "/sim/notify-policy", policy)
+        .await;
+    let roll = rng.u8(..100);
+    if roll < 75 {
+        let pay_path = format!("/sim/trades/{number}/pay");
+        let close_path = format!("/v1/payments/{number}/close");
+        let empty = json!({});
+        let pay = shared.sim(reqwest::Method::POST, &pay_path, json!({}));
+        if roll < 10 {
+            // The buyer pays while the merchant closes: never both.
+            shared.count("close racing the payment");
+            let close = shared.send(
+                rng.usize(..shared.bases.len()),
+                tenant,
+                reqwest::Method::POST,
+                &close_path,
+                Some(&empty),
+                &[],
+                Duration::from_secs(20),
+            );
+            let _ = tokio::join!(pay, close);
+        } else {
+            pay.await;
+        }
+    } else {
+        // The buyer never pays and nobody closes it: nothing legitimate changes this payment
+        // before its expiry, so it is a victim for the attacker (the audit checks it stays
+        // as it is). Only a trade the channel confirmed (a pay URL) qualifies.
+        let view = answer.json();
+        if view["status"] == "PENDING" && view["pay_url"].is_string() {
+            let mut log = shared.log();
+            if log.victims.len() < attacker::VICTIMS_MAX {
+                log.victims.push(Victim {
+                    tenant,
+                    payment_no: number.clone(),
+                    channel: channel.to_owned(),
+                    amount_fen: amount,
+                });
+            }
+        }
+    }
+    if rng.u8(..10) < 3 {
+        // The same request again, token included, long after its answer.
+        shared.count("manual replay");
+        keyed(shared, rng, pending, token, Duration::from_secs(20), 8).await;
+    }
+}
+
+/// A checkout without `Idempotency-Key`: the same form posted twice with one token (the token
+/// layer refuses the second), or from two tabs with two tokens (the order lock and the
+/// one-pending constraint give both the same payment).
+async fn keyless_double_click(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    tenant: usize,
+    order_id: &str,
+    channel: &str,
+) {
+    let instance = rng.usize(..shared.bases.len());
+    let Some(first) = issue_token(shared, tenant, instance).await else {
+        return;
+    };
+    let two_tabs = rng.bool();
+    let second = if two_tabs {
+        shared.count("two tabs, two tokens, no key");
+        issue_token(shared, tenant, instance).await
+    } else {
+        shared.count("double click, one token, no key");
+        Some(first.clone())
+    };
+    let Some(second) = second else {
+        return;
+    };
+    let path = format!("/v1/orders/{order_id}/payments");
+    let body = json!({"channel": channel});
+    let send = |token: String, instance: usize| {
+        let path = path.clone();
+        let body = body.clone();
+        async move {
+            shared
+                .send(
+                    instance,
+                    tenant,
+                    reqwest::Method::POST,
+                    &path,
+                    Some(&body),
+                    &[("Idempotency-Token", token.as_str())],
+                    Duration::from_secs(20),
+                )
+                .await
+        }
+    };
+    let (one, two) = tokio::join!(send(first, instance), send(second, instance + 1));
+    for answer in [one, two].into_iter().flatten() {
+        if let Some(number) = answer.json()["payment_no"].as_str() {
+            shared.log().payments.insert(number.to_owned());
+        }
+    }
+}
+
+/// Sends the order creation `count` times at once (to neighbouring instances).
+pub(crate) async fn create_order(
+    shared: &Shared,
+    instance: usize,
+    tenant: usize,
+    body: &Value,
+    count: usize,
+) -> Vec<Option<Answer>> {
+    let first = shared.send(
+        instance,
+        tenant,
+        reqwest::Method::POST,
+        "/v1/orders",
+        Some(body),
+        &[],
+        Duration::from_secs(20),
+    );
+    if count < 2 {
+        return vec![first.await];
+    }
+    let second = shared.send(
+        instance + 1,
+        tenant,
+        reqwest::Method::POST,
+        "/v1/orders",
+        Some(body),
+        &[],
+        Duration::from_secs(20),
+    );
+    let (first, second) = tokio::join!(first, second);
+    vec![first, second]
+}

@@ -1,0 +1,177 @@
+//! The facts the audit and the report are made of, collected after quiescence: the database's
+//! snapshot of this run, the channel's side of each payment (its ledger and trades), what the
+//! clients were told, and the service's own decision counters for the layer table.
+
+use std::collections::{BTreeMap, HashSet};
+
+use anyhow::Context;
+use mideng::store::sql::PoolSettings;
+use mideng::store::sql::mysql::MySqlStore;
+use mideng::store::sql::postgres::PostgresStore;
+use mideng::store::sql::sqlite::SqliteStore;
+use serde_json::Value;
+
+use super::clients::Shared;
+use crate::audit::{self, AuditFigures, ChannelFacts, ClientFacts, TradeFact, Violation};
+
+/// Reads the database and the channel and checks every invariant, over this run's own ids.
+pub(super) async fn audit_now(
+    shared: &Shared,
+    database_url: &str,
+) -> anyhow::Result<(Vec<Violation>, AuditFigures)> {
+    let pool = PoolSettings {
+        connections_max: 2,
+        ..PoolSettings::default()
+    };
+    let snapshot = if database_url.starts_with("sqlite") {
+        audit::snapshot(&SqliteStore::connect(database_url, pool).await?).await?
+    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
+        let url = database_url.replacen("mariadb://", "mysql://", 1);
+        audit::snapshot(&MySqlStore::connect(&url, pool).await?).await?
+    } else {
+        audit::snapshot(&PostgresStore::connect(database_url, pool).await?).await?
+    };
+    let tenants: HashSet<String> = shared
+        .tenants
+        .iter()
+        .map(|tenant| tenant.id.clone())
+        .collect();
+    let snapshot = snapshot.of_run(&tenants, &shared.run);
+    let channel = channel_facts(shared, &snapshot).await?;
+    let client = {
+        let log = shared.log();
+        ClientFacts {
+            attacked: log.attacks.victims().clone(),
+            accepted_attacks: log.attacks.accepted.clone(),
+            ..log.client.clone()
+        }
+    };
+    Ok(audit::check(&snapshot, &channel, &client))
+}
+
+/// The channel's side of every payment the database knows.
+async fn channel_facts(
+    shared: &Shared,
+    snapshot: &audit::Snapshot,
+) -> anyhow::Result<ChannelFacts> {
+    let ledger = shared
+        .sim(reqwest::Method::GET, "/sim/ledger", Value::Null)
+        .await
+        .context("the simulator's ledger")?;
+    // This run's trades: those its clients were told of and those its orders hold (a simulator
+    // the storm did not start may have others).
+    let mut ours: HashSet<String> = shared.log().payments.clone();
+    ours.extend(
+        snapshot
+            .payments
+            .iter()
+            .map(|payment| payment.payment_no.clone()),
+    );
+    let mut facts = ChannelFacts::default();
+    for entry in ledger["entries"].as_array().into_iter().flatten() {
+        if entry["kind"] == "charge"
+            && let (Some(number), Some(amount)) =
+                (entry["out_trade_no"].as_str(), entry["amount_fen"].as_i64())
+            && ours.contains(number)
+        {
+            facts
+                .charges
+                .entry(number.to_owned())
+                .or_default()
+                .push(amount);
+        }
+    }
+    for payment in &snapshot.payments {
+        let trade = shared
+            .sim(
+                reqwest::Method::GET,
+                &format!("/sim/trades/{}", payment.payment_no),
+                Value::Null,
+            )
+            .await
+            .unwrap_or(Value::Null);
+        if let Some(status) = trade["status"].as_str() {
+            facts.trades.insert(
+                payment.payment_no.clone(),
+                TradeFact {
+                    status: status.to_owned(),
+                    exists: trade["exists_at_channel"].as_bool().unwrap_or(true),
+                },
+            );
+        }
+    }
+    Ok(facts)
+}
+
+/// Outcomes that are a first arrival let through, not a duplicate caught.
+const FIRST_ARRIVALS: [&str; 15] = [
+    "off",
+    "proceed",
+    "no_key",
+    "stored",
+    "token_consumed",
+    "acquired",
+    "inserted",
+    "created",
+    "credited",
+    "debited",
+    "granted",
+    "nothing_to_grant",
+    "paid",
+    "closed",
+    "acknowledged",
+];
+
+/// The service's decision counters, by layer: what each layer caught in this process.
+pub(super) fn layers(metrics: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut layers: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        // Counters render as whole numbers.
+        let Ok(count) = value.parse::<u64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            let marker = format!("{name}=\"");
+            series
+                .split_once(&marker)
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(value, _)| value.to_owned())
+        };
+        let (layer, outcome) = if series.starts_with("mideng_service_decisions_total{") {
+            let (Some(layer), Some(operation), Some(outcome)) =
+                (label("layer"), label("operation"), label("outcome"))
+            else {
+                continue;
+            };
+            (layer, format!("{operation}:{outcome}"))
+        } else if series.starts_with("mideng_idempotency_decisions_total{") {
+            let (Some(operation), Some(decision)) = (label("operation"), label("decision")) else {
+                continue;
+            };
+            let layer = if decision.starts_with("token_") {
+                "token"
+            } else {
+                "key"
+            };
+            (layer.to_owned(), format!("{operation}:{decision}"))
+        } else {
+            continue;
+        };
+        // Only what a layer stopped or settled, not the first arrivals that it let through.
+        let first_arrival = FIRST_ARRIVALS
+            .iter()
+            .any(|first| outcome.rsplit(':').next() == Some(*first));
+        let found_by_reconciliation =
+            layer == "reconciliation" && !outcome.ends_with("left_pending");
+        if first_arrival && !found_by_reconciliation || outcome.ends_with("left_pending") {
+            continue;
+        }
+        if count > 0 {
+            *layers.entry(layer).or_default().entry(outcome).or_default() += count;
+        }
+    }
+    layers
+}

@@ -1,0 +1,437 @@
+//! The storm: a seeded workload in which every source of duplicates of the seed articles
+//! occurs, faults on a schedule, then quiescence and the [`crate::audit`].
+//!
+//! Sources of duplicates, as the clients produce them:
+//! - **double click**: the same request twice at once (same token and key), to two instances
+//!   when there are several — "the same request to two instances";
+//! - **retry after a timeout**: the client gives up after a few milliseconds and sends the same
+//!   request again; and every answer a client cannot use (connection refused by a crashed
+//!   instance, 5xx during a fault, 409 in progress) is retried with the same key;
+//! - **manual replay**: a request sent again long after its answer, which must come back byte
+//!   for byte;
+//! - **same business key, new request key**: a second deduct for an order already debited;
+//! - **callbacks**: per trade, the simulator's notify policy is normal, duplicate, concurrent,
+//!   delayed, reordered or dropped (then only reconciliation finds the payment);
+//! - **reconciliation overlapping callbacks**: every instance runs its reconciler every 5 s over
+//!   payments pending for 3 s, and rounds by hand run at the end;
+//! - **broker redelivery**: a relay or consumer killed with its instance, a broker cut off.
+//!
+//! Faults (servers stack; the embedded stack has the crash only): an instance crashed
+//! mid-request and restarted, Redis cut off and back, the broker cut off and back, every
+//! database connection terminated, and channel answers lost after the channel applied them
+//! (`/sim/fail-next` with `apply_anyway`).
+//!
+//! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
+//! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
+//! the workload leaves waiting; the audit checks that none was accepted and none moved.
+//!
+//! A 5xx is excused only while a fault is active (and for a short grace after it); any other
+//! is a violation. The layer table counts, from the service's own decision counters, what each
+//! layer caught.
+//!
+//! The modules, in the order a run goes through them:
+//! - `args` — the flags ([`StormArgs`]) and the layer a run may turn off ([`BreakLayer`]);
+//! - [`run`], here — deploys (or points at `--target`), starts the clients, the attacker and
+//!   the fault schedule, waits for quiescence (pending keys answered, notifies settled,
+//!   reconciliation rounds, events drained), then audits;
+//! - `clients` — the state the clients share and the scripts they run, which send every
+//!   source of duplicates and log what they were told;
+//! - `faults` — the faults of the schedule and the clock that excuses a 5xx during one;
+//! - `facts` — the database's snapshot, the channel's side and the decision counters, which
+//!   [`crate::audit`] checks;
+//! - `report` — [`StormReport`] and its text table.
+
+mod args;
+mod clients;
+mod facts;
+mod faults;
+mod report;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mideng_pay::domain::events::PAYMENT_SUCCEEDED;
+use mideng_pay::flows::PaymentSettings;
+use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
+use mideng_sim::{MerchantKeys, SimConfig};
+use serde_json::Value;
+
+pub use self::args::{BreakLayer, StormArgs};
+use self::clients::{Log, credit, deduct_script, order_script};
+pub(crate) use self::clients::{Pending, PendingKind, Shared, create_order, keyed};
+use self::facts::{audit_now, layers};
+use self::faults::{FaultClock, inject};
+pub use self::report::StormReport;
+use crate::attacker::{self, AttackerKeys};
+pub use crate::deploy::StackKind;
+use crate::deploy::{DeployOptions, Deployment, TenantAccess};
+
+/// Runs the storm: deploy, workload with faults, quiescence, audit.
+pub async fn run(
+    args: StormArgs,
+    identity: (SimConfig, MerchantKeys),
+    progress: bool,
+) -> anyhow::Result<StormReport> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| u64::try_from(elapsed.as_nanos() % u128::from(u64::MAX)).unwrap_or(1))
+            .unwrap_or(1)
+    });
+    let run_id = format!("storm{}x{}", seed % 1_000_000_007, fastrand::u32(..));
+    let external = !args.target.is_empty();
+    let leaked_channel_key = args.break_layer == Some(BreakLayer::ChannelKey);
+    anyhow::ensure!(
+        !(leaked_channel_key && args.no_attacker),
+        "--break-layer channel-key leaks the key to the attacker: leave out --no-attacker"
+    );
+    anyhow::ensure!(
+        !(leaked_channel_key && external),
+        "--break-layer channel-key forges payments: not against a deployment the storm did not start"
+    );
+    let attacker_keys = (!args.no_attacker).then(|| AttackerKeys::of(&identity.0, &identity.1));
+    let (mut deployment, bases, sim_base, tenants, database_url, stack_label) = if external {
+        let tenants = args
+            .tenant_key
+            .iter()
+            .map(|pair| {
+                pair.split_once(':')
+                    .map(|(id, key)| TenantAccess {
+                        id: id.to_owned(),
+                        api_key: key.to_owned(),
+                    })
+                    .context("--tenant-key takes id:api-key")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        anyhow::ensure!(
+            !tenants.is_empty(),
+            "--target needs at least one --tenant-key"
+        );
+        let sim = args.sim_url.clone().context("--target needs --sim-url")?;
+        let database = args
+            .database_url
+            .clone()
+            .context("--target needs --database-url (read by the audit only)")?;
+        let label = format!("the deployment at {}", args.target.join(", "));
+        (None, args.target.clone(), sim, tenants, database, label)
+    } else {
+        let stack = args.stack.stack(&args.dir, &args.servers);
+        let label = stack.label().to_owned();
+        let mut payments = PaymentSettings {
+            lock_wait: Duration::from_millis(500),
+            duplicate_wait: Duration::from_millis(500),
+            ..PaymentSettings::default()
+        };
+        if let Some(layer) = args.break_layer {
+            layer.apply(&mut payments);
+        }
+        let deployment = Deployment::start(
+            identity,
+            DeployOptions {
+                stack,
+                instances: usize::from(args.instances),
+                tenants: usize::from(args.tenants),
+                payments,
+                // Every instance reconciles often: rounds overlap callbacks all the time.
+                reconcile: Some(ReconcileSettings {
+                    min_age: Duration::from_secs(3),
+                    batch: 100,
+                    interval: Duration::from_secs(5),
+                    tenant: None,
+                }),
+                events: true,
+                run_id: run_id.clone(),
+            },
+        )
+        .await?;
+        let (bases, sim, tenants, database) = (
+            deployment.bases(),
+            deployment.sim_base.clone(),
+            deployment.tenants.clone(),
+            deployment.database_url.clone(),
+        );
+        (Some(deployment), bases, sim, tenants, database, label)
+    };
+    let shared = Arc::new(Shared {
+        run: run_id,
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(64)
+            .build()?,
+        bases,
+        sim_base,
+        tenants,
+        faults: FaultClock::default(),
+        log: Mutex::new(Log::default()),
+        requests: AtomicU64::new(0),
+        excused: AtomicU64::new(0),
+    });
+    let bar = if progress {
+        let bar = indicatif::ProgressBar::new(args.duration_secs);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} storm {elapsed_precise} [{bar:40}] {pos}/{len} s {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+
+    // Every tenant's hot wallet gets money first.
+    for tenant in 0..shared.tenants.len() {
+        let key = format!("{}-seed-credit-{tenant}", shared.run);
+        credit(
+            &shared,
+            &mut fastrand::Rng::with_seed(seed),
+            tenant,
+            &shared.hot(),
+            &key,
+            50_000_000,
+        )
+        .await;
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(args.duration_secs);
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for client in 0..args.concurrency {
+        let shared = shared.clone();
+        let counter = counter.clone();
+        let client_seed = seed ^ (u64::from(client) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        clients.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(client_seed);
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let tenant = rng.usize(..shared.tenants.len());
+                match rng.u8(..100) {
+                    0..60 => order_script(&shared, &mut rng, tenant, n).await,
+                    60..85 => deduct_script(&shared, &mut rng, tenant, n).await,
+                    _ => {
+                        let user = format!("{}-u{}", shared.run, rng.u16(..200));
+                        let key = format!("{}-cr-{n}", shared.run);
+                        let amount = rng.i64(100..10_000);
+                        credit(&shared, &mut rng, tenant, &user, &key, amount).await;
+                    }
+                }
+            }
+        }));
+    }
+
+    // The attacker, beside the workload for the whole run.
+    if let Some(keys) = attacker_keys {
+        let shared = shared.clone();
+        let attacker_seed = seed.rotate_left(31) ^ 0xA77A_C4E2;
+        clients.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(attacker_seed);
+            attacker::attack_until(&shared, &keys, &mut rng, deadline, leaked_channel_key).await;
+        }));
+    }
+
+    // The fault schedule, on the deployment (which only this task touches meanwhile).
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    let mut fault_rng = fastrand::Rng::with_seed(seed.rotate_left(17));
+    // Every kind in turn, from a seeded start: a short storm still meets each one.
+    let mut fault_cycle = fault_rng.u64(..5);
+    let started = Instant::now();
+    while Instant::now() < deadline {
+        bar.set_position(started.elapsed().as_secs().min(args.duration_secs));
+        bar.set_message(format!(
+            "{} requests",
+            shared.requests.load(Ordering::Relaxed)
+        ));
+        if args.fault_every_secs == 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        tokio::time::sleep(
+            Duration::from_secs(args.fault_every_secs)
+                .min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        let kind = inject(deployment.as_mut(), &shared, &mut fault_rng, fault_cycle).await?;
+        fault_cycle += 1;
+        *faults.entry(kind.to_owned()).or_default() += 1;
+    }
+    for client in clients {
+        let _ = client.await;
+    }
+    bar.set_position(args.duration_secs);
+    bar.set_message("quiescence");
+
+    // Quiescence: everything back, pending keys answered, notifies settled, reconciliation
+    // rounds until nothing changes, the outbox and the queue drained.
+    let quiet = Instant::now();
+    if let Some(deployment) = deployment.as_mut() {
+        deployment.restore_redis();
+        deployment.restore_broker();
+        for index in 0..deployment.instance_count() {
+            deployment.restart(index).await?;
+        }
+    }
+    finish_pending(&shared).await;
+    let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
+    settle_notifies(&shared, &payments).await;
+    if let Some(deployment) = &deployment {
+        let operator = deployment.operator().clone();
+        let everything = ReconcileSettings {
+            min_age: Duration::ZERO,
+            batch: 1000,
+            interval: Duration::from_secs(1),
+            tenant: None,
+        };
+        for _ in 0..20 {
+            let round = reconcile_once(&operator.ports, &everything).await?;
+            if round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        drain_events(&operator).await?;
+    }
+
+    // The audit; a deployment the storm did not start is given time for its own workers
+    // (reconciliation, relay, consumer) to settle, and audited again until it holds or the
+    // time is up.
+    let settle_until = Instant::now() + Duration::from_secs(args.settle_secs);
+    let (violations, figures) = loop {
+        let audited = audit_now(&shared, &database_url).await?;
+        if deployment.is_some() || audited.0.is_empty() || Instant::now() >= settle_until {
+            break audited;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    bar.finish_and_clear();
+    let duplicates = shared.log().duplicates.clone();
+    let metrics = match &deployment {
+        Some(_) => mideng_pay::app::metrics_handle()
+            .map(|handle| handle.render())
+            .unwrap_or_default(),
+        None => {
+            let mut text = String::new();
+            for base in &args.target_metrics {
+                if let Ok(response) = shared.http.get(format!("{base}/metrics")).send().await
+                    && let Ok(body) = response.text().await
+                {
+                    text.push_str(&body);
+                    text.push('\n');
+                }
+            }
+            text
+        }
+    };
+    let report = StormReport {
+        seed,
+        stack: stack_label,
+        instances: shared.bases.len(),
+        duration_secs: args.duration_secs,
+        quiescence_secs: quiet.elapsed().as_secs(),
+        requests: shared.requests.load(Ordering::Relaxed),
+        errors_during_faults: shared.excused.load(Ordering::Relaxed),
+        duplicates,
+        faults,
+        layers: layers(&metrics),
+        audit: figures,
+        violations,
+        broken_layer: args.break_layer,
+        attacks: (!args.no_attacker).then(|| shared.log().attacks.report()),
+    };
+    if let Some(deployment) = deployment {
+        deployment.stop().await;
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// Answers every keyed request that had none when its client gave up (leases of crashed
+/// owners run out, then the key is taken over).
+async fn finish_pending(shared: &Shared) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut rng = fastrand::Rng::with_seed(7);
+    loop {
+        let pending: Vec<Pending> = std::mem::take(&mut shared.log().unresolved);
+        if pending.is_empty() || Instant::now() > deadline {
+            shared.log().unresolved.extend(pending);
+            return;
+        }
+        for request in pending {
+            keyed(shared, &mut rng, request, None, Duration::from_secs(20), 3).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until no notify of these trades is being delivered or due within a few seconds.
+/// Later retries of the channels' schedules (minutes apart) are not waited for: whatever they
+/// would bring, reconciliation asks the channel for it, and a late duplicate changes nothing.
+async fn settle_notifies(shared: &Shared, payments: &[String]) {
+    let now = shared
+        .sim(reqwest::Method::GET, "/sim/clock", Value::Null)
+        .await
+        .and_then(|clock| clock["now_ms"].as_i64())
+        .unwrap_or(0);
+    let horizon = now.saturating_add(10_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for number in payments {
+        loop {
+            let trade = shared
+                .sim(
+                    reqwest::Method::GET,
+                    &format!("/sim/trades/{number}"),
+                    Value::Null,
+                )
+                .await
+                .unwrap_or(Value::Null);
+            let busy = trade["notifies"].as_array().is_some_and(|notifies| {
+                notifies
+                    .iter()
+                    .any(|notify| match notify["state"].as_str() {
+                        Some("delivering") => true,
+                        Some("scheduled") => notify["next_delivery_at_ms"]
+                            .as_i64()
+                            .is_some_and(|due| due <= horizon),
+                        _ => false,
+                    })
+            });
+            if !busy || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Waits until the outbox is empty and the in-database queue drained, then a moment for the
+/// consumers' last acknowledgements.
+async fn drain_events(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let backlog = operator.ports.store.events.outbox_backlog().await?;
+        let queued = operator
+            .ports
+            .store
+            .events
+            .queue_depth(PAYMENT_SUCCEEDED)
+            .await?;
+        if backlog.unsent == 0 && queued == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("events never drained: {backlog:?}, {queued} queued");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}

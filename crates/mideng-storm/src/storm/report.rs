@@ -1,0 +1,170 @@
+//! What a storm found, as a value (serialized with `--json`) and as the text table the CLI
+//! prints: duplicates sent, faults injected, what each layer caught, the attacker's tally, the
+//! audit's figures and every broken invariant.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::args::BreakLayer;
+use crate::attacker::AttackReport;
+use crate::audit::{AuditFigures, Violation};
+
+/// What the storm did and found.
+#[derive(Clone, Debug, Serialize)]
+pub struct StormReport {
+    /// The seed (run it again with `--seed` to repeat the workload and the fault schedule).
+    pub seed: u64,
+    /// The stack.
+    pub stack: String,
+    /// Instances.
+    pub instances: usize,
+    /// Workload seconds.
+    pub duration_secs: u64,
+    /// Quiescence seconds.
+    pub quiescence_secs: u64,
+    /// Requests sent to the service.
+    pub requests: u64,
+    /// 5xx answers while a fault was active (excused).
+    pub errors_during_faults: u64,
+    /// Duplicates sent, by source.
+    pub duplicates: BTreeMap<String, u64>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// What each layer caught (the service's decision counters), by layer and outcome.
+    pub layers: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The audit's figures.
+    pub audit: AuditFigures,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// The layer turned off, if any.
+    pub broken_layer: Option<BreakLayer>,
+    /// What the attacker sent and how it was answered (`None`: `--no-attacker`).
+    pub attacks: Option<AttackReport>,
+}
+
+impl StormReport {
+    /// No invariant broken.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The report as a text table.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "mideng storm — seed {} · {} · {} instance(s) · {} s workload, {} s quiescence",
+            self.seed, self.stack, self.instances, self.duration_secs, self.quiescence_secs
+        );
+        let _ = writeln!(
+            out,
+            "requests {} · 5xx during faults {} (excused)",
+            self.requests, self.errors_during_faults
+        );
+        let join = |map: &BTreeMap<String, u64>| {
+            map.iter()
+                .map(|(name, count)| format!("{name} {count}"))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        };
+        let _ = writeln!(out, "duplicates sent: {}", join(&self.duplicates));
+        let _ = writeln!(
+            out,
+            "faults: {}",
+            if self.faults.is_empty() {
+                "none".to_owned()
+            } else {
+                join(&self.faults)
+            }
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{:<16} {:>8}  what it caught", "layer", "count");
+        for (layer, outcomes) in &self.layers {
+            let total: u64 = outcomes.values().sum();
+            let _ = writeln!(out, "{layer:<16} {total:>8}  {}", join(outcomes));
+        }
+        if let Some(attacks) = &self.attacks {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "attacker: {} notifies · {} victims of {} tenant(s) · {} across tenants · {} accepted",
+                attacks.sent(),
+                attacks.victims,
+                attacks.victim_tenants,
+                attacks.cross_tenant,
+                attacks.accepted
+            );
+            let _ = writeln!(
+                out,
+                "{:<22} {:>6} {:>6} {:>8} {:>9}  stopped by",
+                "attack", "sent", "acked", "refused", "no answer"
+            );
+            for (kind, counts) in &attacks.kinds {
+                let _ = writeln!(
+                    out,
+                    "{kind:<22} {:>6} {:>6} {:>8} {:>9}  {}",
+                    counts.sent,
+                    counts.acknowledged,
+                    counts.refused,
+                    counts.unanswered,
+                    counts.stopped_by
+                );
+            }
+        }
+        let _ = writeln!(out);
+        let audit = &self.audit;
+        let _ = writeln!(
+            out,
+            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} ledger entries, {} deducts, {} attacked payments",
+            audit.payments,
+            audit.paid,
+            audit.charged,
+            audit.grants,
+            audit.refund_cases,
+            audit.ledger_entries,
+            audit.deducts,
+            audit.attacked
+        );
+        if let Some(layer) = self.broken_layer {
+            if self.violations.is_empty() {
+                let held: Vec<String> = layer
+                    .deeper()
+                    .iter()
+                    .map(|(deeper, operation)| {
+                        let caught: u64 = self.layers.get(*deeper).map_or(0, |outcomes| {
+                            outcomes
+                                .iter()
+                                .filter(|(outcome, _)| outcome.starts_with(operation))
+                                .map(|(_, count)| count)
+                                .sum()
+                        });
+                        format!("{deeper} caught {caught} on {operation}")
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "layer {} was OFF: no invariant broke — the deeper layers held ({})",
+                    layer.name(),
+                    held.join(", ")
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "layer {} was OFF: the audit found what it prevents (below)",
+                    layer.name()
+                );
+            }
+        }
+        if self.violations.is_empty() {
+            let _ = writeln!(out, "violations: none");
+        } else {
+            let _ = writeln!(out, "violations: {}", self.violations.len());
+            for violation in self.violations.iter().take(50) {
+                let _ = writeln!(out, "  {}: {}", violation.invariant, violation.detail);
+            }
+        }
+        out
+    }
+}
