@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mideng_channel::keys::{PrivateKey, aes_gcm_encrypt};
-use mideng_channel::{alipay, money, wechat};
+use mideng_channel::{ChannelKind, alipay, money, wechat};
 use mideng_sim::{MerchantKeys, SimConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -139,47 +139,21 @@ pub enum Verdict {
     NoAnswer,
 }
 
-/// Which channel's notify endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotifyChannel {
-    /// `/v1/channels/alipay/notify`.
-    Alipay,
-    /// `/v1/channels/wechat/notify`.
-    Wechat,
-}
-
-impl NotifyChannel {
-    fn of(channel: &str) -> Self {
-        if channel == "wechat" {
-            NotifyChannel::Wechat
-        } else {
-            NotifyChannel::Alipay
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            NotifyChannel::Alipay => "alipay",
-            NotifyChannel::Wechat => "wechat",
-        }
-    }
-}
-
 /// What an answer to a notify means, as the channel reads it: Alipay reads only the body
 /// (exactly `success`), WeChat only the status.
-pub fn verdict(channel: NotifyChannel, status: Option<u16>, body: &[u8]) -> Verdict {
+pub fn verdict(channel: ChannelKind, status: Option<u16>, body: &[u8]) -> Verdict {
     match (channel, status) {
         (_, None) => Verdict::NoAnswer,
-        (NotifyChannel::Alipay, Some(200)) if body == alipay::NOTIFY_ACK.as_bytes() => {
+        (ChannelKind::Alipay, Some(200)) if body == alipay::NOTIFY_ACK.as_bytes() => {
             Verdict::Acknowledged
         }
-        (NotifyChannel::Alipay, Some(200)) => Verdict::Refused,
-        (NotifyChannel::Alipay, Some(_)) => Verdict::NoAnswer,
-        (NotifyChannel::Wechat, Some(status)) if (200..300).contains(&status) => {
+        (ChannelKind::Alipay, Some(200)) => Verdict::Refused,
+        (ChannelKind::Alipay, Some(_)) => Verdict::NoAnswer,
+        (ChannelKind::Wechat, Some(status)) if (200..300).contains(&status) => {
             Verdict::Acknowledged
         }
-        (NotifyChannel::Wechat, Some(status)) if (400..500).contains(&status) => Verdict::Refused,
-        (NotifyChannel::Wechat, Some(_)) => Verdict::NoAnswer,
+        (ChannelKind::Wechat, Some(status)) if (400..500).contains(&status) => Verdict::Refused,
+        (ChannelKind::Wechat, Some(_)) => Verdict::NoAnswer,
     }
 }
 
@@ -433,22 +407,22 @@ pub fn wechat_success(
     let ciphertext = aes_gcm_encrypt(
         keys.wechat_api_v3_key.as_bytes(),
         nonce.as_bytes(),
-        b"transaction",
+        wechat::TRANSACTION_ASSOCIATED_DATA.as_bytes(),
         transaction.to_string().as_bytes(),
     )
     .map_err(|error| anyhow::anyhow!("encrypting a notification: {error}"))?;
     let notification = wechat::Notification {
         id: trade.notify_id.clone(),
         create_time: wechat::format_rfc3339(signed_at_secs.saturating_mul(1000)),
-        event_type: "TRANSACTION.SUCCESS".to_owned(),
-        resource_type: "encrypt-resource".to_owned(),
+        event_type: wechat::EVENT_TRANSACTION_SUCCESS.to_owned(),
+        resource_type: wechat::RESOURCE_TYPE_ENCRYPTED.to_owned(),
         summary: "支付成功".to_owned(),
         resource: wechat::Resource {
             algorithm: wechat::RESOURCE_ALGORITHM.to_owned(),
             ciphertext,
-            associated_data: "transaction".to_owned(),
+            associated_data: wechat::TRANSACTION_ASSOCIATED_DATA.to_owned(),
             nonce: nonce.to_owned(),
-            original_type: Some("transaction".to_owned()),
+            original_type: Some(wechat::TRANSACTION_ASSOCIATED_DATA.to_owned()),
         },
     };
     let body = serde_json::to_string(&notification)?;
@@ -506,13 +480,13 @@ pub fn retarget_fields(
 #[derive(Clone, Debug)]
 struct OwnPayment {
     tenant: usize,
-    channel: NotifyChannel,
+    channel: ChannelKind,
     trade: TradeFacts,
 }
 
 /// One notify to send: where, headers, body.
 struct Notify {
-    channel: NotifyChannel,
+    channel: ChannelKind,
     headers: Vec<(String, String)>,
     body: String,
 }
@@ -543,10 +517,11 @@ pub(crate) async fn attack_until(
     let mut round: u64 = 0;
     while Instant::now() < deadline {
         round += 1;
-        for channel in [NotifyChannel::Alipay, NotifyChannel::Wechat] {
-            let due = !own.contains_key(channel.name()) || round.is_multiple_of(OWN_PAYMENT_ROUNDS);
+        for channel in [ChannelKind::Alipay, ChannelKind::Wechat] {
+            let due =
+                !own.contains_key(channel.as_str()) || round.is_multiple_of(OWN_PAYMENT_ROUNDS);
             if due && let Some(payment) = own_payment(shared, rng, channel, round).await {
-                own.insert(channel.name(), payment);
+                own.insert(channel.as_str(), payment);
             }
         }
         let kind = kinds[next % kinds.len()];
@@ -565,11 +540,11 @@ pub(crate) async fn attack_until(
 async fn own_payment(
     shared: &Shared,
     rng: &mut fastrand::Rng,
-    channel: NotifyChannel,
+    channel: ChannelKind,
     round: u64,
 ) -> Option<OwnPayment> {
     let tenant = rng.usize(..shared.tenants.len());
-    let order_id = format!("{}-atk-o-{round}-{}", shared.run, channel.name());
+    let order_id = format!("{}-atk-o-{round}-{}", shared.run, channel.as_str());
     let body = json!({
         "order_id": order_id,
         "user_id": format!("{}-atk-u", shared.run),
@@ -597,7 +572,7 @@ async fn own_payment(
         label: format!("payment/{tenant}/pay-{order_id}"),
         tenant,
         path: format!("/v1/orders/{order_id}/payments"),
-        body: json!({"channel": channel.name()}),
+        body: json!({"channel": channel.as_str()}),
         key: format!("pay-{order_id}"),
         token_needed: true,
         kind: PendingKind::Payment,
@@ -717,7 +692,7 @@ async fn attack(
             )
             .ok()?;
             let notify = Notify {
-                channel: NotifyChannel::Alipay,
+                channel: ChannelKind::Alipay,
                 headers: Vec::new(),
                 body: polluted(&genuine, &fields, rng.bool()),
             };
@@ -796,13 +771,13 @@ fn genuine(
     payment: &OwnPayment,
 ) -> anyhow::Result<Notify> {
     Ok(match payment.channel {
-        NotifyChannel::Alipay => alipay_notify(alipay_success(
+        ChannelKind::Alipay => alipay_notify(alipay_success(
             keys,
             &keys.alipay_channel,
             &payment.trade,
             mideng::clock::now_ms(),
         )?),
-        NotifyChannel::Wechat => wechat_notify(wechat_success(
+        ChannelKind::Wechat => wechat_notify(wechat_success(
             keys,
             &keys.wechat_platform,
             &payment.trade,
@@ -825,11 +800,11 @@ fn success_for(
     wechat_key: &PrivateKey,
 ) -> Option<Notify> {
     let trade = forged_trade(victim, rng);
-    Some(match NotifyChannel::of(&victim.channel) {
-        NotifyChannel::Alipay => {
+    Some(match ChannelKind::parse(&victim.channel).ok()? {
+        ChannelKind::Alipay => {
             alipay_notify(alipay_success(keys, alipay_key, &trade, now_ms).ok()?)
         }
-        NotifyChannel::Wechat => wechat_notify(
+        ChannelKind::Wechat => wechat_notify(
             wechat_success(
                 keys,
                 wechat_key,
@@ -845,7 +820,7 @@ fn success_for(
 
 fn alipay_notify(body: String) -> Notify {
     Notify {
-        channel: NotifyChannel::Alipay,
+        channel: ChannelKind::Alipay,
         headers: Vec::new(),
         body,
     }
@@ -853,7 +828,7 @@ fn alipay_notify(body: String) -> Notify {
 
 fn wechat_notify((headers, body): (Vec<(String, String)>, String)) -> Notify {
     Notify {
-        channel: NotifyChannel::Wechat,
+        channel: ChannelKind::Wechat,
         headers,
         body,
     }
@@ -861,13 +836,13 @@ fn wechat_notify((headers, body): (Vec<(String, String)>, String)) -> Notify {
 
 async fn send(shared: &Shared, instance: usize, notify: &Notify) -> Verdict {
     let content_type = match notify.channel {
-        NotifyChannel::Alipay => "application/x-www-form-urlencoded",
-        NotifyChannel::Wechat => "application/json",
+        ChannelKind::Alipay => "application/x-www-form-urlencoded",
+        ChannelKind::Wechat => "application/json",
     };
     let answer = shared
         .post_notify(
             instance,
-            notify.channel.name(),
+            notify.channel.as_str(),
             content_type,
             &notify.headers,
             notify.body.clone(),
@@ -1007,7 +982,7 @@ mod tests {
 
     #[test]
     fn answers_mean_what_the_channel_reads_in_them() {
-        use NotifyChannel::{Alipay, Wechat};
+        use ChannelKind::{Alipay, Wechat};
         assert_eq!(
             verdict(Alipay, Some(200), b"success"),
             Verdict::Acknowledged
