@@ -22,7 +22,10 @@
 //! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the workers).
 //! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
 //!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
-//! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`.
+//! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`, and the channel
+//!   adapters they build.
+//! - `testing` (feature `testing`) — the one deployment builder (simulator, instances,
+//!   database) and TCP proxy, shared by the service's tests, the storm and the bench.
 
 pub mod api;
 pub mod app;
