@@ -158,12 +158,7 @@ async fn at_channel(
         Err(error) => {
             // Not sendable: the attempt failed and frees the order for another.
             tracing::warn!(%error, payment_no = %payment.payment_no, "the trade could not be sent");
-            ports
-                .store
-                .payments
-                .fail_payment(&payment.payment_no)
-                .await?;
-            Ok(Created::ChannelRejected)
+            fail(ports, &payment).await
         }
     }
 }
@@ -200,6 +195,7 @@ async fn settle_refused(
     )
 }
 
+/// The attempt failed at the channel: FAILED here, which frees the order for another.
 async fn fail(ports: &Ports, payment: &Payment) -> Result<Created, StoreError> {
     ports
         .store
