@@ -7,10 +7,10 @@
 //! behind it).
 
 use async_trait::async_trait;
-use mideng::store::sql::SqlDialect;
 use mideng::dedup::DedupTable;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
+use mideng::store::sql::SqlDialect;
 use mideng::store::sql::{Arg, SqlConn, SqlRow, SqlStore, store_error};
 use mideng::{StoreError, clock};
 
@@ -198,14 +198,13 @@ impl<D: PayDialect> Grants for SqlPay<D> {
     ) -> Result<GrantOutcome, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        transaction!(self, |connection| grant_on::<D>(
-            store, connection, event, dedup, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(grant_on::<D>(store, transaction, event, dedup, now_ms)))
+            .await
     }
 
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError> {
-        connection!(self, |connection| grants_for_user::<D>(
-            connection, tenant_id, user_id
-        ))
+        let mut connection = self.connection().await?;
+        grants_for_user::<D>(&mut connection, tenant_id, user_id).await
     }
 }

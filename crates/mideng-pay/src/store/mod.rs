@@ -18,14 +18,13 @@
 //! transaction, so no caller ever sees a half-done change. [`Store`] bundles the ports the
 //! flows use.
 
-#[macro_use]
-pub mod sql;
 pub mod events;
 pub mod grants;
 pub mod migrate;
 pub mod notifies;
 pub mod orders;
 pub mod payments;
+pub mod sql;
 mod statements;
 pub mod tenants;
 pub mod wallets;

@@ -200,8 +200,8 @@ impl<D: PayDialect> Notifies for SqlPay<D> {
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        transaction!(self, |connection| notify_on::<D>(
-            store, connection, notify, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(notify_on::<D>(store, transaction, notify, now_ms)))
+            .await
     }
 }

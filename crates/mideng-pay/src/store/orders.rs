@@ -169,9 +169,9 @@ pub trait Orders: Send + Sync {
 impl<D: PayDialect> Orders for SqlPay<D> {
     async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| insert_order::<D>(
-            connection, order, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
+            .await
     }
 
     async fn order(
@@ -179,14 +179,14 @@ impl<D: PayDialect> Orders for SqlPay<D> {
         tenant_id: &str,
         order_id: &str,
     ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
-        connection!(self, |connection| async {
-            let Some(order) = find_order::<D>(connection, tenant_id, order_id, false).await? else {
-                return Ok(None);
-            };
-            let payments =
-                payments::payments_for_order::<D>(connection, tenant_id, order_id).await?;
-            Ok(Some((order, payments)))
-        })
+        let mut connection = self.connection().await?;
+        let Some(order) = find_order::<D>(&mut connection, tenant_id, order_id, false).await?
+        else {
+            return Ok(None);
+        };
+        let payments =
+            payments::payments_for_order::<D>(&mut connection, tenant_id, order_id).await?;
+        Ok(Some((order, payments)))
     }
 
     async fn transition_order(
@@ -197,28 +197,40 @@ impl<D: PayDialect> Orders for SqlPay<D> {
     ) -> Result<OrderTransition, StoreError> {
         use mideng::state::StateMachine;
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| async {
-            let Some(order) = find_order::<D>(connection, tenant_id, order_id, true).await? else {
-                return Ok(OrderTransition::NoOrder);
-            };
-            if order.status == to {
-                return Ok(OrderTransition::AlreadyThere);
-            }
-            if !OrderStatus::allows(order.status, to) {
-                return Ok(OrderTransition::Refused {
-                    current: order.status,
-                });
-            }
-            let moved =
-                transition_order::<D>(connection, tenant_id, order_id, order.status, to, now_ms)
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let Some(order) =
+                        find_order::<D>(transaction, tenant_id, order_id, true).await?
+                    else {
+                        return Ok(OrderTransition::NoOrder);
+                    };
+                    if order.status == to {
+                        return Ok(OrderTransition::AlreadyThere);
+                    }
+                    if !OrderStatus::allows(order.status, to) {
+                        return Ok(OrderTransition::Refused {
+                            current: order.status,
+                        });
+                    }
+                    let moved = transition_order::<D>(
+                        transaction,
+                        tenant_id,
+                        order_id,
+                        order.status,
+                        to,
+                        now_ms,
+                    )
                     .await?;
-            Ok(if moved {
-                OrderTransition::Applied { from: order.status }
-            } else {
-                OrderTransition::Refused {
-                    current: order.status,
-                }
+                    Ok(if moved {
+                        OrderTransition::Applied { from: order.status }
+                    } else {
+                        OrderTransition::Refused {
+                            current: order.status,
+                        }
+                    })
+                })
             })
-        })
+            .await
     }
 }

@@ -508,38 +508,45 @@ pub trait Payments: Send + Sync {
 impl<D: PayDialect> Payments for SqlPay<D> {
     async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| open_on::<D>(connection, payment, now_ms))
+        self.store
+            .write(|transaction| Box::pin(open_on::<D>(transaction, payment, now_ms)))
+            .await
     }
 
     async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| set_pay_url::<D>(
-            connection, payment_no, pay_url, now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(set_pay_url::<D>(transaction, payment_no, pay_url, now_ms))
+            })
+            .await
     }
 
     async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| transition_payment::<D>(
-            connection,
-            payment_no,
-            PaymentStatus::Pending,
-            PaymentStatus::Failed,
-            now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(transition_payment::<D>(
+                    transaction,
+                    payment_no,
+                    PaymentStatus::Pending,
+                    PaymentStatus::Failed,
+                    now_ms,
+                ))
+            })
+            .await
     }
 
     async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError> {
-        connection!(self, |connection| find_payment::<D>(
-            connection, payment_no, false
-        ))
+        let mut connection = self.connection().await?;
+        find_payment::<D>(&mut connection, payment_no, false).await
     }
 
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| close_on::<D>(
-            connection, payment_no, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(close_on::<D>(transaction, payment_no, now_ms)))
+            .await
     }
 
     async fn pending_before(
@@ -549,35 +556,41 @@ impl<D: PayDialect> Payments for SqlPay<D> {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<Payment>, StoreError> {
-        connection!(self, |connection| pending_before::<D>(
-            connection,
+        let mut connection = self.connection().await?;
+        pending_before::<D>(
+            &mut connection,
             tenant_id,
             created_before_ms,
             after,
-            i64::from(limit)
-        ))
+            i64::from(limit),
+        )
+        .await
     }
 
     async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| async {
-            let closed = close_on::<D>(connection, payment_no, now_ms).await?;
-            let canceled = match &closed {
-                LocalClose::Closed(payment) => {
-                    orders::transition_order::<D>(
-                        connection,
-                        &payment.tenant_id,
-                        &payment.order_id,
-                        OrderStatus::Created,
-                        OrderStatus::Canceled,
-                        now_ms,
-                    )
-                    .await?
-                }
-                _ => false,
-            };
-            Ok((closed, canceled))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let closed = close_on::<D>(transaction, payment_no, now_ms).await?;
+                    let canceled = match &closed {
+                        LocalClose::Closed(payment) => {
+                            orders::transition_order::<D>(
+                                transaction,
+                                &payment.tenant_id,
+                                &payment.order_id,
+                                OrderStatus::Created,
+                                OrderStatus::Canceled,
+                                now_ms,
+                            )
+                            .await?
+                        }
+                        _ => false,
+                    };
+                    Ok((closed, canceled))
+                })
+            })
+            .await
     }
 
     async fn apply_success(
@@ -587,13 +600,17 @@ impl<D: PayDialect> Payments for SqlPay<D> {
     ) -> Result<SuccessOutcome, StoreError> {
         let now_ms = clock::now_ms();
         let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
-        transaction!(self, |connection| apply_success::<D>(
-            connection,
-            payment_no,
-            &paid.channel_trade_no,
-            paid.amount_fen,
-            paid_at_ms,
-            now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(apply_success::<D>(
+                    transaction,
+                    payment_no,
+                    &paid.channel_trade_no,
+                    paid.amount_fen,
+                    paid_at_ms,
+                    now_ms,
+                ))
+            })
+            .await
     }
 }

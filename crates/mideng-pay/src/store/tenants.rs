@@ -73,18 +73,20 @@ pub trait Tenants: Send + Sync {
 impl<D: PayDialect> Tenants for SqlPay<D> {
     async fn upsert_tenant(&self, tenant_id: &str, api_key_hash: &str) -> Result<(), StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| upsert_tenant::<D>(
-            connection,
-            tenant_id,
-            api_key_hash,
-            now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(upsert_tenant::<D>(
+                    transaction,
+                    tenant_id,
+                    api_key_hash,
+                    now_ms,
+                ))
+            })
+            .await
     }
 
     async fn tenant_by_key(&self, api_key_hash: &str) -> Result<Option<String>, StoreError> {
-        connection!(self, |connection| tenant_by_key::<D>(
-            connection,
-            api_key_hash
-        ))
+        let mut connection = self.connection().await?;
+        tenant_by_key::<D>(&mut connection, api_key_hash).await
     }
 }

@@ -390,17 +390,27 @@ impl<D: PayDialect> Wallets for SqlPay<D> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         let tenant_id = record.tenant();
-        transaction!(self, |connection| async {
-            let outcome = credit::<D>(
-                connection, tenant_id, user_id, amount, reference, entry_no, now_ms,
-            )
-            .await?;
-            let response = render(&outcome);
-            if let WalletRecord::Lease(lease) = record {
-                store.complete_in(connection, lease, &response).await?;
-            }
-            Ok((outcome, response))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let outcome = credit::<D>(
+                        transaction,
+                        tenant_id,
+                        user_id,
+                        amount,
+                        reference,
+                        entry_no,
+                        now_ms,
+                    )
+                    .await?;
+                    let response = render(&outcome);
+                    if let WalletRecord::Lease(lease) = record {
+                        store.complete_in(transaction, lease, &response).await?;
+                    }
+                    Ok((outcome, response))
+                })
+            })
+            .await
     }
 
     async fn deduct(
@@ -415,26 +425,35 @@ impl<D: PayDialect> Wallets for SqlPay<D> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         let tenant_id = record.tenant();
-        transaction!(self, |connection| async {
-            let outcome = deduct::<D>(
-                connection, tenant_id, user_id, order_id, amount, entry_no, now_ms,
-            )
-            .await?;
-            let response = render(&outcome);
-            if let WalletRecord::Lease(lease) = record {
-                store.complete_in(connection, lease, &response).await?;
-            }
-            Ok((outcome, response))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let outcome = deduct::<D>(
+                        transaction,
+                        tenant_id,
+                        user_id,
+                        order_id,
+                        amount,
+                        entry_no,
+                        now_ms,
+                    )
+                    .await?;
+                    let response = render(&outcome);
+                    if let WalletRecord::Lease(lease) = record {
+                        store.complete_in(transaction, lease, &response).await?;
+                    }
+                    Ok((outcome, response))
+                })
+            })
+            .await
     }
 
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
-        connection!(self, |connection| async {
-            let (balance_fen, entries) = statement::<D>(connection, tenant_id, user_id).await?;
-            Ok(WalletStatement {
-                balance_fen,
-                entries,
-            })
+        let mut connection = self.connection().await?;
+        let (balance_fen, entries) = statement::<D>(&mut connection, tenant_id, user_id).await?;
+        Ok(WalletStatement {
+            balance_fen,
+            entries,
         })
     }
 }
