@@ -11,22 +11,20 @@ use async_trait::async_trait;
 use mideng::StoreError;
 use mideng::record::RecordStore;
 use mideng::sqlx::pool::PoolConnection;
-use mideng::store::sql::{SqlConn, SqlStore, store_error};
-
-use super::statements::PayDialect;
+use mideng::store::sql::{Dialect, SqlConn, SqlStore, store_error};
 
 /// Every storage port of the service ([`super::Store`]) on one SQL dialect.
-pub struct SqlPay<D: PayDialect> {
+pub struct SqlPay<D: Dialect> {
     pub(super) store: SqlStore<D>,
 }
 
-impl<D: PayDialect> std::fmt::Debug for SqlPay<D> {
+impl<D: Dialect> std::fmt::Debug for SqlPay<D> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(formatter, "SqlPay<{}>", D::NAME)
     }
 }
 
-impl<D: PayDialect> SqlPay<D> {
+impl<D: Dialect> SqlPay<D> {
     /// The service's storage on the toolkit store's pool (migrated by the caller).
     pub fn new(store: SqlStore<D>) -> Self {
         Self { store }
@@ -54,7 +52,7 @@ pub trait Backend: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Backend for SqlPay<D> {
+impl<D: Dialect> Backend for SqlPay<D> {
     fn dialect(&self) -> &'static str {
         D::NAME
     }
