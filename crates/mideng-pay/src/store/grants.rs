@@ -106,6 +106,7 @@ pub enum GrantOutcome {
     ConstraintHeld,
 }
 
+/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
 /// crash before the commit leaves neither the grant nor the claim's completion, and a crash
 /// after it (before the broker ack) finds the entry done on redelivery.
 async fn grant_on<D: Dialect>(

@@ -184,8 +184,6 @@ async fn notify_on<D: Dialect>(
     applied(outcome)
 }
 
-/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
-
 /// Channel notifies, verified, applied once per notify id.
 #[async_trait]
 pub trait Notifies: Send + Sync {

@@ -475,8 +475,8 @@ pub enum LocalClose {
     Unknown,
 }
 
-/// A channel's notify, verified, as the store applies it.
-
+/// Opens a payment attempt under the order's row lock: a new pending payment with the
+/// order's amount, the order's pending payment if it has one, or why the order takes none.
 async fn open_on<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment: &Payment,
