@@ -3,7 +3,7 @@
 //! method that writes is one local transaction, run by the toolkit's [`SqlStore::write`]: it
 //! is retried whole on a transient conflict (a deadlock victim, a serialisation failure, a busy
 //! SQLite file), so nothing above it sees a half-done change. Reads run on a pooled connection
-//! without a transaction ([`SqlPay::connection`]).
+//! without a transaction (`SqlPay::connection`).
 
 use std::sync::Arc;
 

@@ -381,7 +381,7 @@ pub enum WalletRecord<'a> {
     /// The record under this lease (its scope names the tenant) is completed with the answer.
     Lease(&'a Lease),
     /// No record: the idempotency machinery is off
-    /// ([`crate::api::PaymentSettings::idempotency`], measurement only).
+    /// ([`crate::flows::PaymentSettings::idempotency`], measurement only).
     Unrecorded {
         /// The tenant.
         tenant_id: &'a str,
