@@ -5,10 +5,9 @@
 mod support;
 
 use mideng::clock::now_ms;
-use mideng::store::sql::SqlStore;
+use mideng::store::sql::{Dialect, SqlStore};
 use mideng_pay::domain::order::{Order, OrderStatus};
 use mideng_pay::domain::payment::{Payment, PaymentStatus};
-use mideng_pay::store::PayDialect;
 use mideng_pay::store::orders::{OrderInsert, find_order, insert_order, transition_order};
 use mideng_pay::store::payments::{
     PaymentInsert, SuccessOutcome, apply_success, find_payment, insert_pending_payment,
@@ -50,7 +49,7 @@ fn payment(tenant: &str, order_id: &str) -> Payment {
     }
 }
 
-async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: SqlStore<D>) {
+async fn concurrent_creations_make_one_pending_payment<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let placed = order(&tenant, "o1");
     let created = store
@@ -99,7 +98,7 @@ async fn concurrent_creations_make_one_pending_payment<D: PayDialect>(store: Sql
     );
 }
 
-async fn concurrent_success_notifies_pay_once<D: PayDialect>(store: SqlStore<D>) {
+async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let placed = order(&tenant, "o1");
     let attempt = payment(&tenant, "o1");
@@ -168,7 +167,7 @@ async fn concurrent_success_notifies_pay_once<D: PayDialect>(store: SqlStore<D>)
     );
 }
 
-async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: PayDialect>(
+async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dialect>(
     store: SqlStore<D>,
 ) {
     let tenant = unique("t");

@@ -5,10 +5,9 @@
 mod support;
 
 use mideng::clock::now_ms;
-use mideng::store::sql::SqlStore;
+use mideng::store::sql::{Dialect, SqlStore};
 use mideng_pay::domain::money::Amount;
 use mideng_pay::domain::wallet::{CreditOutcome, DeductOutcome};
-use mideng_pay::store::PayDialect;
 use mideng_pay::store::wallets::{balance, credit, deduct};
 use support::unique;
 
@@ -16,7 +15,7 @@ fn fen(amount: i64) -> Amount {
     Amount::new(amount).expect("valid amount")
 }
 
-async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(store: SqlStore<D>) {
+async fn concurrent_deducts_never_overdraw_and_conserve_money<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let top_up = unique("E");
     let credited = store
@@ -86,7 +85,7 @@ async fn concurrent_deducts_never_overdraw_and_conserve_money<D: PayDialect>(sto
     assert_eq!(left.fen() + debited, 1000, "money is conserved");
 }
 
-async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlStore<D>) {
+async fn concurrent_deducts_for_one_order_debit_once<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let top_up = unique("E");
     store
@@ -167,7 +166,7 @@ async fn concurrent_deducts_for_one_order_debit_once<D: PayDialect>(store: SqlSt
     assert_eq!(left.fen(), 400, "a refused deduct changes nothing");
 }
 
-async fn concurrent_credits_for_one_reference_credit_once<D: PayDialect>(store: SqlStore<D>) {
+async fn concurrent_credits_for_one_reference_credit_once<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let tasks: Vec<_> = (0..50)
         .map(|_| {

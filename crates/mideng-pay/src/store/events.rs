@@ -17,7 +17,6 @@ use mideng::store::sql::Dialect;
 use mideng::{InvalidInput, StoreError};
 
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 
 /// One relay, whatever its dialect.
 #[async_trait]
@@ -67,7 +66,7 @@ pub trait Events: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Events for SqlPay<D> {
+impl<D: Dialect> Events for SqlPay<D> {
     fn relay(
         &self,
         publisher: Arc<dyn Publisher>,

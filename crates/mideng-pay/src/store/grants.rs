@@ -10,44 +10,22 @@ use async_trait::async_trait;
 use mideng::dedup::DedupTable;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
-use mideng::store::sql::SqlDialect;
-use mideng::store::sql::{Arg, SqlConn, SqlRow, SqlStore, store_error};
-use mideng::{StoreError, clock};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
+use mideng::{StoreError, clock, dialect_sql};
 
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 use crate::domain::events::{GRANT_KIND, Grant, PaymentSucceeded};
 use crate::limits::{GRANT_LEASE, GRANT_RETENTION};
 
-struct GrantStatements {
-    insert: &'static str,
-    select_by_user: &'static str,
-}
-
-static POSTGRES: GrantStatements = GrantStatements {
-    insert: "INSERT INTO pay_grants (grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-    select_by_user: "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants \
-        WHERE tenant_id = $1 AND user_id = $2 ORDER BY created_at DESC, grant_no LIMIT 100",
-};
-
-static MYSQL: GrantStatements = GrantStatements {
-    insert: "INSERT IGNORE INTO pay_grants (grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at) \
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    select_by_user: "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants \
-        WHERE tenant_id = ? AND user_id = ? ORDER BY created_at DESC, grant_no LIMIT 100",
-};
-
-fn statements<D: PayDialect>() -> &'static GrantStatements {
-    match D::KIND {
-        SqlDialect::MySql => &MYSQL,
-        // SQLite takes PostgreSQL's `$n` placeholders and `ON CONFLICT DO NOTHING`.
-        SqlDialect::Postgres | SqlDialect::Sqlite => &POSTGRES,
-    }
-}
+/// Inserts a grant; a second grant for the payment (primary key or unique payment number)
+/// inserts nothing.
+const GRANT_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_grants (grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+);
 
 /// Inserts the grant `event` asks for; `false` if the payment had its grant already.
-pub async fn insert_grant<D: PayDialect>(
+pub async fn insert_grant<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     event: &PaymentSucceeded,
     now_ms: i64,
@@ -58,7 +36,7 @@ pub async fn insert_grant<D: PayDialect>(
     let grant_no = event.grant_no();
     let inserted = connection
         .run(
-            statements::<D>().insert,
+            GRANT_INSERT.get::<D>(),
             &[
                 Arg::Text(&grant_no),
                 Arg::Text(&event.tenant_id),
@@ -75,15 +53,21 @@ pub async fn insert_grant<D: PayDialect>(
     Ok(inserted == 1)
 }
 
+/// The user's grants, newest first, bounded.
+const GRANTS_SELECT_BY_USER: PerDialect<&str> = dialect_sql!(
+    "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants"
+    " WHERE tenant_id = " ? " AND user_id = " ? " ORDER BY created_at DESC, grant_no LIMIT 100"
+);
+
 /// The user's grants, newest first (at most 100).
-pub async fn grants_for_user<D: PayDialect>(
+pub async fn grants_for_user<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
 ) -> Result<Vec<Grant>, StoreError> {
     let rows = connection
         .rows(
-            statements::<D>().select_by_user,
+            GRANTS_SELECT_BY_USER.get::<D>(),
             &[Arg::Text(tenant_id), Arg::Text(user_id)],
         )
         .await
@@ -122,9 +106,10 @@ pub enum GrantOutcome {
     ConstraintHeld,
 }
 
+/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
 /// crash before the commit leaves neither the grant nor the claim's completion, and a crash
 /// after it (before the broker ack) finds the entry done on redelivery.
-async fn grant_on<D: PayDialect>(
+async fn grant_on<D: Dialect>(
     store: &SqlStore<D>,
     connection: &mut <D::Db as Database>::Connection,
     event: &PaymentSucceeded,
@@ -190,7 +175,7 @@ pub trait Grants: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Grants for SqlPay<D> {
+impl<D: Dialect> Grants for SqlPay<D> {
     async fn grant(
         &self,
         event: &PaymentSucceeded,
@@ -198,14 +183,13 @@ impl<D: PayDialect> Grants for SqlPay<D> {
     ) -> Result<GrantOutcome, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        transaction!(self, |connection| grant_on::<D>(
-            store, connection, event, dedup, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(grant_on::<D>(store, transaction, event, dedup, now_ms)))
+            .await
     }
 
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError> {
-        connection!(self, |connection| grants_for_user::<D>(
-            connection, tenant_id, user_id
-        ))
+        let mut connection = self.connection().await?;
+        grants_for_user::<D>(&mut connection, tenant_id, user_id).await
     }
 }

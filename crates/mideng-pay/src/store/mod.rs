@@ -12,27 +12,32 @@
 //! | [`events`] | [`Events`] | the outbox and the in-database queue |
 //! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
 //! | [`migrate`] | — | the schema per dialect |
-//! | [`statements`] | — | the service's SQL per dialect ([`PayDialect`]) |
 //!
 //! Domain types ([`crate::domain`]) cross the boundary; each port method is one local
 //! transaction, so no caller ever sees a half-done change. [`Store`] bundles the ports the
 //! flows use.
+//!
+//! Each module writes its statements the toolkit's way, as [`mideng::store::sql::PerDialect`]
+//! constants built by [`mideng::dialect_sql!`] beside the functions that run them, and those
+//! functions are generic over the toolkit's [`Dialect`]. An insert that may meet a duplicate
+//! is written `insert_ignore … on_conflict_ignore`, so that the duplicate is an answer ("0
+//! rows") rather than an error. On MySQL that is `INSERT IGNORE`, which turns any duplicate
+//! key (the primary key or the generated-flag unique keys) into "0 rows"; it would also
+//! silence a truncation, but every value is validated before it is written.
 
-#[macro_use]
-pub mod sql;
 pub mod events;
 pub mod grants;
 pub mod migrate;
 pub mod notifies;
 pub mod orders;
 pub mod payments;
-mod statements;
+pub mod sql;
 pub mod tenants;
 pub mod wallets;
 
 use std::sync::Arc;
 
-use mideng::store::sql::SqlStore;
+use mideng::store::sql::{Dialect, SqlStore};
 
 pub use events::{Events, OutboxRelay};
 pub use grants::{GrantOutcome, Grants};
@@ -41,7 +46,6 @@ pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOut
 pub use orders::{OrderInsert, OrderTransition, Orders};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
 pub use sql::{Backend, SqlPay};
-pub use statements::{PayDialect, PayStatements};
 pub use tenants::Tenants;
 pub use wallets::{Render, WalletRecord, Wallets};
 
@@ -68,7 +72,7 @@ pub struct Store {
 
 impl Store {
     /// Every port on one SQL store (migrated by the caller).
-    pub fn sql<D: PayDialect>(store: SqlStore<D>) -> Self {
+    pub fn sql<D: Dialect>(store: SqlStore<D>) -> Self {
         let sql = Arc::new(SqlPay::new(store));
         Self {
             backend: sql.clone(),

@@ -9,12 +9,11 @@
 use async_trait::async_trait;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
-use mideng::store::sql::SqlStore;
+use mideng::store::sql::{Dialect, SqlStore};
 use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
 
 use super::payments::{self, SuccessOutcome};
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 use crate::domain::payment::PaymentStatus;
 use crate::limits::{NOTIFY_LEASE, NOTIFY_RETENTION};
 
@@ -93,7 +92,7 @@ fn dedup_key(notify_id: &str) -> IdempotencyKey {
     })
 }
 
-async fn notify_on<D: PayDialect>(
+async fn notify_on<D: Dialect>(
     store: &SqlStore<D>,
     connection: &mut <D::Db as Database>::Connection,
     notify: &NotifyEffect,
@@ -185,8 +184,6 @@ async fn notify_on<D: PayDialect>(
     applied(outcome)
 }
 
-/// The consumer's transaction: dedup claim, grant, claim completed — all or nothing, so a
-
 /// Channel notifies, verified, applied once per notify id.
 #[async_trait]
 pub trait Notifies: Send + Sync {
@@ -196,12 +193,12 @@ pub trait Notifies: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Notifies for SqlPay<D> {
+impl<D: Dialect> Notifies for SqlPay<D> {
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
         let now_ms = clock::now_ms();
         let store = &self.store;
-        transaction!(self, |connection| notify_on::<D>(
-            store, connection, notify, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(notify_on::<D>(store, transaction, notify, now_ms)))
+            .await
     }
 }

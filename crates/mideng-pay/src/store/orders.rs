@@ -7,12 +7,11 @@
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
-use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock, dialect_sql};
 
 use super::payments::{self, corrupt, read};
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::Payment;
 
@@ -23,6 +22,13 @@ pub enum OrderInsert {
     Created,
     /// It existed (compare fingerprints: the same order again, or a different one).
     Existing(Box<Order>),
+}
+
+/// The columns of the order selects, written once for both.
+macro_rules! order_columns {
+    () => {
+        "user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, version"
+    };
 }
 
 /// Columns of the order selects: user_id, amount, currency, status, entitlement_sku,
@@ -43,16 +49,22 @@ fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<O
     })
 }
 
+/// Inserts an order in CREATED; a duplicate order id inserts nothing, so that the caller reads
+/// the existing order instead of handling an error.
+const ORDER_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_orders (tenant_id, order_id, user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, created_at, updated_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", 'CREATED', " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+);
+
 /// Inserts `order` in CREATED unless an order with its id exists in its tenant.
-pub async fn insert_order<D: PayDialect>(
+pub async fn insert_order<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     order: &Order,
     now_ms: i64,
 ) -> Result<OrderInsert, StoreError> {
-    let statements = D::pay_statements();
     let inserted = connection
         .run(
-            statements.order_insert,
+            ORDER_INSERT.get::<D>(),
             &[
                 Arg::Text(&order.tenant_id),
                 Arg::Text(&order.order_id),
@@ -77,18 +89,28 @@ pub async fn insert_order<D: PayDialect>(
         .ok_or_else(|| StoreError::Conflict("order vanished after a conflicting insert".to_owned()))
 }
 
+/// An order by its key.
+const ORDER_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT " order_columns!() " FROM pay_orders WHERE tenant_id = " ? " AND order_id = " ?
+);
+
+/// An order by its key, locked until the transaction ends (SQLite's write transaction holds
+/// the whole file already).
+const ORDER_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT " order_columns!() " FROM pay_orders WHERE tenant_id = " ? " AND order_id = " ? for_update
+);
+
 /// The order, optionally locked for update until the transaction ends.
-pub async fn find_order<D: PayDialect>(
+pub async fn find_order<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
     lock: bool,
 ) -> Result<Option<Order>, StoreError> {
-    let statements = D::pay_statements();
     let sql = if lock {
-        statements.order_select_locked
+        ORDER_SELECT_LOCKED.get::<D>()
     } else {
-        statements.order_select
+        ORDER_SELECT.get::<D>()
     };
     match connection
         .row(sql, &[Arg::Text(tenant_id), Arg::Text(order_id)])
@@ -100,9 +122,16 @@ pub async fn find_order<D: PayDialect>(
     }
 }
 
+/// Moves an order to a status if it is still in the expected one: one row changed for exactly
+/// one of racing callers.
+const ORDER_COMPARE_AND_SET: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_orders SET status = " ? ", version = version + 1, updated_at = " ?
+    " WHERE tenant_id = " ? " AND order_id = " ? " AND status = " ?
+);
+
 /// Moves the order from `from` to `to` if it is in `from`; true for exactly one of racing
 /// callers. The caller checks the transition table first.
-pub async fn transition_order<D: PayDialect>(
+pub async fn transition_order<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
@@ -112,7 +141,7 @@ pub async fn transition_order<D: PayDialect>(
 ) -> Result<bool, StoreError> {
     let changed = connection
         .run(
-            D::pay_statements().order_compare_and_set,
+            ORDER_COMPARE_AND_SET.get::<D>(),
             &[
                 Arg::Text(to.as_str()),
                 Arg::Int(now_ms),
@@ -166,12 +195,12 @@ pub trait Orders: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Orders for SqlPay<D> {
+impl<D: Dialect> Orders for SqlPay<D> {
     async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| insert_order::<D>(
-            connection, order, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
+            .await
     }
 
     async fn order(
@@ -179,14 +208,14 @@ impl<D: PayDialect> Orders for SqlPay<D> {
         tenant_id: &str,
         order_id: &str,
     ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
-        connection!(self, |connection| async {
-            let Some(order) = find_order::<D>(connection, tenant_id, order_id, false).await? else {
-                return Ok(None);
-            };
-            let payments =
-                payments::payments_for_order::<D>(connection, tenant_id, order_id).await?;
-            Ok(Some((order, payments)))
-        })
+        let mut connection = self.connection().await?;
+        let Some(order) = find_order::<D>(&mut connection, tenant_id, order_id, false).await?
+        else {
+            return Ok(None);
+        };
+        let payments =
+            payments::payments_for_order::<D>(&mut connection, tenant_id, order_id).await?;
+        Ok(Some((order, payments)))
     }
 
     async fn transition_order(
@@ -197,28 +226,52 @@ impl<D: PayDialect> Orders for SqlPay<D> {
     ) -> Result<OrderTransition, StoreError> {
         use mideng::state::StateMachine;
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| async {
-            let Some(order) = find_order::<D>(connection, tenant_id, order_id, true).await? else {
-                return Ok(OrderTransition::NoOrder);
-            };
-            if order.status == to {
-                return Ok(OrderTransition::AlreadyThere);
-            }
-            if !OrderStatus::allows(order.status, to) {
-                return Ok(OrderTransition::Refused {
-                    current: order.status,
-                });
-            }
-            let moved =
-                transition_order::<D>(connection, tenant_id, order_id, order.status, to, now_ms)
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let Some(order) =
+                        find_order::<D>(transaction, tenant_id, order_id, true).await?
+                    else {
+                        return Ok(OrderTransition::NoOrder);
+                    };
+                    if order.status == to {
+                        return Ok(OrderTransition::AlreadyThere);
+                    }
+                    if !OrderStatus::allows(order.status, to) {
+                        return Ok(OrderTransition::Refused {
+                            current: order.status,
+                        });
+                    }
+                    let moved = transition_order::<D>(
+                        transaction,
+                        tenant_id,
+                        order_id,
+                        order.status,
+                        to,
+                        now_ms,
+                    )
                     .await?;
-            Ok(if moved {
-                OrderTransition::Applied { from: order.status }
-            } else {
-                OrderTransition::Refused {
-                    current: order.status,
-                }
+                    Ok(if moved {
+                        OrderTransition::Applied { from: order.status }
+                    } else {
+                        OrderTransition::Refused {
+                            current: order.status,
+                        }
+                    })
+                })
             })
-        })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_order_insert_takes_the_ten_values_insert_order_binds() {
+        assert_eq!(ORDER_INSERT.mysql.matches('?').count(), 10);
+        assert_eq!(ORDER_INSERT.postgres.matches('$').count(), 10);
+        assert_eq!(ORDER_INSERT.sqlite.matches('$').count(), 10);
     }
 }

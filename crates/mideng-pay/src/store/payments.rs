@@ -14,12 +14,11 @@
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
-use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock, dialect_sql};
 
 use super::orders;
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 use crate::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
@@ -53,6 +52,14 @@ pub enum SuccessOutcome {
     AmountMismatch,
 }
 
+/// The columns of the payment selects (and of the insert, which adds `updated_at`), in the
+/// order `decode_payment` reads them.
+macro_rules! payment_columns {
+    () => {
+        "payment_no, tenant_id, order_id, channel, amount, currency, status, pay_url, expires_at, channel_trade_no, paid_at, created_at"
+    };
+}
+
 pub(super) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(what.to_owned())
 }
@@ -80,17 +87,30 @@ fn decode_payment<R: SqlRow>(row: &R) -> Result<Payment, StoreError> {
     })
 }
 
+/// Inserts a PENDING payment; a second pending payment for the order (the partial unique index)
+/// or a taken payment number inserts nothing, so that the caller reads the existing one.
+const PAYMENT_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_payments (" payment_columns!() ", updated_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ", 'PENDING', " ? ", " ? ", NULL, NULL, " ? ", " ? ")"
+    on_conflict_ignore
+);
+
+/// The order's pending payment, locked until the transaction ends.
+const PAYMENT_SELECT_PENDING_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ? " AND order_id = " ?
+    " AND status = 'PENDING'" for_update
+);
+
 /// Inserts `payment` as PENDING, unless its order has a pending payment already: then that one
 /// is returned. The partial unique constraint decides among racing callers.
-pub async fn insert_pending_payment<D: PayDialect>(
+pub async fn insert_pending_payment<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment: &Payment,
     now_ms: i64,
 ) -> Result<PaymentInsert, StoreError> {
-    let statements = D::pay_statements();
     let inserted = connection
         .run(
-            statements.payment_insert,
+            PAYMENT_INSERT.get::<D>(),
             &[
                 Arg::Text(&payment.payment_no),
                 Arg::Text(&payment.tenant_id),
@@ -111,7 +131,7 @@ pub async fn insert_pending_payment<D: PayDialect>(
     }
     let existing = connection
         .row(
-            statements.payment_select_pending_locked,
+            PAYMENT_SELECT_PENDING_LOCKED.get::<D>(),
             &[Arg::Text(&payment.tenant_id), Arg::Text(&payment.order_id)],
         )
         .await
@@ -128,17 +148,26 @@ pub async fn insert_pending_payment<D: PayDialect>(
     }
 }
 
+/// A payment by its number.
+const PAYMENT_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE payment_no = " ?
+);
+
+/// A payment by its number, locked until the transaction ends.
+const PAYMENT_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE payment_no = " ? for_update
+);
+
 /// The payment, optionally locked for update until the transaction ends.
-pub async fn find_payment<D: PayDialect>(
+pub async fn find_payment<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     lock: bool,
 ) -> Result<Option<Payment>, StoreError> {
-    let statements = D::pay_statements();
     let sql = if lock {
-        statements.payment_select_locked
+        PAYMENT_SELECT_LOCKED.get::<D>()
     } else {
-        statements.payment_select
+        PAYMENT_SELECT.get::<D>()
     };
     match connection
         .row(sql, &[Arg::Text(payment_no)])
@@ -149,6 +178,13 @@ pub async fn find_payment<D: PayDialect>(
         Some(row) => decode_payment(&row).map(Some),
     }
 }
+
+/// Moves a payment to PAID with the channel's trade number, if it is still in the status read
+/// under its row lock.
+const PAYMENT_MARK_PAID: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_payments SET status = 'PAID', channel_trade_no = " ? ", paid_at = " ?
+    ", updated_at = " ? " WHERE payment_no = " ? " AND status = " ?
+);
 
 /// The success flow: lock the payment, check the amount, compare-and-set it to PAID and its
 /// order CREATED → PAID, all in the caller's transaction. Racing callers (duplicate notifies, a
@@ -161,7 +197,7 @@ pub async fn find_payment<D: PayDialect>(
 /// buyer paid twice: nothing changes ([`SuccessOutcome::NotPending`]) and the caller reports it.
 ///
 /// The `payment.succeeded` event goes into the outbox in the same transaction.
-pub async fn apply_success<D: PayDialect>(
+pub async fn apply_success<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     channel_trade_no: &str,
@@ -190,7 +226,7 @@ pub async fn apply_success<D: PayDialect>(
     }
     let changed = connection
         .run(
-            D::pay_statements().payment_mark_paid,
+            PAYMENT_MARK_PAID.get::<D>(),
             &[
                 Arg::Text(channel_trade_no),
                 Arg::Int(paid_at_ms),
@@ -243,15 +279,21 @@ pub async fn apply_success<D: PayDialect>(
     Ok(SuccessOutcome::Paid { order_moved })
 }
 
+/// The order's payments, oldest first, bounded.
+const PAYMENT_SELECT_BY_ORDER: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ? " AND order_id = " ?
+    " ORDER BY created_at, payment_no LIMIT 100"
+);
+
 /// The order's payments, oldest first (at most 100).
-pub async fn payments_for_order<D: PayDialect>(
+pub async fn payments_for_order<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
 ) -> Result<Vec<Payment>, StoreError> {
     connection
         .rows(
-            D::pay_statements().payment_select_by_order,
+            PAYMENT_SELECT_BY_ORDER.get::<D>(),
             &[Arg::Text(tenant_id), Arg::Text(order_id)],
         )
         .await
@@ -261,15 +303,21 @@ pub async fn payments_for_order<D: PayDialect>(
         .collect()
 }
 
+/// The order's PAID payment (a unique index allows one).
+const PAYMENT_SELECT_PAID_FOR_ORDER: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ? " AND order_id = " ?
+    " AND status = 'PAID'"
+);
+
 /// The order's PAID payment, if any (there is at most one).
-pub async fn paid_payment_for_order<D: PayDialect>(
+pub async fn paid_payment_for_order<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     order_id: &str,
 ) -> Result<Option<Payment>, StoreError> {
     connection
         .row(
-            D::pay_statements().payment_select_paid_for_order,
+            PAYMENT_SELECT_PAID_FOR_ORDER.get::<D>(),
             &[Arg::Text(tenant_id), Arg::Text(order_id)],
         )
         .await
@@ -279,8 +327,14 @@ pub async fn paid_payment_for_order<D: PayDialect>(
         .transpose()
 }
 
+/// Sets the pay URL of a payment that is still pending.
+const PAYMENT_SET_PAY_URL: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_payments SET pay_url = " ? ", updated_at = " ? " WHERE payment_no = " ?
+    " AND status = 'PENDING'"
+);
+
 /// Records the channel's pay URL on a payment that is still pending.
-pub async fn set_pay_url<D: PayDialect>(
+pub async fn set_pay_url<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     pay_url: &str,
@@ -288,7 +342,7 @@ pub async fn set_pay_url<D: PayDialect>(
 ) -> Result<bool, StoreError> {
     let changed = connection
         .run(
-            D::pay_statements().payment_set_pay_url,
+            PAYMENT_SET_PAY_URL.get::<D>(),
             &[Arg::Text(pay_url), Arg::Int(now_ms), Arg::Text(payment_no)],
         )
         .await
@@ -296,9 +350,16 @@ pub async fn set_pay_url<D: PayDialect>(
     Ok(changed == 1)
 }
 
+/// Moves a payment to a status if it is still in the expected one: one row changed for exactly
+/// one of racing callers.
+const PAYMENT_COMPARE_AND_SET: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_payments SET status = " ? ", updated_at = " ? " WHERE payment_no = " ?
+    " AND status = " ?
+);
+
 /// Moves the payment from `from` to `to` if it is in `from`; true for exactly one of racing
 /// callers. The caller checks the transition table first.
-pub async fn transition_payment<D: PayDialect>(
+pub async fn transition_payment<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     from: PaymentStatus,
@@ -307,7 +368,7 @@ pub async fn transition_payment<D: PayDialect>(
 ) -> Result<bool, StoreError> {
     let changed = connection
         .run(
-            D::pay_statements().payment_compare_and_set,
+            PAYMENT_COMPARE_AND_SET.get::<D>(),
             &[
                 Arg::Text(to.as_str()),
                 Arg::Int(now_ms),
@@ -320,23 +381,38 @@ pub async fn transition_payment<D: PayDialect>(
     Ok(changed == 1)
 }
 
+/// One page of old pending payments of every tenant, after a (creation time, payment number)
+/// cursor; the cursor's time is bound twice because each parameter is used once.
+const PAYMENT_SELECT_PENDING_BEFORE: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE status = 'PENDING' AND created_at < " ?
+    " AND (created_at > " ? " OR (created_at = " ? " AND payment_no > " ? "))"
+    " ORDER BY created_at, payment_no LIMIT " ?
+);
+
+/// [`PAYMENT_SELECT_PENDING_BEFORE`] for one tenant.
+const PAYMENT_SELECT_PENDING_BEFORE_FOR_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ?
+    " AND status = 'PENDING' AND created_at < " ?
+    " AND (created_at > " ? " OR (created_at = " ? " AND payment_no > " ? "))"
+    " ORDER BY created_at, payment_no LIMIT " ?
+);
+
 /// Pending payments created before `created_before_ms` (of one tenant, or of all), oldest
 /// first, after the `after` cursor (creation time, payment number; `None`: from the start), at
 /// most `limit`.
-pub async fn pending_before<D: PayDialect>(
+pub async fn pending_before<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: Option<&str>,
     created_before_ms: i64,
     after: Option<(i64, &str)>,
     limit: i64,
 ) -> Result<Vec<Payment>, StoreError> {
-    let statements = D::pay_statements();
     let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
     let rows = match tenant_id {
         Some(tenant_id) => {
             connection
                 .rows(
-                    statements.payment_select_pending_before_for_tenant,
+                    PAYMENT_SELECT_PENDING_BEFORE_FOR_TENANT.get::<D>(),
                     &[
                         Arg::Text(tenant_id),
                         Arg::Int(created_before_ms),
@@ -351,7 +427,7 @@ pub async fn pending_before<D: PayDialect>(
         None => {
             connection
                 .rows(
-                    statements.payment_select_pending_before,
+                    PAYMENT_SELECT_PENDING_BEFORE.get::<D>(),
                     &[
                         Arg::Int(created_before_ms),
                         Arg::Int(after_ms),
@@ -399,9 +475,9 @@ pub enum LocalClose {
     Unknown,
 }
 
-/// A channel's notify, verified, as the store applies it.
-
-async fn open_on<D: PayDialect>(
+/// Opens a payment attempt under the order's row lock: a new pending payment with the
+/// order's amount, the order's pending payment if it has one, or why the order takes none.
+async fn open_on<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment: &Payment,
     now_ms: i64,
@@ -438,7 +514,7 @@ async fn open_on<D: PayDialect>(
 }
 
 /// The local half of a close: row lock, then CAS PENDING → CLOSED.
-async fn close_on<D: PayDialect>(
+async fn close_on<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
     now_ms: i64,
@@ -505,41 +581,48 @@ pub trait Payments: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Payments for SqlPay<D> {
+impl<D: Dialect> Payments for SqlPay<D> {
     async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| open_on::<D>(connection, payment, now_ms))
+        self.store
+            .write(|transaction| Box::pin(open_on::<D>(transaction, payment, now_ms)))
+            .await
     }
 
     async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| set_pay_url::<D>(
-            connection, payment_no, pay_url, now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(set_pay_url::<D>(transaction, payment_no, pay_url, now_ms))
+            })
+            .await
     }
 
     async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| transition_payment::<D>(
-            connection,
-            payment_no,
-            PaymentStatus::Pending,
-            PaymentStatus::Failed,
-            now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(transition_payment::<D>(
+                    transaction,
+                    payment_no,
+                    PaymentStatus::Pending,
+                    PaymentStatus::Failed,
+                    now_ms,
+                ))
+            })
+            .await
     }
 
     async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError> {
-        connection!(self, |connection| find_payment::<D>(
-            connection, payment_no, false
-        ))
+        let mut connection = self.connection().await?;
+        find_payment::<D>(&mut connection, payment_no, false).await
     }
 
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| close_on::<D>(
-            connection, payment_no, now_ms
-        ))
+        self.store
+            .write(|transaction| Box::pin(close_on::<D>(transaction, payment_no, now_ms)))
+            .await
     }
 
     async fn pending_before(
@@ -549,35 +632,41 @@ impl<D: PayDialect> Payments for SqlPay<D> {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<Payment>, StoreError> {
-        connection!(self, |connection| pending_before::<D>(
-            connection,
+        let mut connection = self.connection().await?;
+        pending_before::<D>(
+            &mut connection,
             tenant_id,
             created_before_ms,
             after,
-            i64::from(limit)
-        ))
+            i64::from(limit),
+        )
+        .await
     }
 
     async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
         let now_ms = clock::now_ms();
-        transaction!(self, |connection| async {
-            let closed = close_on::<D>(connection, payment_no, now_ms).await?;
-            let canceled = match &closed {
-                LocalClose::Closed(payment) => {
-                    orders::transition_order::<D>(
-                        connection,
-                        &payment.tenant_id,
-                        &payment.order_id,
-                        OrderStatus::Created,
-                        OrderStatus::Canceled,
-                        now_ms,
-                    )
-                    .await?
-                }
-                _ => false,
-            };
-            Ok((closed, canceled))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let closed = close_on::<D>(transaction, payment_no, now_ms).await?;
+                    let canceled = match &closed {
+                        LocalClose::Closed(payment) => {
+                            orders::transition_order::<D>(
+                                transaction,
+                                &payment.tenant_id,
+                                &payment.order_id,
+                                OrderStatus::Created,
+                                OrderStatus::Canceled,
+                                now_ms,
+                            )
+                            .await?
+                        }
+                        _ => false,
+                    };
+                    Ok((closed, canceled))
+                })
+            })
+            .await
     }
 
     async fn apply_success(
@@ -587,13 +676,17 @@ impl<D: PayDialect> Payments for SqlPay<D> {
     ) -> Result<SuccessOutcome, StoreError> {
         let now_ms = clock::now_ms();
         let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
-        transaction!(self, |connection| apply_success::<D>(
-            connection,
-            payment_no,
-            &paid.channel_trade_no,
-            paid.amount_fen,
-            paid_at_ms,
-            now_ms
-        ))
+        self.store
+            .write(|transaction| {
+                Box::pin(apply_success::<D>(
+                    transaction,
+                    payment_no,
+                    &paid.channel_trade_no,
+                    paid.amount_fen,
+                    paid_at_ms,
+                    now_ms,
+                ))
+            })
+            .await
     }
 }

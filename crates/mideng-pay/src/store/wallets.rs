@@ -12,11 +12,10 @@
 use async_trait::async_trait;
 use mideng::record::{Lease, StoredResponse};
 use mideng::sqlx::Database;
-use mideng::store::sql::{Arg, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
+use mideng::{StoreError, clock, dialect_sql};
 
 use super::sql::SqlPay;
-use super::statements::PayDialect;
 use crate::domain::money::{Amount, Balance};
 use crate::domain::wallet::{
     Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStatement,
@@ -26,31 +25,41 @@ fn read(error: mideng::sqlx::Error) -> StoreError {
     StoreError::Corrupt(format!("unreadable row: {error}"))
 }
 
+/// The wallet's balance, locked until the transaction ends.
+const WALLET_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT balance FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ? for_update
+);
+
+/// Creates an empty wallet; a wallet created meanwhile by a racing transaction inserts nothing.
+const WALLET_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_wallets (tenant_id, user_id, balance, currency, updated_at) VALUES ("
+    ? ", " ? ", 0, 'CNY', " ? ")" on_conflict_ignore
+);
+
 /// Locks the wallet (creating it empty if needed) and returns its balance.
-async fn lock_wallet<D: PayDialect>(
+async fn lock_wallet<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
     now_ms: i64,
 ) -> Result<Balance, StoreError> {
-    let statements = D::pay_statements();
     let key = [Arg::Text(tenant_id), Arg::Text(user_id)];
     // Lock first and create only when missing: on MySQL an insert that finds the row takes a
     // shared lock, and many transactions upgrading it to the exclusive one deadlock each other.
     let mut row = connection
-        .row(statements.wallet_select_locked, &key)
+        .row(WALLET_SELECT_LOCKED.get::<D>(), &key)
         .await
         .map_err(store_error::<D>)?;
     if row.is_none() {
         connection
             .run(
-                statements.wallet_insert,
+                WALLET_INSERT.get::<D>(),
                 &[Arg::Text(tenant_id), Arg::Text(user_id), Arg::Int(now_ms)],
             )
             .await
             .map_err(store_error::<D>)?;
         row = connection
-            .row(statements.wallet_select_locked, &key)
+            .row(WALLET_SELECT_LOCKED.get::<D>(), &key)
             .await
             .map_err(store_error::<D>)?;
     }
@@ -60,7 +69,13 @@ async fn lock_wallet<D: PayDialect>(
         .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
 }
 
-async fn set_balance<D: PayDialect>(
+/// Sets the balance of a wallet locked by this transaction.
+const WALLET_SET_BALANCE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_wallets SET balance = " ? ", updated_at = " ? " WHERE tenant_id = " ?
+    " AND user_id = " ?
+);
+
+async fn set_balance<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
@@ -69,7 +84,7 @@ async fn set_balance<D: PayDialect>(
 ) -> Result<(), StoreError> {
     connection
         .run(
-            D::pay_statements().wallet_set_balance,
+            WALLET_SET_BALANCE.get::<D>(),
             &[
                 Arg::Int(balance.fen()),
                 Arg::Int(now_ms),
@@ -95,15 +110,22 @@ struct Entry<'a> {
     now_ms: i64,
 }
 
+/// Inserts a ledger entry; a taken debit-per-order or credit-per-reference key (or entry
+/// number) inserts nothing, and the caller tells the cases apart.
+const ENTRY_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+);
+
 /// Inserts an entry; false when the debit-per-order or credit-per-reference key (or the entry
 /// number) exists already.
-async fn insert_entry<D: PayDialect>(
+async fn insert_entry<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     entry: &Entry<'_>,
 ) -> Result<bool, StoreError> {
     let inserted = connection
         .run(
-            D::pay_statements().entry_insert,
+            ENTRY_INSERT.get::<D>(),
             &[
                 Arg::Text(entry.entry_no),
                 Arg::Text(entry.tenant_id),
@@ -121,20 +143,33 @@ async fn insert_entry<D: PayDialect>(
     Ok(inserted == 1)
 }
 
+/// The columns of a found ledger entry, in the order `find_entry` reads them.
+macro_rules! ledger_entry_columns {
+    () => {
+        "entry_no, amount, balance_after, created_at"
+    };
+}
+
+/// The user's credit for a reference (unique per user and reference).
+const ENTRY_SELECT_CREDIT: PerDialect<&str> = dialect_sql!(
+    "SELECT " ledger_entry_columns!() " FROM pay_wallet_entries WHERE tenant_id = " ?
+    " AND user_id = " ? " AND reference = " ? " AND kind = 'CREDIT'"
+);
+
 /// The credit recorded for the user's reference, if any.
-pub async fn find_credit<D: PayDialect>(
+pub async fn find_credit<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
     reference: &str,
 ) -> Result<Option<Credit>, StoreError> {
-    let statement = D::pay_statements().entry_select_credit;
+    let statement = ENTRY_SELECT_CREDIT.get::<D>();
     find_entry::<D>(connection, statement, tenant_id, user_id, reference).await
 }
 
 /// The entry `statement` finds by the user and the entry's business key (a credit's reference,
 /// a debit's order).
-async fn find_entry<D: PayDialect>(
+async fn find_entry<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     statement: &'static str,
     tenant_id: &str,
@@ -165,7 +200,7 @@ async fn find_entry<D: PayDialect>(
 
 /// Credits `amount` to the user's wallet under `reference`: at most one credit per user and
 /// reference, never above the balance's bound.
-pub async fn credit<D: PayDialect>(
+pub async fn credit<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
@@ -209,20 +244,26 @@ pub async fn credit<D: PayDialect>(
     }))
 }
 
+/// The user's debit for an order (unique per user and order).
+const ENTRY_SELECT_DEBIT: PerDialect<&str> = dialect_sql!(
+    "SELECT " ledger_entry_columns!() " FROM pay_wallet_entries WHERE tenant_id = " ?
+    " AND user_id = " ? " AND order_id = " ? " AND kind = 'DEBIT'"
+);
+
 /// The debit recorded for the user's order, if any.
-pub async fn find_debit<D: PayDialect>(
+pub async fn find_debit<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
     order_id: &str,
 ) -> Result<Option<Debit>, StoreError> {
-    let statement = D::pay_statements().entry_select_debit;
+    let statement = ENTRY_SELECT_DEBIT.get::<D>();
     find_entry::<D>(connection, statement, tenant_id, user_id, order_id).await
 }
 
 /// Deducts `amount` from the user's wallet for `order_id`: at most one debit per user and
 /// order, never below zero.
-pub async fn deduct<D: PayDialect>(
+pub async fn deduct<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
@@ -272,7 +313,7 @@ pub async fn deduct<D: PayDialect>(
 
 /// The wallet's balance (zero for a wallet never credited), locking the wallet until the
 /// transaction ends.
-pub async fn balance<D: PayDialect>(
+pub async fn balance<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
@@ -281,17 +322,27 @@ pub async fn balance<D: PayDialect>(
     lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await
 }
 
+/// The wallet's balance, without a lock.
+const WALLET_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT balance FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ?
+);
+
+/// The wallet's latest entries, newest first, bounded.
+const ENTRIES_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = " ?
+    " AND user_id = " ? " ORDER BY created_at DESC, entry_no DESC LIMIT 100"
+);
+
 /// The wallet's balance (zero if it never existed) and its latest entries (at most 100,
 /// newest first), without locking.
-pub async fn statement<D: PayDialect>(
+pub async fn statement<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
 ) -> Result<(i64, Vec<WalletEntry>), StoreError> {
-    let statements = D::pay_statements();
     let args = [Arg::Text(tenant_id), Arg::Text(user_id)];
     let balance = match connection
-        .row(statements.wallet_select, &args)
+        .row(WALLET_SELECT.get::<D>(), &args)
         .await
         .map_err(store_error::<D>)?
     {
@@ -299,7 +350,7 @@ pub async fn statement<D: PayDialect>(
         None => 0,
     };
     let entries = connection
-        .rows(statements.entries_select, &args)
+        .rows(ENTRIES_SELECT.get::<D>(), &args)
         .await
         .map_err(store_error::<D>)?
         .iter()
@@ -330,7 +381,7 @@ pub enum WalletRecord<'a> {
     /// The record under this lease (its scope names the tenant) is completed with the answer.
     Lease(&'a Lease),
     /// No record: the idempotency machinery is off
-    /// ([`crate::api::PaymentSettings::idempotency`], measurement only).
+    /// ([`crate::flows::PaymentSettings::idempotency`], measurement only).
     Unrecorded {
         /// The tenant.
         tenant_id: &'a str,
@@ -377,7 +428,7 @@ pub trait Wallets: Send + Sync {
 }
 
 #[async_trait]
-impl<D: PayDialect> Wallets for SqlPay<D> {
+impl<D: Dialect> Wallets for SqlPay<D> {
     async fn credit(
         &self,
         record: WalletRecord<'_>,
@@ -390,17 +441,27 @@ impl<D: PayDialect> Wallets for SqlPay<D> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         let tenant_id = record.tenant();
-        transaction!(self, |connection| async {
-            let outcome = credit::<D>(
-                connection, tenant_id, user_id, amount, reference, entry_no, now_ms,
-            )
-            .await?;
-            let response = render(&outcome);
-            if let WalletRecord::Lease(lease) = record {
-                store.complete_in(connection, lease, &response).await?;
-            }
-            Ok((outcome, response))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let outcome = credit::<D>(
+                        transaction,
+                        tenant_id,
+                        user_id,
+                        amount,
+                        reference,
+                        entry_no,
+                        now_ms,
+                    )
+                    .await?;
+                    let response = render(&outcome);
+                    if let WalletRecord::Lease(lease) = record {
+                        store.complete_in(transaction, lease, &response).await?;
+                    }
+                    Ok((outcome, response))
+                })
+            })
+            .await
     }
 
     async fn deduct(
@@ -415,26 +476,35 @@ impl<D: PayDialect> Wallets for SqlPay<D> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         let tenant_id = record.tenant();
-        transaction!(self, |connection| async {
-            let outcome = deduct::<D>(
-                connection, tenant_id, user_id, order_id, amount, entry_no, now_ms,
-            )
-            .await?;
-            let response = render(&outcome);
-            if let WalletRecord::Lease(lease) = record {
-                store.complete_in(connection, lease, &response).await?;
-            }
-            Ok((outcome, response))
-        })
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let outcome = deduct::<D>(
+                        transaction,
+                        tenant_id,
+                        user_id,
+                        order_id,
+                        amount,
+                        entry_no,
+                        now_ms,
+                    )
+                    .await?;
+                    let response = render(&outcome);
+                    if let WalletRecord::Lease(lease) = record {
+                        store.complete_in(transaction, lease, &response).await?;
+                    }
+                    Ok((outcome, response))
+                })
+            })
+            .await
     }
 
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
-        connection!(self, |connection| async {
-            let (balance_fen, entries) = statement::<D>(connection, tenant_id, user_id).await?;
-            Ok(WalletStatement {
-                balance_fen,
-                entries,
-            })
+        let mut connection = self.connection().await?;
+        let (balance_fen, entries) = statement::<D>(&mut connection, tenant_id, user_id).await?;
+        Ok(WalletStatement {
+            balance_fen,
+            entries,
         })
     }
 }
