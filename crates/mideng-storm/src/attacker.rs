@@ -631,6 +631,9 @@ fn paid_trade(trade: &Value) -> Option<TradeFacts> {
 }
 
 /// A victim of `channel` (any channel when `None`), at random; `None` while there is none.
+/// A tenant no attack has aimed at yet is preferred while it has a victim, so that the attacks
+/// reach every tenant with waiting payments rather than whichever the draws favour (the audit
+/// wants victims of more than one tenant).
 fn pick_victim(shared: &Shared, rng: &mut fastrand::Rng, channel: Option<&str>) -> Option<Victim> {
     let log = shared.log();
     let candidates: Vec<&Victim> = log
@@ -638,10 +641,20 @@ fn pick_victim(shared: &Shared, rng: &mut fastrand::Rng, channel: Option<&str>) 
         .iter()
         .filter(|victim| channel.is_none_or(|channel| victim.channel == channel))
         .collect();
-    if candidates.is_empty() {
+    let untouched: Vec<&Victim> = candidates
+        .iter()
+        .copied()
+        .filter(|victim| !log.attacks.victim_tenants.contains(&victim.tenant))
+        .collect();
+    let pool = if untouched.is_empty() {
+        candidates
+    } else {
+        untouched
+    };
+    if pool.is_empty() {
         return None;
     }
-    Some(candidates[rng.usize(..candidates.len())].clone())
+    Some(pool[rng.usize(..pool.len())].clone())
 }
 
 /// A victim's trade as a forger states it: its number and real amount, made-up rest.
