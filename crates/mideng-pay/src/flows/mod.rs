@@ -6,9 +6,9 @@
 //! | flow | what it decides |
 //! |---|---|
 //! | [`order`] | create an order once per order id; move it by compare-and-set |
-//! | [`payment::create`] | open one pending payment per order under the order lock, create its trade at the channel |
-//! | [`payment::close`] | close at the channel first, then here; a buyer who paid first wins |
-//! | [`payment::settle`] | the one table "the channel says X → do Y", used by creation, close and reconciliation |
+//! | [`payment::create`](mod@payment::create) | open one pending payment per order under the order lock, create its trade at the channel |
+//! | [`payment::close`](mod@payment::close) | close at the channel first, then here; a buyer who paid first wins |
+//! | [`payment::settle`](mod@payment::settle) | the one table "the channel says X → do Y", used by creation, close and reconciliation |
 //! | [`notify`] | verify a channel notify, then apply it once per notify id |
 //! | [`wallet`] | credit and deduct, each with its stored answer in one transaction |
 //!

@@ -14,7 +14,7 @@
 //! | closed | close locally and cancel the order |
 //! | no definite answer | leave it and ask again next round, never guess |
 //!
-//! The table is [`crate::flows::payment::settle`], shared with the close route and creation.
+//! The table is [`crate::flows::payment::settle`](mod@crate::flows::payment::settle), shared with the close route and creation.
 //! "Expired" means past the payment's expiry plus the grace for clock skew
 //! ([`crate::flows::PaymentSettings::expiry_grace`], one setting). One owner per payment
 //! at a time across instances: each payment is handled under a short lock in the lock store
