@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use mideng::lock::LockStore;
+use mideng::store::cached::CachedRecords;
 use mideng::store::memory::MemoryStore;
 use mideng::store::redis::RedisStore;
 use mideng::store::sql::PoolSettings;
@@ -22,6 +23,7 @@ use mideng_channel::adapter::Channel;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
+use crate::api::tenants::TenantCache;
 use crate::api::{self, AppState};
 use crate::domain::events::PAYMENT_SUCCEEDED;
 use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
@@ -199,8 +201,17 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             .map_err(BuildError::Database)?;
     }
     let (tokens, locks) = open_guards(settings).await?;
+    let mut records = store.backend.records();
+    if settings.payments.replay_cache_entries > 0 {
+        records = Arc::new(CachedRecords::new(
+            records,
+            settings.payments.replay_cache_entries,
+            settings.payments.replay_cache_ttl,
+        )?);
+    }
     Ok(AppState {
-        records: store.backend.records(),
+        records,
+        tenants: Arc::new(TenantCache::new(settings.payments.tenant_cache)),
         ports: Ports {
             store,
             channels: Channels::new(settings.alipay.clone(), settings.wechat.clone()),

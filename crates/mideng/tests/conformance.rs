@@ -869,3 +869,8 @@ backend_suite!(mysql, support::mysql);
 backend_suite!(redis, support::redis);
 #[cfg(feature = "redis")]
 backend_suite!(redis_cluster, support::redis_cluster);
+// The replay cache in front of a store holds the same contract as the store itself.
+#[cfg(all(feature = "replay-cache", feature = "memory"))]
+backend_suite!(cached_memory, support::cached_memory);
+#[cfg(all(feature = "replay-cache", feature = "postgres"))]
+backend_suite!(cached_postgres, support::cached_postgres);

@@ -19,6 +19,7 @@ mod notify;
 mod ops;
 mod orders;
 mod payments;
+pub mod tenants;
 mod wallets;
 
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub records: Arc<dyn RecordStore>,
     /// One-time tokens (Redis, or in-process).
     pub tokens: Arc<dyn TokenStore>,
+    /// API keys resolved lately (a short, bounded cache; see [`tenants`]).
+    pub tenants: Arc<tenants::TenantCache>,
     /// Renders `/metrics` (on the metrics listener, [`metrics_router`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
@@ -115,14 +118,15 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let Some(key) = key else {
         return unauthorized().into_response();
     };
-    match state
-        .ports
-        .store
-        .tenants
-        .tenant_by_key(&api_key_hash(key))
-        .await
-    {
+    let hash = api_key_hash(key);
+    let now_ms = state.ports.clock.now_ms();
+    if let Some(tenant) = state.tenants.get(&hash, now_ms) {
+        request.extensions_mut().insert(Tenant(tenant));
+        return next.run(request).await;
+    }
+    match state.ports.store.tenants.tenant_by_key(&hash).await {
         Ok(Some(tenant)) => {
+            state.tenants.put(&hash, &tenant, now_ms);
             request.extensions_mut().insert(Tenant(tenant));
             next.run(request).await
         }

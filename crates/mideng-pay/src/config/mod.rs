@@ -213,6 +213,14 @@ impl ServeConfig {
         if self.payments.expiry_grace_secs > 3_600 {
             return invalid("payments.expiry_grace_secs must be 0 to 3600");
         }
+        if self.payments.replay_cache_entries > mideng::store::cached::CACHED_ANSWERS_MAX
+            || !(1..=86_400).contains(&self.payments.replay_cache_ttl_secs)
+            || self.payments.tenant_cache_ms > 60_000
+        {
+            return invalid(
+                "payments: replay_cache_entries ..=1000000, replay_cache_ttl_secs 1..=86400, tenant_cache_ms ..=60000",
+            );
+        }
         if !(30..=400).contains(&self.payments.funds_retention_days) {
             return invalid("payments.funds_retention_days must be 30 to 400");
         }
@@ -310,6 +318,9 @@ impl ServeConfig {
             token_required: self.payments.token_required,
             expire_after: Duration::from_secs(self.payments.expire_after_secs),
             expiry_grace: Duration::from_secs(self.payments.expiry_grace_secs),
+            replay_cache_entries: self.payments.replay_cache_entries,
+            replay_cache_ttl: Duration::from_secs(self.payments.replay_cache_ttl_secs),
+            tenant_cache: Duration::from_millis(self.payments.tenant_cache_ms),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             ..PaymentSettings::default()

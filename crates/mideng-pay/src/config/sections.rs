@@ -270,6 +270,13 @@ pub struct PaymentsConfig {
     pub lock_wait_ms: u64,
     /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
     pub funds_retention_days: u64,
+    /// Completed answers each instance keeps in memory for replays (0 ..= 1000000; 0: none).
+    pub replay_cache_entries: usize,
+    /// Longest time a completed answer stays in memory, seconds (1 ..= 86400).
+    pub replay_cache_ttl_secs: u64,
+    /// How long an instance keeps a resolved API key, ms (0 ..= 60000; 0: none): the delay
+    /// before a re-keyed key stops working there.
+    pub tenant_cache_ms: u64,
 }
 
 impl Default for PaymentsConfig {
@@ -281,6 +288,9 @@ impl Default for PaymentsConfig {
             expiry_grace_secs: defaults.expiry_grace.as_secs(),
             lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
             funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
+            replay_cache_entries: defaults.replay_cache_entries,
+            replay_cache_ttl_secs: defaults.replay_cache_ttl.as_secs(),
+            tenant_cache_ms: u64::try_from(defaults.tenant_cache.as_millis()).unwrap_or(5_000),
         }
     }
 }

@@ -79,6 +79,15 @@ pub struct PaymentSettings {
     /// One layer turned off, for the storm's proof of what each layer prevents (default
     /// none). A test switch: never in production.
     pub broken: Option<BrokenLayer>,
+    /// Completed answers each instance keeps in memory to answer replays without a round
+    /// trip (default 10 000; 0: none), each for at most [`Self::replay_cache_ttl`] and never
+    /// past its record's retention (`mideng::store::cached`).
+    pub replay_cache_entries: usize,
+    /// How long a completed answer stays in an instance's memory at most (default 10 minutes).
+    pub replay_cache_ttl: Duration,
+    /// How long an instance keeps an API key it resolved (default 5 s; zero: none): the delay
+    /// before a re-keyed or removed key stops working there.
+    pub tenant_cache: Duration,
 }
 
 /// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
@@ -112,6 +121,9 @@ impl Default for PaymentSettings {
             funds_retention: Duration::from_secs(30 * 24 * 3600),
             idempotency: true,
             broken: None,
+            replay_cache_entries: 10_000,
+            replay_cache_ttl: Duration::from_secs(10 * 60),
+            tenant_cache: Duration::from_secs(5),
         }
     }
 }

@@ -4,6 +4,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
+#[cfg(feature = "replay-cache")]
+use std::time::Duration;
 
 use mideng::RecordStore;
 use mideng::lock::LockStore;
@@ -77,6 +79,26 @@ fn settings() -> PoolSettings {
 #[cfg(feature = "memory")]
 pub async fn memory() -> Stores {
     stores(MemoryStore::new())
+}
+
+/// `stores` with its records behind the replay cache.
+#[cfg(feature = "replay-cache")]
+fn cached(mut stores: Stores) -> Stores {
+    let cached =
+        mideng::store::cached::CachedRecords::new(stores.records, 1_000, Duration::from_secs(600))
+            .expect("cache settings");
+    stores.records = Arc::new(cached);
+    stores
+}
+
+#[cfg(all(feature = "replay-cache", feature = "memory"))]
+pub async fn cached_memory() -> Stores {
+    cached(memory().await)
+}
+
+#[cfg(all(feature = "replay-cache", feature = "postgres"))]
+pub async fn cached_postgres() -> Stores {
+    cached(postgres().await)
 }
 
 #[cfg(feature = "sqlite")]
