@@ -253,6 +253,7 @@ async fn measure(
             scenarios: Vec::new(),
             limits: Vec::new(),
             ratios: Vec::new(),
+            goals: Vec::new(),
             notes: Vec::new(),
         },
     };

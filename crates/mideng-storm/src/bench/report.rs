@@ -141,6 +141,22 @@ pub struct Ratio {
     pub detail: String,
 }
 
+/// One of the money path's speed goals, as this run measured it: a ratio against a baseline
+/// measured in the same run, and the value it should reach.
+#[derive(Clone, Debug, Serialize)]
+pub struct Goal {
+    /// What it compares.
+    pub name: String,
+    /// The ratio measured.
+    pub value: f64,
+    /// The value it should reach (at least).
+    pub goal: f64,
+    /// Whether it did.
+    pub met: bool,
+    /// The figures it comes from.
+    pub detail: String,
+}
+
 /// Everything `mideng bench` measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -156,6 +172,8 @@ pub struct BenchReport {
     pub limits: Vec<LimitResult>,
     /// Layer overhead, replay speed-up, fraction of the database limit.
     pub ratios: Vec<Ratio>,
+    /// The money path's goals, each on its own line (those this stack can measure).
+    pub goals: Vec<Goal>,
     /// What was skipped or is worth knowing to read the figures.
     pub notes: Vec<String>,
 }
@@ -263,6 +281,88 @@ impl BenchReport {
             }
         }
         self.ratios = ratios;
+        self.goals = self.compute_goals(database_limit);
+    }
+
+    /// The money path's goals: the first-time deduct against the same-driver commit rate and
+    /// against itself without the machinery, payment creation with and without it, and the
+    /// replay against the first-time deduct and against a Redis round trip (servers only).
+    fn compute_goals(&self, database_limit: Option<&LimitResult>) -> Vec<Goal> {
+        let figures = |operation, machinery, path| {
+            self.scenario(operation, machinery, path)
+                .map(|scenario| scenario.figures.per_second)
+        };
+        let deduct = Operation::DeductDistinctWallets;
+        let deduct_on = figures(deduct, Machinery::On, PathKind::FirstTime);
+        let deduct_off = figures(deduct, Machinery::Off, PathKind::FirstTime);
+        let deduct_replay = figures(deduct, Machinery::On, PathKind::Replay);
+        let creation_on = figures(
+            Operation::PaymentCreation,
+            Machinery::On,
+            PathKind::FirstTime,
+        );
+        let creation_off = figures(
+            Operation::PaymentCreation,
+            Machinery::Off,
+            PathKind::FirstTime,
+        );
+        let commits = database_limit.map(|limit| limit.figures.per_second);
+        let redis = self
+            .limits
+            .iter()
+            .find(|limit| limit.name.starts_with("Redis round trip"))
+            .map(|limit| limit.figures.per_second);
+        let candidates = [
+            (
+                "deduct, distinct wallets, first-time (on) / one-row-insert commits",
+                deduct_on,
+                commits,
+                0.5,
+                "req/s / commits/s",
+            ),
+            (
+                "deduct, distinct wallets, first-time, machinery on / off",
+                deduct_on,
+                deduct_off,
+                0.9,
+                "req/s / req/s",
+            ),
+            (
+                "payment creation, first-time, machinery on / off",
+                creation_on,
+                creation_off,
+                0.95,
+                "req/s / req/s",
+            ),
+            (
+                "deduct, distinct wallets, replay / first-time",
+                deduct_replay,
+                deduct_on,
+                10.0,
+                "req/s / req/s",
+            ),
+            (
+                "deduct, distinct wallets, replay / Redis round trip",
+                deduct_replay,
+                redis,
+                0.3,
+                "req/s / round trips/s",
+            ),
+        ];
+        candidates
+            .into_iter()
+            .filter_map(|(name, numerator, denominator, goal, unit)| {
+                let (numerator, denominator) = (numerator?, denominator?);
+                let value = divide(numerator, denominator)?;
+                Some(Goal {
+                    name: name.to_owned(),
+                    value,
+                    goal,
+                    met: value >= goal,
+                    detail: format!("{numerator:.1} / {denominator:.1} {unit}"),
+                })
+            })
+            .collect()
     }
 
     /// The report as a plain-text table.
@@ -333,6 +433,21 @@ impl BenchReport {
                 ratio.name, ratio.value, ratio.detail
             );
         }
+        if !self.goals.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "goals");
+            for goal in &self.goals {
+                let _ = writeln!(
+                    out,
+                    "  {:<63} {:>7.3}  goal {:>5.2}  {}  ({})",
+                    goal.name,
+                    goal.value,
+                    goal.goal,
+                    if goal.met { "met    " } else { "not met" },
+                    goal.detail
+                );
+            }
+        }
         let failures: Vec<String> = self
             .scenarios
             .iter()
@@ -374,4 +489,103 @@ impl BenchReport {
 /// `numerator / denominator`, when both are positive.
 fn divide(numerator: f64, denominator: f64) -> Option<f64> {
     (numerator > 0.0 && denominator > 0.0).then(|| numerator / denominator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(per_second: f64) -> Figures {
+        Figures {
+            requests: 100,
+            errors: 0,
+            seconds: 1.0,
+            per_second,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+        }
+    }
+
+    fn scenario(
+        operation: Operation,
+        machinery: Machinery,
+        path: PathKind,
+        rate: f64,
+    ) -> ScenarioResult {
+        ScenarioResult {
+            operation,
+            machinery,
+            path,
+            figures: figures(rate),
+            replayed: 0,
+            refused: 0,
+            first_error: None,
+        }
+    }
+
+    fn limit(name: &str, rate: f64) -> LimitResult {
+        LimitResult {
+            name: name.to_owned(),
+            figures: figures(rate),
+            first_error: None,
+        }
+    }
+
+    #[test]
+    fn each_goal_is_its_ratio_against_the_same_run_and_says_whether_it_is_met() {
+        use Machinery::{Off, On};
+        use Operation::{DeductDistinctWallets as Deduct, PaymentCreation as Creation};
+        use PathKind::{FirstTime, Replay};
+        let mut report = BenchReport {
+            stack: "servers".to_owned(),
+            concurrency: 16,
+            duration_secs: 5,
+            scenarios: vec![
+                scenario(Creation, On, FirstTime, 96.0),
+                scenario(Creation, Off, FirstTime, 100.0),
+                scenario(Deduct, On, FirstTime, 1_000.0),
+                scenario(Deduct, Off, FirstTime, 2_000.0),
+                scenario(Deduct, On, Replay, 12_000.0),
+            ],
+            limits: vec![
+                limit("one-row-insert commit, PostgreSQL, same driver", 4_000.0),
+                limit("Redis round trip (SET NX PX / GET), same client", 100_000.0),
+            ],
+            ratios: Vec::new(),
+            goals: Vec::new(),
+            notes: Vec::new(),
+        };
+        let commits = report.limits[0].clone();
+        report.compute_ratios(Some(&commits));
+        let goal = |name: &str| {
+            report
+                .goals
+                .iter()
+                .find(|goal| goal.name.starts_with(name))
+                .map(|goal| (goal.value, goal.met))
+        };
+        assert_eq!(
+            goal("deduct, distinct wallets, first-time (on) /"),
+            Some((0.25, false))
+        );
+        assert_eq!(
+            goal("deduct, distinct wallets, first-time, machinery"),
+            Some((0.5, false))
+        );
+        assert_eq!(goal("payment creation"), Some((0.96, true)));
+        assert_eq!(
+            goal("deduct, distinct wallets, replay / first-time"),
+            Some((12.0, true))
+        );
+        assert_eq!(
+            goal("deduct, distinct wallets, replay / Redis"),
+            Some((0.12, false))
+        );
+        assert!(report.table().contains("goals"), "the table shows them");
+
+        // Without Redis (the embedded stack) that goal is left out, not reported as zero.
+        report.limits.pop();
+        report.compute_ratios(Some(&commits));
+        assert_eq!(report.goals.len(), 4);
+    }
 }
