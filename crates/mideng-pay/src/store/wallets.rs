@@ -12,7 +12,7 @@
 use async_trait::async_trait;
 use mideng::record::{Lease, StoredResponse};
 use mideng::sqlx::Database;
-use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
 use mideng::{StoreError, clock, dialect_sql};
 
 use super::sql::SqlPay;
@@ -427,6 +427,22 @@ pub trait Wallets: Send + Sync {
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
 }
 
+/// Renders `outcome` and completes the request's record with that answer (if there is a
+/// record), in the transaction of the effect: both commit together or not at all.
+async fn answered<D: Dialect, T>(
+    store: &SqlStore<D>,
+    transaction: &mut <D::Db as Database>::Connection,
+    record: WalletRecord<'_>,
+    render: Render<'_, T>,
+    outcome: T,
+) -> Result<(T, StoredResponse), StoreError> {
+    let response = render(&outcome);
+    if let WalletRecord::Lease(lease) = record {
+        store.complete_in(transaction, lease, &response).await?;
+    }
+    Ok((outcome, response))
+}
+
 #[async_trait]
 impl<D: Dialect> Wallets for SqlPay<D> {
     async fn credit(
@@ -454,11 +470,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                         now_ms,
                     )
                     .await?;
-                    let response = render(&outcome);
-                    if let WalletRecord::Lease(lease) = record {
-                        store.complete_in(transaction, lease, &response).await?;
-                    }
-                    Ok((outcome, response))
+                    answered(store, transaction, record, render, outcome).await
                 })
             })
             .await
@@ -489,11 +501,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                         now_ms,
                     )
                     .await?;
-                    let response = render(&outcome);
-                    if let WalletRecord::Lease(lease) = record {
-                        store.complete_in(transaction, lease, &response).await?;
-                    }
-                    Ok((outcome, response))
+                    answered(store, transaction, record, render, outcome).await
                 })
             })
             .await
