@@ -72,6 +72,7 @@ pub use channels::{
 pub use sections::{
     BrokerKind, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
     PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
+    WalletConfig,
 };
 
 use figment::Figment;
@@ -108,6 +109,8 @@ pub struct ServeConfig {
     pub simulator: SimulatorConfig,
     /// Payment behaviour.
     pub payments: PaymentsConfig,
+    /// Wallet behaviour.
+    pub wallet: WalletConfig,
     /// The demo tenant.
     pub demo: DemoConfig,
     /// Tenants provisioned at start.
@@ -133,6 +136,7 @@ impl Default for ServeConfig {
             redis: RedisConfig::default(),
             simulator: SimulatorConfig::default(),
             payments: PaymentsConfig::default(),
+            wallet: WalletConfig::default(),
             demo: DemoConfig::default(),
             tenants: Vec::new(),
             channels: ChannelsConfig::default(),
@@ -323,6 +327,7 @@ impl ServeConfig {
             tenant_cache: Duration::from_millis(self.payments.tenant_cache_ms),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
+            wallet_strategy: self.wallet.strategy,
             ..PaymentSettings::default()
         }
     }

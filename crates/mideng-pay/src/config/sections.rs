@@ -295,6 +295,15 @@ impl Default for PaymentsConfig {
     }
 }
 
+/// `[wallet]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WalletConfig {
+    /// How deducts race on one wallet: `row-lock`, `optimistic` or `conditional-update` (the
+    /// default; the README's selection guide has the measurements).
+    pub strategy: crate::domain::wallet::WalletStrategy,
+}
+
 /// `[demo]`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]

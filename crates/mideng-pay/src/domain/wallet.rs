@@ -4,6 +4,55 @@
 //! below zero, and each operation has a business key besides the request's key: one debit per
 //! user and order, one credit per user and reference.
 
+/// How a deduct keeps the balance from going below zero when requests race on one wallet:
+/// the three schemes of the seeds' selection guide. Every one keeps the same rules (one debit
+/// per user and order, never below zero, insufficient funds answered and stored); they differ
+/// in how concurrent deducts of one wallet wait for each other. Credits always lock the row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WalletStrategy {
+    /// Pessimistic: read the balance `FOR UPDATE`, decide, write; racing deducts queue on the
+    /// row lock.
+    RowLock,
+    /// Optimistic: read the balance and its version without a lock, decide, write only if the
+    /// version is unchanged (compare-and-set); a deduct that lost the race is retried whole, a
+    /// bounded number of times.
+    Optimistic,
+    /// One conditional update, `balance = balance - x WHERE balance >= x`, with no prior read:
+    /// the database decides in the statement that writes.
+    #[default]
+    ConditionalUpdate,
+}
+
+impl WalletStrategy {
+    /// Every strategy, in the order of the selection guide.
+    pub const ALL: [WalletStrategy; 3] = [
+        WalletStrategy::RowLock,
+        WalletStrategy::Optimistic,
+        WalletStrategy::ConditionalUpdate,
+    ];
+
+    /// The name used in configuration, metrics and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WalletStrategy::RowLock => "row-lock",
+            WalletStrategy::Optimistic => "optimistic",
+            WalletStrategy::ConditionalUpdate => "conditional-update",
+        }
+    }
+
+    /// The strategy of a configuration name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|strategy| strategy.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for WalletStrategy {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
 /// A ledger entry : a credit or a debit (the deduction number is its entry number).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LedgerEntry {

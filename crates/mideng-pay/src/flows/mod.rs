@@ -88,6 +88,9 @@ pub struct PaymentSettings {
     /// How long an instance keeps an API key it resolved (default 5 s; zero: none): the delay
     /// before a re-keyed or removed key stops working there.
     pub tenant_cache: Duration,
+    /// How deducts race on one wallet (default
+    /// [`WalletStrategy::ConditionalUpdate`](crate::domain::wallet::WalletStrategy)).
+    pub wallet_strategy: crate::domain::wallet::WalletStrategy,
 }
 
 /// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
@@ -124,6 +127,7 @@ impl Default for PaymentSettings {
             replay_cache_entries: 10_000,
             replay_cache_ttl: Duration::from_secs(10 * 60),
             tenant_cache: Duration::from_secs(5),
+            wallet_strategy: crate::domain::wallet::WalletStrategy::default(),
         }
     }
 }
