@@ -60,6 +60,12 @@ pub enum InvalidInput {
         /// Requested state.
         to: &'static str,
     },
+    /// Two settings that cannot be used together.
+    #[error("{what} cannot be combined")]
+    Conflicting {
+        /// Which settings.
+        what: &'static str,
+    },
 }
 
 /// A store operation that did not complete.

@@ -315,6 +315,32 @@ pub trait RecordStore: Send + Sync {
     /// is not live, and returns how many it deleted. Call repeatedly until it returns less
     /// than `limit`. Stores with native expiry (Redis) return 0: their records vanish alone.
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError>;
+
+    /// The decision this store can make without a round trip, if any: a cache in front of the
+    /// store ([`crate::store::cached`]) answers a replay or a mismatch of a completed record
+    /// from memory. `None` (the default) means "ask the store". Only ever a replay or a
+    /// mismatch: who proceeds is decided by `begin` alone.
+    fn recall(
+        &self,
+        _scope: &Scope,
+        _key: &IdempotencyKey,
+        _fingerprint: &Fingerprint,
+    ) -> Option<Decision> {
+        None
+    }
+
+    /// Tells the store that a `begin` made elsewhere (in the caller's own transaction, such
+    /// as [`crate::store::sql::SqlStore::begin_in`]) replayed `response` for this request, so
+    /// that a cache in front of it may answer the next replay from memory. Does nothing by
+    /// default.
+    async fn replayed(
+        &self,
+        _scope: &Scope,
+        _key: &IdempotencyKey,
+        _fingerprint: &Fingerprint,
+        _response: &StoredResponse,
+    ) {
+    }
 }
 
 /// A shared store is a store, so components can hold `Arc<dyn RecordStore>`.
@@ -344,6 +370,23 @@ impl<T: RecordStore + ?Sized> RecordStore for std::sync::Arc<T> {
     }
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
         (**self).purge_expired(now_ms, limit).await
+    }
+    fn recall(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Option<Decision> {
+        (**self).recall(scope, key, fingerprint)
+    }
+    async fn replayed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+    ) {
+        (**self).replayed(scope, key, fingerprint, response).await;
     }
 }
 

@@ -170,6 +170,7 @@ pub struct RouteConfig {
     pub(crate) in_flight_wait: Option<Duration>,
     pub(crate) token: Option<TokenGuard>,
     pub(crate) handler_decides: bool,
+    pub(crate) handler_begins: bool,
 }
 
 impl std::fmt::Debug for RouteConfig {
@@ -211,6 +212,7 @@ impl RouteConfig {
             in_flight_wait: None,
             token: None,
             handler_decides: false,
+            handler_begins: false,
         }
     }
 
@@ -236,6 +238,7 @@ pub struct RouteConfigBuilder {
     in_flight_wait: Option<Duration>,
     token: Option<TokenGuard>,
     handler_decides: bool,
+    handler_begins: bool,
 }
 
 impl RouteConfigBuilder {
@@ -317,10 +320,38 @@ impl RouteConfigBuilder {
         self
     }
 
+    /// Let the handler begin the record itself, in the transaction of its effect, so that a
+    /// first-time request commits once: the record's claim, the effect and the stored answer
+    /// together ([`crate::store::sql::SqlStore::begin_in`], then `complete_in`). The layer
+    /// validates the tenant, key and body and takes the fingerprint; a replay or a mismatch the
+    /// record store knows without a round trip ([`crate::record::RecordStore::recall`], a
+    /// replay cache) is answered at once, and every other request reaches the handler with an
+    /// [`super::IdempotencyClaim`] to extract. The handler begins the record with the claim's
+    /// scope, key, fingerprint and policy, and hands whatever that decided to
+    /// [`super::IdempotencyClaim::decided`], which logs and counts it and gives the usual
+    /// answer for a duplicate.
+    ///
+    /// On PostgreSQL and MySQL a concurrent duplicate waits on the record's row lock until the
+    /// first transaction ends, then replays; SQLite serialises writers anyway. A handler that
+    /// fails rolls its transaction back and leaves no record behind, so there is nothing to
+    /// free. Not combinable with a token guard (a token checked before the record would refuse
+    /// the retry of a request that went through) nor with [`Self::handler_decides`].
+    pub fn handler_begins(mut self) -> Self {
+        self.handler_begins = true;
+        self
+    }
+
     /// Validates and builds. Refused: an invalid operation name; a lease, retention or body
     /// limit out of bounds; a handler timeout not shorter than the lease (a handler that can
-    /// outlive its lease could run twice); a wait for in-flight requests over 30 s.
+    /// outlive its lease could run twice); a wait for in-flight requests over 30 s; a route
+    /// where the handler begins the record that also has a token guard or decides on a record
+    /// begun by the layer.
     pub fn build(self) -> Result<RouteConfig, InvalidInput> {
+        if self.handler_begins && (self.token.is_some() || self.handler_decides) {
+            return Err(InvalidInput::Conflicting {
+                what: "handler_begins with a token guard or handler_decides",
+            });
+        }
         Scope::new("t", &self.operation)?;
         let policy = RecordPolicy::new(self.lease, self.retention)?;
         let handler_timeout = self.handler_timeout.unwrap_or(self.lease / 2);
@@ -363,6 +394,7 @@ impl RouteConfigBuilder {
             in_flight_wait: self.in_flight_wait,
             token: self.token,
             handler_decides: self.handler_decides,
+            handler_begins: self.handler_begins,
         })
     }
 }

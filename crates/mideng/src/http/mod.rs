@@ -16,6 +16,8 @@
 //!   over an earlier attempt.
 //! - [`IdempotencyDecision`] — for routes built with `handler_decides()`: the handler gets the
 //!   decision itself and completes the record in its own transaction.
+//! - [`IdempotencyClaim`] — for routes built with `handler_begins()`: the handler begins the
+//!   record in the transaction of its effect, so that a first-time request commits once.
 //! - [`read_idempotency_key`] — the key headers, read once: a repeated header, both spellings
 //!   or a broken structured string is refused, never resolved by picking one.
 //! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
@@ -42,6 +44,6 @@ pub use headers::{
 };
 pub use problem::Problem;
 pub use service::{
-    IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyDecision, IdempotencyLayer,
-    IdempotencyService,
+    IDEMPOTENT_REPLAYED, IdempotencyClaim, IdempotencyContext, IdempotencyDecision,
+    IdempotencyLayer, IdempotencyService,
 };

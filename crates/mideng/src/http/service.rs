@@ -42,7 +42,7 @@ use super::problem::Problem;
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Scope, redact};
 use crate::limits::RESPONSE_BODY_BYTES_MAX;
-use crate::record::{Decision, Lease, StoredResponse};
+use crate::record::{Decision, Lease, RecordPolicy, StoredResponse};
 use crate::token::Consumption;
 
 /// The response header that marks a replay.
@@ -408,6 +408,9 @@ where
     };
 
     let fingerprint = fingerprint_of(&config, &parts, &body);
+    if config.handler_begins {
+        return claim(&config, inner, parts, body, scope, key, fingerprint, &log).await;
+    }
     if config.handler_decides {
         return hand_over(&config, inner, parts, body, scope, key, fingerprint, &log).await;
     }
@@ -492,6 +495,180 @@ where
             problem.into_response()
         }
     }
+}
+
+/// `handler_begins` mode: a replay or mismatch the store knows without a round trip is
+/// answered here; every other request reaches the handler with its claim.
+#[allow(clippy::too_many_arguments)]
+async fn claim<S>(
+    config: &RouteConfig,
+    inner: S,
+    mut parts: Parts,
+    body: Bytes,
+    scope: Scope,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+    log: &DecisionLog<'_>,
+) -> Response<Body>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    match config.records.recall(&scope, &key, &fingerprint) {
+        Some(Decision::Replay(stored)) => {
+            log.record(Outcome::Replay);
+            return replay(stored);
+        }
+        Some(Decision::Mismatch) => return log.refuse(Outcome::Mismatch, Problem::KeyReused),
+        // Only replays and mismatches are recalled; anything else is the store's to decide.
+        Some(Decision::Proceed(_) | Decision::InFlight { .. }) | None => {}
+    }
+    parts.extensions.insert(IdempotencyClaim {
+        scope,
+        key,
+        fingerprint,
+        policy: config.policy,
+        records: config.records.clone(),
+        redacted_key: log.redacted_key.clone(),
+    });
+    run_handler(config, inner, Request::from_parts(parts, Body::from(body)))
+        .await
+        .unwrap_or_else(|problem| {
+            log.record(Outcome::Abandoned);
+            problem.into_response()
+        })
+}
+
+/// A request the handler begins itself, for routes configured with
+/// [`super::RouteConfigBuilder::handler_begins`]: what to begin the record with, in the
+/// handler's own transaction, and the layer's answers for what that decided.
+#[derive(Clone)]
+pub struct IdempotencyClaim {
+    /// Tenant + operation.
+    pub scope: Scope,
+    /// The key.
+    pub key: IdempotencyKey,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The route's lease and retention.
+    pub policy: RecordPolicy,
+    records: Arc<dyn crate::record::RecordStore>,
+    redacted_key: String,
+}
+
+impl std::fmt::Debug for IdempotencyClaim {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("IdempotencyClaim")
+            .field("scope", &self.scope)
+            .field("key", &self.redacted_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyClaim {
+    /// Logs and counts what the handler's `begin` decided, and gives the layer's usual answer
+    /// for a duplicate: the replay (with `Idempotent-Replayed: true`, and remembered by a
+    /// replay cache in front of the store), 409 with `Retry-After`, or 422. `None` on
+    /// `Proceed`: the handler goes on.
+    pub async fn decided(&self, decision: &Decision) -> Option<Response<Body>> {
+        let outcome = match decision {
+            Decision::Proceed(lease) if lease.taken_over => Outcome::ProceedTakeover,
+            Decision::Proceed(_) => Outcome::Proceed,
+            Decision::Replay(_) => Outcome::Replay,
+            Decision::InFlight { .. } => Outcome::InFlight,
+            Decision::Mismatch => Outcome::Mismatch,
+        };
+        record(
+            self.scope.tenant(),
+            self.scope.operation(),
+            &self.redacted_key,
+            outcome,
+        );
+        match decision {
+            Decision::Proceed(_) => None,
+            Decision::Replay(stored) => {
+                self.records
+                    .replayed(&self.scope, &self.key, &self.fingerprint, stored)
+                    .await;
+                Some(replay(stored.clone()))
+            }
+            Decision::InFlight { retry_after } => Some(
+                Problem::InProgress {
+                    retry_after: *retry_after,
+                }
+                .into_response(),
+            ),
+            Decision::Mismatch => Some(Problem::KeyReused.into_response()),
+        }
+    }
+
+    /// Logs and counts a first-time request whose transaction began the record, ran and
+    /// stored its answer (the handler's `begin` decided `Proceed`, then its commit stored the
+    /// answer).
+    pub fn stored(&self) {
+        for outcome in [Outcome::Proceed, Outcome::Stored] {
+            record(
+                self.scope.tenant(),
+                self.scope.operation(),
+                &self.redacted_key,
+                outcome,
+            );
+        }
+    }
+
+    /// Stores `response` as the answer to this request without an effect of the handler's
+    /// own (a request refused after its key was read: a retry of it gets the same answer),
+    /// through the route's record store: `begin`, then `complete`. A duplicate gets the usual
+    /// answer instead. Failures to store are logged; the response is sent either way.
+    pub async fn answer(&self, response: StoredResponse) -> Response<Body> {
+        let decision = match self
+            .records
+            .begin(&self.scope, &self.key, &self.fingerprint, &self.policy)
+            .await
+        {
+            Ok(decision) => decision,
+            Err(error) => return store_problem(&error).into_response(),
+        };
+        if let Some(answer) = self.decided(&decision).await {
+            return answer;
+        }
+        if let Decision::Proceed(lease) = &decision
+            && let Err(error) = self.records.complete(lease, &response).await
+        {
+            tracing::warn!(target: "mideng::idempotency", %error, "could not store a refusal; the key stays leased until it expires");
+        }
+        replay_free(response)
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        self.scope.tenant()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyClaim {
+    type Rejection = Response<Body>;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<IdempotencyClaim>()
+            .cloned()
+            .ok_or_else(|| {
+                tracing::error!("IdempotencyClaim extracted on a route without handler_begins()");
+                Problem::Internal.into_response()
+            })
+    }
+}
+
+/// A stored answer sent for the first time (no replay mark).
+fn replay_free(stored: StoredResponse) -> Response<Body> {
+    let mut response = replay(stored);
+    response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+    response
 }
 
 /// Runs `begin`, and while a duplicate is in flight polls again until the route's

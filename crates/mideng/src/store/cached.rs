@@ -18,6 +18,12 @@
 //! the shared store on its first replay). The cache is bounded by entry count; the least
 //! recently used entries go first. Hashing uses the standard library's per-process keys, since
 //! the keys come from clients.
+//!
+//! A record begun in the caller's own transaction ([`crate::store::sql::SqlStore::begin_in`])
+//! does not pass through here: a route built with
+//! [`crate::http::RouteConfigBuilder::handler_begins`] asks the cache first
+//! ([`RecordStore::recall`]) and tells it of each replay its transaction found
+//! ([`RecordStore::replayed`]).
 
 use std::time::Duration;
 
@@ -140,18 +146,11 @@ impl<S: RecordStore> RecordStore for CachedRecords<S> {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        if let Some(decision) = self.recall(scope, key, fingerprint) {
+            return Ok(decision);
+        }
         let now_ms = clock::now_ms();
         let id = (scope.clone(), key.clone());
-        if let Some(done) = self.answers.get(&id) {
-            if done.until_ms > now_ms {
-                return Ok(if done.fingerprint == *fingerprint {
-                    Decision::Replay(done.response)
-                } else {
-                    Decision::Mismatch
-                });
-            }
-            self.answers.remove(&id);
-        }
         let decision = self.inner.begin(scope, key, fingerprint, policy).await?;
         if let Decision::Replay(response) = &decision {
             self.remember(id, fingerprint, response, now_ms).await;
@@ -181,5 +180,36 @@ impl<S: RecordStore> RecordStore for CachedRecords<S> {
 
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
         self.inner.purge_expired(now_ms, limit).await
+    }
+
+    fn recall(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Option<Decision> {
+        let id = (scope.clone(), key.clone());
+        let done = self.answers.get(&id)?;
+        if done.until_ms <= clock::now_ms() {
+            self.answers.remove(&id);
+            return None;
+        }
+        Some(if done.fingerprint == *fingerprint {
+            Decision::Replay(done.response)
+        } else {
+            Decision::Mismatch
+        })
+    }
+
+    async fn replayed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+    ) {
+        let id = (scope.clone(), key.clone());
+        self.remember(id, fingerprint, response, clock::now_ms())
+            .await;
     }
 }

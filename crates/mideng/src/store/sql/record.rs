@@ -7,21 +7,22 @@
 //!    and SQLite `ON CONFLICT DO NOTHING`; MySQL `ON DUPLICATE KEY UPDATE fence = fence`, which
 //!    takes the row's exclusive lock at once instead of a shared lock that would deadlock on
 //!    upgrade) — a duplicate never raises an error, so a caller's transaction is never aborted;
-//! 2. read the row under a row lock (`FOR UPDATE`; SQLite's `BEGIN IMMEDIATE` already
-//!    serialises writers);
+//! 2. on PostgreSQL and SQLite, an insert that counted one row is ours: proceed with fence 1
+//!    (one round trip); otherwise read the row under a row lock (`FOR UPDATE`; SQLite's
+//!    `BEGIN IMMEDIATE` already serialises writers);
 //! 3. if the row carries our nonce we inserted it: proceed with fence 1; otherwise apply
 //!    [`crate::record::judge`] and, for a take-over, update the row with fence + 1.
 //!
-//! The nonce, not the affected-row count, tells who inserted, because MySQL connections report
-//! matched rather than changed rows. A completion and an abandonment are one conditional
+//! On MySQL the nonce, not the affected-row count, tells who inserted, because MySQL
+//! connections report matched rather than changed rows. A completion and an abandonment are one conditional
 //! update each, on the fence and the owner: a lease that was taken over can no longer write.
 
 use async_trait::async_trait;
 use sqlx::Database;
 
 use super::engine::{
-    Arg, Dialect, SqlConn, SqlRow, SqlStore, as_fence, as_i64, corrupt, retry_conflicts,
-    store_error,
+    Arg, Dialect, SqlConn, SqlDialect, SqlRow, SqlStore, as_fence, as_i64, corrupt,
+    retry_conflicts, store_error,
 };
 use super::statements::PerDialect;
 use crate::clock::now_ms;
@@ -169,7 +170,7 @@ async fn begin_on<D: Dialect>(
     let lease_until_ms = now.saturating_add(policy.lease_ms());
     let expires_at_ms = now.saturating_add(policy.retention_ms());
     let [tenant, operation, key_text] = record_key_args(scope, key);
-    connection
+    let inserted = connection
         .run(
             INSERT.get::<D>(),
             &[
@@ -185,6 +186,19 @@ async fn begin_on<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
+    if inserted == 1 && D::KIND != SqlDialect::MySql {
+        // PostgreSQL and SQLite count only the rows an `ON CONFLICT DO NOTHING` inserted: the
+        // row is ours, locked by our insert, and reading it back would tell nothing new.
+        return Ok(Decision::Proceed(Lease {
+            scope: scope.clone(),
+            key: key.clone(),
+            fence: 1,
+            owner,
+            lease_until_ms,
+            retention_ms: policy.retention_ms(),
+            taken_over: false,
+        }));
+    }
     let row = connection
         .row(SELECT_LOCKED.get::<D>(), &record_key_args(scope, key))
         .await
