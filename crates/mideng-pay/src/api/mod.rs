@@ -186,14 +186,14 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
     let credit = on
         .then(|| {
             route_config(&state, operation::WALLET_CREDIT, KeyRequirement::Required)?
-                .handler_decides()
+                .handler_begins()
                 .build()
         })
         .transpose()?;
     let deduct = on
         .then(|| {
             route_config(&state, operation::WALLET_DEDUCT, KeyRequirement::Required)?
-                .handler_decides()
+                .handler_begins()
                 .build()
         })
         .transpose()?;

@@ -1,7 +1,8 @@
 //! Wallets over HTTP: credit and deduct ([`crate::flows::wallet`]) under a required
-//! `Idempotency-Key`, each in one transaction with
-//! its idempotency record, so that the money moves and the answer is stored together or not at
-//! all. Each has a business key besides the request's key — a deduct one debit per user and
+//! `Idempotency-Key`, each in one transaction that begins its idempotency record, moves the
+//! money and stores the answer: a first-time request commits once, and the money moves and the
+//! answer is stored together or not at all. A concurrent duplicate waits on the record's row
+//! until the first commits, then replays; a replay seen before is answered from memory. Each has a business key besides the request's key — a deduct one debit per user and
 //! order, a credit one credit per user and reference — held by a unique index; a second
 //! operation under another key is answered 409 naming the first. Refusals a retry would repeat
 //! (insufficient funds, the business key taken) are stored and replayed like successes.
@@ -14,9 +15,8 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
-use mideng::Lease;
-use mideng::http::{IdempotencyDecision, Tenant};
-use mideng::record::{Decision, StoredResponse};
+use mideng::http::{IdempotencyClaim, Tenant};
+use mideng::record::StoredResponse;
 
 use super::error::Code;
 use super::fields::identifier;
@@ -25,7 +25,7 @@ use super::{ApiError, AppState};
 use crate::domain::ids::{OrderId, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
 use crate::flows::wallet::{self, CreditRequest, DeductRequest};
-use crate::store::WalletRecord;
+use crate::store::{Answered, WalletRecord};
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
     StoredResponse {
@@ -63,66 +63,44 @@ fn send(stored: StoredResponse) -> Response<Body> {
     response
 }
 
-/// The lease to act under, or the answer for a duplicate.
-fn lease_of(decided: &IdempotencyDecision) -> Result<Lease, Box<Response<Body>>> {
-    match &decided.decision {
-        Decision::Proceed(lease) => Ok(lease.clone()),
-        _ => Err(Box::new(decided.standard_response().unwrap_or_else(|| {
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }))),
-    }
-}
-
-/// A client mistake found after the key was taken: stored like any other answer below 500, so
-/// that the retry of the same bad request gets the same answer.
-async fn refuse(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> Response<Body> {
-    let stored = stored_problem(&error);
-    if let Err(failure) = decided.records().complete(lease, &stored).await {
-        tracing::warn!(%failure, "could not store a refusal; the key stays leased until it expires");
-    }
-    send(stored)
-}
-
-/// A failure of ours: the key is freed for the retry.
-async fn fail(decided: &IdempotencyDecision, lease: &Lease, error: ApiError) -> Response<Body> {
-    if let Err(failure) = decided.records().abandon(lease).await {
-        tracing::warn!(%failure, "could not free the key; it frees itself when the lease expires");
-    }
-    error.into_response()
-}
-
-/// A keyed wallet operation: a duplicate gets the layer's answer; a request that fails its
-/// checks gets a stored refusal; otherwise `work` runs in one transaction with the record, and
-/// its stored answer is sent (or, if the transaction fails, the key is freed for the retry).
-/// Without a decision (the machinery off), `work` runs without a record.
-async fn keyed<T>(
+/// A keyed wallet operation: a request that fails its checks gets a stored refusal;
+/// otherwise `work` begins the record, moves the money and stores the answer in one
+/// transaction, and a duplicate found there gets the layer's answer. If the transaction fails
+/// it leaves nothing behind, and the retry runs afresh. Without a claim (the machinery off),
+/// `work` runs without a record.
+async fn keyed<T, O>(
     state: &AppState,
-    decided: Option<&IdempotencyDecision>,
+    claim: Option<&IdempotencyClaim>,
     checked: Result<T, ApiError>,
-    work: impl AsyncFnOnce(Option<Lease>, T) -> Result<StoredResponse, mideng::StoreError>,
+    work: impl AsyncFnOnce(T) -> Result<Answered<O>, mideng::StoreError>,
 ) -> Response<Body> {
-    let Some(decided) = decided else {
+    let Some(claim) = claim else {
         return unrecorded(state, checked, work).await;
-    };
-    let lease = match lease_of(decided) {
-        Ok(lease) => lease,
-        Err(answer) => return *answer,
     };
     let input = match checked {
         Ok(input) => input,
-        Err(error) => return refuse(decided, &lease, error).await,
+        // A client mistake found after the key was read: stored like any other answer below
+        // 500, so that the retry of the same bad request gets the same answer.
+        Err(error) => return claim.answer(stored_problem(&error)).await,
     };
-    match work(Some(lease.clone()), input).await {
-        Ok(stored) => send(stored),
-        Err(error) => fail(decided, &lease, ApiError::from(error)).await,
+    match work(input).await {
+        Ok(Answered::Ran(_, stored)) => {
+            claim.stored();
+            send(stored)
+        }
+        Ok(Answered::Duplicate(decision)) => claim.decided(&decision).await.unwrap_or_else(|| {
+            tracing::error!("a wallet transaction reported a duplicate that proceeds");
+            ApiError::new(Code::Internal, "internal error").into_response()
+        }),
+        Err(error) => ApiError::from(error).into_response(),
     }
 }
 
 /// A wallet operation with the machinery off: checked, then `work` without a record.
-async fn unrecorded<T>(
+async fn unrecorded<T, O>(
     state: &AppState,
     checked: Result<T, ApiError>,
-    work: impl AsyncFnOnce(Option<Lease>, T) -> Result<StoredResponse, mideng::StoreError>,
+    work: impl AsyncFnOnce(T) -> Result<Answered<O>, mideng::StoreError>,
 ) -> Response<Body> {
     if state.ports.settings.idempotency {
         // The layer is missing although the machinery is on: never move money unrecorded.
@@ -133,16 +111,26 @@ async fn unrecorded<T>(
         Ok(input) => input,
         Err(error) => return error.into_response(),
     };
-    match work(None, input).await {
-        Ok(stored) => send(stored),
+    match work(input).await {
+        Ok(Answered::Ran(_, stored)) => send(stored),
+        Ok(Answered::Duplicate(_)) => {
+            tracing::error!("a wallet operation without a record reported a duplicate");
+            ApiError::new(Code::Internal, "internal error").into_response()
+        }
         Err(error) => ApiError::from(error).into_response(),
     }
 }
 
-/// The record a wallet operation completes: the lease's, or none (the machinery off).
-fn record_of<'a>(lease: Option<&'a Lease>, tenant_id: &'a str) -> WalletRecord<'a> {
-    match lease {
-        Some(lease) => WalletRecord::Lease(lease),
+/// The record a wallet operation begins and completes: the claim's, or none (the machinery
+/// off).
+fn record_of<'a>(claim: Option<&'a IdempotencyClaim>, tenant_id: &'a str) -> WalletRecord<'a> {
+    match claim {
+        Some(claim) => WalletRecord::Claim {
+            scope: &claim.scope,
+            key: &claim.key,
+            fingerprint: &claim.fingerprint,
+            policy: claim.policy,
+        },
         None => WalletRecord::Unrecorded { tenant_id },
     }
 }
@@ -201,7 +189,7 @@ pub(super) async fn credit(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
-    decided: Option<axum::Extension<IdempotencyDecision>>,
+    claim: Option<axum::Extension<IdempotencyClaim>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response<Body> {
@@ -235,20 +223,10 @@ pub(super) async fn credit(
             .with_existing(view(credit)),
         ),
     };
-    keyed(
-        &state,
-        decided.as_ref().map(|axum::Extension(decided)| decided),
-        checked,
-        async |lease, request| {
-            wallet::credit(
-                &state.ports,
-                record_of(lease.as_ref(), &tenant),
-                &request,
-                &render,
-            )
-            .await
-        },
-    )
+    let claim = claim.as_ref().map(|axum::Extension(claim)| claim);
+    keyed(&state, claim, checked, async |request| {
+        wallet::credit(&state.ports, record_of(claim, &tenant), &request, &render).await
+    })
     .await
 }
 
@@ -271,7 +249,7 @@ pub(super) async fn deduct(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     Path(user_id): Path<String>,
-    decided: Option<axum::Extension<IdempotencyDecision>>,
+    claim: Option<axum::Extension<IdempotencyClaim>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response<Body> {
@@ -305,20 +283,10 @@ pub(super) async fn deduct(
             .with_existing(view(debit)),
         ),
     };
-    keyed(
-        &state,
-        decided.as_ref().map(|axum::Extension(decided)| decided),
-        checked,
-        async |lease, request| {
-            wallet::deduct(
-                &state.ports,
-                record_of(lease.as_ref(), &tenant),
-                &request,
-                &render,
-            )
-            .await
-        },
-    )
+    let claim = claim.as_ref().map(|axum::Extension(claim)| claim);
+    keyed(&state, claim, checked, async |request| {
+        wallet::deduct(&state.ports, record_of(claim, &tenant), &request, &render).await
+    })
     .await
 }
 

@@ -8,7 +8,9 @@
 /// the three schemes of the seeds' selection guide. Every one keeps the same rules (one debit
 /// per user and order, never below zero, insufficient funds answered and stored); they differ
 /// in how concurrent deducts of one wallet wait for each other. Credits always lock the row.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum WalletStrategy {
     /// Pessimistic: read the balance `FOR UPDATE`, decide, write; racing deducts queue on the
@@ -43,7 +45,9 @@ impl WalletStrategy {
 
     /// The strategy of a configuration name.
     pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|strategy| strategy.as_str() == name)
+        Self::ALL
+            .into_iter()
+            .find(|strategy| strategy.as_str() == name)
     }
 }
 

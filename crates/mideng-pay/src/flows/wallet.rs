@@ -1,17 +1,18 @@
-//! Wallets: credit and deduct. Each runs in one transaction with its idempotency record, so
-//! that the money moves and the answer is stored together or not at all; the answer is
-//! rendered by the caller's pure [`Render`] function inside that transaction. Each operation has
+//! Wallets: credit and deduct. Each runs in one transaction with its idempotency record —
+//! begun, acted on and completed there, so that a first-time request commits once — and the
+//! money moves and the answer is stored together or not at all; the answer is rendered by the
+//! caller's pure [`Render`] function inside that transaction. A duplicate comes back as the
+//! record's decision, with nothing moved. Each operation has
 //! a business key besides the request's key — a deduct one debit per user and order, a credit
 //! one credit per user and reference — held by a unique index.
 
 use mideng::StoreError;
-use mideng::record::StoredResponse;
 
 use crate::domain::ids::{OrderId, Reference, UserId, new_number};
 use crate::domain::money::Amount;
 use crate::domain::wallet::{CreditOutcome, DeductOutcome};
 use crate::flows::{Ports, decision, operation};
-use crate::store::{Render, WalletRecord};
+use crate::store::{Answered, Render, WalletRecord};
 
 /// A credit, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,16 +36,16 @@ pub struct DeductRequest {
     pub amount: Amount,
 }
 
-/// Credits a wallet at most once per reference, completing `record` (if any) with
-/// `render(outcome)` in the same transaction; the stored answer.
+/// Credits a wallet at most once per reference, beginning and completing `record` (if any)
+/// with `render(outcome)` in the same transaction.
 pub async fn credit(
     ports: &Ports,
     record: WalletRecord<'_>,
     request: &CreditRequest,
     render: Render<'_, CreditOutcome>,
-) -> Result<StoredResponse, StoreError> {
+) -> Result<Answered<CreditOutcome>, StoreError> {
     let entry_no = new_number('C', ports.clock.now_ms());
-    let (outcome, stored) = ports
+    let answered = ports
         .store
         .wallets
         .credit(
@@ -56,6 +57,9 @@ pub async fn credit(
             render,
         )
         .await?;
+    let Answered::Ran(outcome, _) = &answered else {
+        return Ok(answered);
+    };
     let label = match outcome {
         CreditOutcome::Credited(_) => "credited",
         CreditOutcome::AlreadyCredited(_) => "already_credited",
@@ -68,23 +72,25 @@ pub async fn credit(
         request.user_id.as_str(),
         label,
     );
-    Ok(stored)
+    Ok(answered)
 }
 
-/// Deducts from a wallet at most once per order, never below zero, completing `record` (if
-/// any) with `render(outcome)` in the same transaction; the stored answer.
+/// Deducts from a wallet at most once per order, never below zero, by the configured
+/// [`crate::domain::wallet::WalletStrategy`], beginning and completing `record` (if any) with
+/// `render(outcome)` in the same transaction.
 pub async fn deduct(
     ports: &Ports,
     record: WalletRecord<'_>,
     request: &DeductRequest,
     render: Render<'_, DeductOutcome>,
-) -> Result<StoredResponse, StoreError> {
+) -> Result<Answered<DeductOutcome>, StoreError> {
     let entry_no = new_number('D', ports.clock.now_ms());
-    let (outcome, stored) = ports
+    let answered = ports
         .store
         .wallets
         .deduct(
             record,
+            ports.settings.wallet_strategy,
             request.user_id.as_str(),
             request.order_id.as_str(),
             request.amount,
@@ -92,6 +98,9 @@ pub async fn deduct(
             render,
         )
         .await?;
+    let Answered::Ran(outcome, _) = &answered else {
+        return Ok(answered);
+    };
     let label = match outcome {
         DeductOutcome::Debited(_) => "debited",
         DeductOutcome::AlreadyDeducted(_) => "already_deducted",
@@ -104,5 +113,5 @@ pub async fn deduct(
         request.order_id.as_str(),
         label,
     );
-    Ok(stored)
+    Ok(answered)
 }

@@ -3,7 +3,8 @@
 //! Each dialect holds the invariants of `docs/design.md` §5 that a database can hold: one
 //! PENDING and at most one PAID payment per order (partial unique indexes; on MySQL, generated
 //! flags under unique indexes), balances never negative (CHECK), one debit per user + order,
-//! one credit per user + reference, one grant per payment. The service's bookkeeping table is
+//! one credit per user + reference, one grant per payment; each wallet carries a version for
+//! the optimistic deduct. The service's bookkeeping table is
 //! `mideng_pay_migrations`, apart from the toolkit's.
 
 use mideng::store::sql::versioned_migrator;
@@ -31,6 +32,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "one credit per reference",
                 include_str!("../../migrations/postgres/0002_one_credit_per_reference.sql"),
             ),
+            (
+                3,
+                "wallet version",
+                include_str!("../../migrations/postgres/0003_wallet_version.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -55,6 +61,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "one credit per reference",
                 include_str!("../../migrations/mysql/0002_one_credit_per_reference.sql"),
             ),
+            (
+                3,
+                "wallet version",
+                include_str!("../../migrations/mysql/0003_wallet_version.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -74,6 +85,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 2,
                 "one credit per reference",
                 include_str!("../../migrations/sqlite/0002_one_credit_per_reference.sql"),
+            ),
+            (
+                3,
+                "wallet version",
+                include_str!("../../migrations/sqlite/0003_wallet_version.sql"),
             ),
         ],
     )

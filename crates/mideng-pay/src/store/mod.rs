@@ -47,7 +47,7 @@ pub use orders::{OrderInsert, OrderTransition, Orders};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
 pub use sql::{Backend, SqlPay};
 pub use tenants::Tenants;
-pub use wallets::{Render, WalletRecord, Wallets};
+pub use wallets::{Answered, Render, WalletRecord, Wallets};
 
 /// Every storage port, on one database.
 #[derive(Clone)]

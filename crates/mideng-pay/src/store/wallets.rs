@@ -1,24 +1,42 @@
 //! Wallets in storage: credits and deducts that can never overdraw, whatever the concurrency.
 //!
-//! Both run in the caller's write transaction (with the request's idempotency record, so that
-//! a retried request replays instead of moving money again). The wallet row is locked for the
-//! whole operation, the new balance is computed with checked arithmetic
-//! ([`crate::domain::money::Balance`]), and the database's CHECK refuses a negative balance
-//! should anything get past that. Each operation has a business key besides the request's
-//! `Idempotency-Key`: a deduct for an order that was debited already (under another key) finds
-//! that debit instead, and a credit whose reference was credited already finds that credit; the
-//! unique debit-per-order and credit-per-reference indexes decide.
+//! Both run in the caller's write transaction, which also begins and completes the request's
+//! idempotency record ([`WalletRecord::Claim`]): a first-time request commits once, with its
+//! record, its effect and its stored answer, and a retried request replays instead of moving
+//! money again. Each operation has a business key besides the request's `Idempotency-Key`: a
+//! deduct for an order that was debited already (under another key) finds that debit instead,
+//! and a credit whose reference was credited already finds that credit; the unique
+//! debit-per-order and credit-per-reference indexes decide. New balances are computed with
+//! checked arithmetic ([`crate::domain::money::Balance`]) or by the database under a
+//! `balance >= x` condition, and the database's CHECK refuses a negative balance should
+//! anything get past that.
+//!
+//! How racing deducts of one wallet wait for each other is the [`WalletStrategy`]:
+//!
+//! | strategy | statements of a first-time deduct | a race |
+//! |---|---|---|
+//! | `row-lock` | lock the wallet (`FOR UPDATE`), find a debit for the order, insert the entry, set the balance | waits on the row lock |
+//! | `optimistic` | read balance and version, find a debit, set the balance where the version is unchanged, insert the entry | the loser's transaction is retried whole (bounded) |
+//! | `conditional-update` | `balance = balance - x WHERE balance >= x` (returning the balance), insert the entry | waits on the row lock the update takes; a debit for the order found by the entry's unique index puts the amount back in the same transaction |
+//!
+//! Every balance change bumps the wallet's `version`, whatever the strategy, so that instances
+//! configured differently (during a change of strategy) still see each other's writes.
+//! Credits always lock the row: they never race for a balance condition.
 
 use async_trait::async_trait;
-use mideng::record::{Lease, StoredResponse};
+use mideng::key::{Fingerprint, IdempotencyKey, Scope};
+use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
-use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
+use mideng::store::sql::{
+    Arg, Dialect, PerDialect, SqlConn, SqlDialect, SqlRow, SqlStore, store_error,
+};
 use mideng::{StoreError, clock, dialect_sql};
 
 use super::sql::SqlPay;
 use crate::domain::money::{Amount, Balance};
 use crate::domain::wallet::{
     Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStatement,
+    WalletStrategy,
 };
 
 fn read(error: mideng::sqlx::Error) -> StoreError {
@@ -71,7 +89,7 @@ async fn lock_wallet<D: Dialect>(
 
 /// Sets the balance of a wallet locked by this transaction.
 const WALLET_SET_BALANCE: PerDialect<&str> = dialect_sql!(
-    "UPDATE pay_wallets SET balance = " ? ", updated_at = " ? " WHERE tenant_id = " ?
+    "UPDATE pay_wallets SET balance = " ? ", version = version + 1, updated_at = " ? " WHERE tenant_id = " ?
     " AND user_id = " ?
 );
 
@@ -261,17 +279,76 @@ pub async fn find_debit<D: Dialect>(
     find_entry::<D>(connection, statement, tenant_id, user_id, order_id).await
 }
 
-/// Deducts `amount` from the user's wallet for `order_id`: at most one debit per user and
-/// order, never below zero.
+/// A deduct to make: whose wallet, for which order, how much, under which entry number.
+#[derive(Clone, Copy, Debug)]
+pub struct Deduct<'a> {
+    /// The tenant.
+    pub tenant_id: &'a str,
+    /// The wallet's owner.
+    pub user_id: &'a str,
+    /// The order paid for (one debit per user and order).
+    pub order_id: &'a str,
+    /// How much.
+    pub amount: Amount,
+    /// The new entry's number.
+    pub entry_no: &'a str,
+    /// Now (Unix ms).
+    pub now_ms: i64,
+}
+
+impl Deduct<'_> {
+    fn entry(&self, balance_after: Balance) -> Entry<'_> {
+        Entry {
+            entry_no: self.entry_no,
+            tenant_id: self.tenant_id,
+            user_id: self.user_id,
+            kind: "DEBIT",
+            amount: self.amount,
+            reference: self.order_id,
+            order_id: Some(self.order_id),
+            balance_after,
+            now_ms: self.now_ms,
+        }
+    }
+
+    fn debited(&self, balance_after: Balance) -> DeductOutcome {
+        DeductOutcome::Debited(LedgerEntry {
+            entry_no: self.entry_no.to_owned(),
+            amount_fen: self.amount.fen(),
+            balance_after_fen: balance_after.fen(),
+            created_at_ms: self.now_ms,
+        })
+    }
+}
+
+/// Deducts from the user's wallet for the order, by `strategy`: at most one debit per user and
+/// order, never below zero. Under any strategy a lost race comes back as
+/// [`StoreError::Conflict`], for the caller's transaction to be retried whole.
 pub async fn deduct<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
-    tenant_id: &str,
-    user_id: &str,
-    order_id: &str,
-    amount: Amount,
-    entry_no: &str,
-    now_ms: i64,
+    strategy: WalletStrategy,
+    deduct: &Deduct<'_>,
 ) -> Result<DeductOutcome, StoreError> {
+    match strategy {
+        WalletStrategy::RowLock => deduct_locked::<D>(connection, deduct).await,
+        WalletStrategy::Optimistic => deduct_optimistic::<D>(connection, deduct).await,
+        WalletStrategy::ConditionalUpdate => deduct_conditional::<D>(connection, deduct).await,
+    }
+}
+
+/// `row-lock`: the wallet locked first; under the lock nothing else of this wallet moves.
+async fn deduct_locked<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    deduct: &Deduct<'_>,
+) -> Result<DeductOutcome, StoreError> {
+    let Deduct {
+        tenant_id,
+        user_id,
+        order_id,
+        amount,
+        now_ms,
+        ..
+    } = *deduct;
     let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
     // Under the wallet lock no other deduct of this user runs, so an existing debit for the
     // order is final and a missing one cannot appear before ours.
@@ -286,29 +363,204 @@ pub async fn deduct<D: Dialect>(
             });
         }
     };
-    let entry = Entry {
-        entry_no,
-        tenant_id,
-        user_id,
-        kind: "DEBIT",
-        amount,
-        reference: order_id,
-        order_id: Some(order_id),
-        balance_after: after,
-        now_ms,
-    };
-    if !insert_entry::<D>(connection, &entry).await? {
+    if !insert_entry::<D>(connection, &deduct.entry(after)).await? {
         return Err(StoreError::Conflict(
             "debit key taken under the wallet lock".to_owned(),
         ));
     }
     set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
-    Ok(DeductOutcome::Debited(LedgerEntry {
-        entry_no: entry_no.to_owned(),
-        amount_fen: amount.fen(),
-        balance_after_fen: after.fen(),
-        created_at_ms: now_ms,
-    }))
+    Ok(deduct.debited(after))
+}
+
+/// The wallet's balance and version, without a lock.
+const WALLET_SELECT_VERSIONED: PerDialect<&str> = dialect_sql!(
+    "SELECT balance, version FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ?
+);
+
+/// Sets the balance if the version is still the one read (compare-and-set).
+const WALLET_SET_BALANCE_IF_VERSION: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_wallets SET balance = " ? ", version = version + 1, updated_at = " ?
+    " WHERE tenant_id = " ? " AND user_id = " ? " AND version = " ?
+);
+
+/// `optimistic`: read without a lock, write only if nothing moved since the read.
+async fn deduct_optimistic<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    deduct: &Deduct<'_>,
+) -> Result<DeductOutcome, StoreError> {
+    let Deduct {
+        tenant_id,
+        user_id,
+        order_id,
+        amount,
+        now_ms,
+        ..
+    } = *deduct;
+    if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
+        return Ok(DeductOutcome::AlreadyDeducted(existing));
+    }
+    let row = connection
+        .row(
+            WALLET_SELECT_VERSIONED.get::<D>(),
+            &[Arg::Text(tenant_id), Arg::Text(user_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let Some(row) = row else {
+        // No wallet: nothing to deduct from.
+        return Ok(DeductOutcome::InsufficientFunds { balance_fen: 0 });
+    };
+    let stored = row.int(0).map_err(read)?;
+    let version = row.int(1).map_err(read)?;
+    let balance = Balance::from_stored(stored)
+        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))?;
+    let Ok(after) = balance.debit(amount) else {
+        return Ok(DeductOutcome::InsufficientFunds {
+            balance_fen: balance.fen(),
+        });
+    };
+    let changed = connection
+        .run(
+            WALLET_SET_BALANCE_IF_VERSION.get::<D>(),
+            &[
+                Arg::Int(after.fen()),
+                Arg::Int(now_ms),
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+                Arg::Int(version),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if changed != 1 {
+        return Err(StoreError::Conflict(
+            "the wallet changed since it was read".to_owned(),
+        ));
+    }
+    if !insert_entry::<D>(connection, &deduct.entry(after)).await? {
+        // A debit for the order committed since our read: the retry finds it.
+        return Err(StoreError::Conflict(
+            "a debit for the order appeared since it was looked for".to_owned(),
+        ));
+    }
+    Ok(deduct.debited(after))
+}
+
+/// Takes `x` from the balance only if the balance covers it, returning the new balance where
+/// the database can (`RETURNING`); MySQL reads it back after.
+const WALLET_DEBIT_IF_COVERED: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_wallets SET balance = balance - " ? ", version = version + 1, updated_at = " ?
+    " WHERE tenant_id = " ? " AND user_id = " ? " AND balance >= " ?
+    { mysql: "", _: " RETURNING balance" }
+);
+
+/// Puts back an amount this transaction took (its row is still locked by it).
+const WALLET_PUT_BACK: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_wallets SET balance = balance + " ? ", version = version + 1 WHERE tenant_id = " ?
+    " AND user_id = " ?
+);
+
+/// The user's debit for an order, read as it is now (a locking read: on MySQL a plain read
+/// would see the transaction's snapshot, older than the debit whose key it just ran into).
+const ENTRY_SELECT_DEBIT_CURRENT: PerDialect<&str> = dialect_sql!(
+    "SELECT " ledger_entry_columns!() " FROM pay_wallet_entries WHERE tenant_id = " ?
+    " AND user_id = " ? " AND order_id = " ? " AND kind = 'DEBIT'" for_update
+);
+
+/// `conditional-update`: one statement decides and writes; no read before it.
+async fn deduct_conditional<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    deduct: &Deduct<'_>,
+) -> Result<DeductOutcome, StoreError> {
+    let Deduct {
+        tenant_id,
+        user_id,
+        order_id,
+        amount,
+        now_ms,
+        ..
+    } = *deduct;
+    let key = [Arg::Text(tenant_id), Arg::Text(user_id)];
+    let debit_args = [
+        Arg::Int(amount.fen()),
+        Arg::Int(now_ms),
+        Arg::Text(tenant_id),
+        Arg::Text(user_id),
+        Arg::Int(amount.fen()),
+    ];
+    let after = if D::KIND == SqlDialect::MySql {
+        let changed = connection
+            .run(WALLET_DEBIT_IF_COVERED.get::<D>(), &debit_args)
+            .await
+            .map_err(store_error::<D>)?;
+        if changed == 1 {
+            // Our own write, on a row our update locked: read back as it is.
+            let row = connection
+                .row(WALLET_SELECT_LOCKED.get::<D>(), &key)
+                .await
+                .map_err(store_error::<D>)?;
+            Some(row.ok_or_else(|| StoreError::Conflict("wallet vanished".to_owned()))?)
+        } else {
+            None
+        }
+    } else {
+        connection
+            .row(WALLET_DEBIT_IF_COVERED.get::<D>(), &debit_args)
+            .await
+            .map_err(store_error::<D>)?
+    };
+    let Some(after) = after else {
+        // Not debited: the order was debited before, or the balance does not cover it.
+        if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
+            return Ok(DeductOutcome::AlreadyDeducted(existing));
+        }
+        let balance = match connection
+            .row(WALLET_SELECT.get::<D>(), &key)
+            .await
+            .map_err(store_error::<D>)?
+        {
+            Some(row) => row.int(0).map_err(read)?,
+            None => 0,
+        };
+        return Ok(DeductOutcome::InsufficientFunds {
+            balance_fen: balance,
+        });
+    };
+    let stored = after.int(0).map_err(read)?;
+    let after = Balance::from_stored(stored)
+        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))?;
+    if insert_entry::<D>(connection, &deduct.entry(after)).await? {
+        return Ok(deduct.debited(after));
+    }
+    // The order was debited before: give the amount back (the row is ours until the end of
+    // the transaction, so nobody saw it gone) and name that debit.
+    connection
+        .run(
+            WALLET_PUT_BACK.get::<D>(),
+            &[
+                Arg::Int(amount.fen()),
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    let existing = find_entry::<D>(
+        connection,
+        ENTRY_SELECT_DEBIT_CURRENT.get::<D>(),
+        tenant_id,
+        user_id,
+        order_id,
+    )
+    .await?;
+    match existing {
+        Some(existing) => Ok(DeductOutcome::AlreadyDeducted(existing)),
+        // The entry number, not the order, was taken: retried whole with the same number
+        // would fail again, but numbers are unique per request; report the conflict.
+        None => Err(StoreError::Conflict(
+            "entry number taken by another deduct".to_owned(),
+        )),
+    }
 }
 
 /// The wallet's balance (zero for a wallet never credited), locking the wallet until the
@@ -375,11 +627,22 @@ pub async fn statement<D: Dialect>(
 /// all. It must not do I/O: the transaction may be retried, and it is called again then.
 pub type Render<'a, T> = &'a (dyn Fn(&T) -> StoredResponse + Send + Sync);
 
-/// Whose wallet operation it is, and the idempotency record it completes in its transaction.
+/// Whose wallet operation it is, and the idempotency record its transaction begins and
+/// completes.
 #[derive(Clone, Copy, Debug)]
 pub enum WalletRecord<'a> {
-    /// The record under this lease (its scope names the tenant) is completed with the answer.
-    Lease(&'a Lease),
+    /// The request's record, begun in the operation's transaction (its scope names the
+    /// tenant) and completed there with the answer.
+    Claim {
+        /// Tenant + operation.
+        scope: &'a Scope,
+        /// The request's key.
+        key: &'a IdempotencyKey,
+        /// The request's fingerprint.
+        fingerprint: &'a Fingerprint,
+        /// The route's lease and retention.
+        policy: RecordPolicy,
+    },
     /// No record: the idempotency machinery is off
     /// ([`crate::flows::PaymentSettings::idempotency`], measurement only).
     Unrecorded {
@@ -392,17 +655,27 @@ impl WalletRecord<'_> {
     /// The tenant.
     pub fn tenant(&self) -> &str {
         match self {
-            WalletRecord::Lease(lease) => lease.scope.tenant(),
+            WalletRecord::Claim { scope, .. } => scope.tenant(),
             WalletRecord::Unrecorded { tenant_id } => tenant_id,
         }
     }
 }
 
+/// What a wallet operation's transaction came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answered<T> {
+    /// It ran: its outcome, and the answer stored with it.
+    Ran(T, StoredResponse),
+    /// The record was begun before: what its `begin` decided (a replay, a request in flight,
+    /// another request under the key). Nothing moved.
+    Duplicate(Decision),
+}
+
 /// Wallets: credits and deducts, each in one transaction with its idempotency record.
 #[async_trait]
 pub trait Wallets: Send + Sync {
-    /// Credits a wallet (at most once per reference) and completes the record, if any, with
-    /// `render(outcome)` in one transaction, whatever the outcome.
+    /// Begins the record (if any), credits the wallet (at most once per reference) and
+    /// completes the record with `render(outcome)`, in one transaction, whatever the outcome.
     async fn credit(
         &self,
         record: WalletRecord<'_>,
@@ -411,20 +684,48 @@ pub trait Wallets: Send + Sync {
         reference: &str,
         entry_no: &str,
         render: Render<'_, CreditOutcome>,
-    ) -> Result<(CreditOutcome, StoredResponse), StoreError>;
-    /// Deducts from a wallet (at most once per order) and completes the record, if any, with
-    /// `render(outcome)` in one transaction, whatever the outcome.
+    ) -> Result<Answered<CreditOutcome>, StoreError>;
+    /// Begins the record (if any), deducts from the wallet by `strategy` (at most once per
+    /// order) and completes the record with `render(outcome)`, in one transaction, whatever
+    /// the outcome.
+    #[allow(clippy::too_many_arguments)]
     async fn deduct(
         &self,
         record: WalletRecord<'_>,
+        strategy: WalletStrategy,
         user_id: &str,
         order_id: &str,
         amount: Amount,
         entry_no: &str,
         render: Render<'_, DeductOutcome>,
-    ) -> Result<(DeductOutcome, StoredResponse), StoreError>;
+    ) -> Result<Answered<DeductOutcome>, StoreError>;
     /// The wallet's balance and latest entries.
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
+}
+
+/// Begins the request's record in the operation's transaction: the lease to complete (none
+/// without a record), or the decision on a duplicate.
+async fn claimed<D: Dialect>(
+    store: &SqlStore<D>,
+    transaction: &mut <D::Db as Database>::Connection,
+    record: WalletRecord<'_>,
+) -> Result<Result<Option<mideng::Lease>, Decision>, StoreError> {
+    let WalletRecord::Claim {
+        scope,
+        key,
+        fingerprint,
+        policy,
+    } = record
+    else {
+        return Ok(Ok(None));
+    };
+    match store
+        .begin_in(transaction, scope, key, fingerprint, &policy)
+        .await?
+    {
+        Decision::Proceed(lease) => Ok(Ok(Some(lease))),
+        other => Ok(Err(other)),
+    }
 }
 
 /// Renders `outcome` and completes the request's record with that answer (if there is a
@@ -432,15 +733,15 @@ pub trait Wallets: Send + Sync {
 async fn answered<D: Dialect, T>(
     store: &SqlStore<D>,
     transaction: &mut <D::Db as Database>::Connection,
-    record: WalletRecord<'_>,
+    lease: Option<&mideng::Lease>,
     render: Render<'_, T>,
     outcome: T,
-) -> Result<(T, StoredResponse), StoreError> {
+) -> Result<Answered<T>, StoreError> {
     let response = render(&outcome);
-    if let WalletRecord::Lease(lease) = record {
+    if let Some(lease) = lease {
         store.complete_in(transaction, lease, &response).await?;
     }
-    Ok((outcome, response))
+    Ok(Answered::Ran(outcome, response))
 }
 
 #[async_trait]
@@ -453,13 +754,17 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         reference: &str,
         entry_no: &str,
         render: Render<'_, CreditOutcome>,
-    ) -> Result<(CreditOutcome, StoredResponse), StoreError> {
-        let now_ms = clock::now_ms();
+    ) -> Result<Answered<CreditOutcome>, StoreError> {
         let store = &self.store;
         let tenant_id = record.tenant();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
+                    let lease = match claimed(store, transaction, record).await? {
+                        Ok(lease) => lease,
+                        Err(decision) => return Ok(Answered::Duplicate(decision)),
+                    };
+                    let now_ms = clock::now_ms();
                     let outcome = credit::<D>(
                         transaction,
                         tenant_id,
@@ -470,7 +775,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                         now_ms,
                     )
                     .await?;
-                    answered(store, transaction, record, render, outcome).await
+                    answered(store, transaction, lease.as_ref(), render, outcome).await
                 })
             })
             .await
@@ -479,29 +784,32 @@ impl<D: Dialect> Wallets for SqlPay<D> {
     async fn deduct(
         &self,
         record: WalletRecord<'_>,
+        strategy: WalletStrategy,
         user_id: &str,
         order_id: &str,
         amount: Amount,
         entry_no: &str,
         render: Render<'_, DeductOutcome>,
-    ) -> Result<(DeductOutcome, StoredResponse), StoreError> {
-        let now_ms = clock::now_ms();
+    ) -> Result<Answered<DeductOutcome>, StoreError> {
         let store = &self.store;
         let tenant_id = record.tenant();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
-                    let outcome = deduct::<D>(
-                        transaction,
+                    let lease = match claimed(store, transaction, record).await? {
+                        Ok(lease) => lease,
+                        Err(decision) => return Ok(Answered::Duplicate(decision)),
+                    };
+                    let request = Deduct {
                         tenant_id,
                         user_id,
                         order_id,
                         amount,
                         entry_no,
-                        now_ms,
-                    )
-                    .await?;
-                    answered(store, transaction, record, render, outcome).await
+                        now_ms: clock::now_ms(),
+                    };
+                    let outcome = deduct::<D>(transaction, strategy, &request).await?;
+                    answered(store, transaction, lease.as_ref(), render, outcome).await
                 })
             })
             .await
