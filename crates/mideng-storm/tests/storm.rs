@@ -6,6 +6,7 @@ mod support;
 
 use std::path::Path;
 
+use mideng_pay::domain::wallet::WalletStrategy;
 use mideng_storm::attacker::AttackKind;
 use mideng_storm::deploy::ServerArgs;
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
@@ -82,6 +83,9 @@ async fn embedded_storm_leaves_every_invariant_intact() {
             tenants: 2,
             fault_every_secs: 3,
             dir,
+            // The servers storm below runs the default strategy; this one the optimistic,
+            // whose lost races are retried whole.
+            wallet_strategy: WalletStrategy::Optimistic,
             ..StormArgs::default()
         },
         support::identity(),

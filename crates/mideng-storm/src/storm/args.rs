@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use mideng_pay::domain::wallet::WalletStrategy;
 use mideng_pay::flows::{BrokenLayer, PaymentSettings};
 use serde::Serialize;
 
@@ -132,6 +133,17 @@ pub struct StormArgs {
     /// anything).
     #[arg(long)]
     pub no_attacker: bool,
+    /// How the deployment's deducts race on one wallet: `row-lock`, `optimistic` or
+    /// `conditional-update` (the service's default); the audit holds for each.
+    #[arg(long, default_value_t = WalletStrategy::default(), value_parser = wallet_strategy)]
+    pub wallet_strategy: WalletStrategy,
+}
+
+fn wallet_strategy(name: &str) -> Result<WalletStrategy, String> {
+    WalletStrategy::parse(name).ok_or_else(|| {
+        let names: Vec<_> = WalletStrategy::ALL.iter().map(|s| s.as_str()).collect();
+        format!("one of {}", names.join(", "))
+    })
 }
 
 impl Default for StormArgs {
@@ -155,6 +167,7 @@ impl Default for StormArgs {
             settle_secs: 120,
             target_metrics: Vec::new(),
             no_attacker: false,
+            wallet_strategy: WalletStrategy::default(),
         }
     }
 }

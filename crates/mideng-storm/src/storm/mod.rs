@@ -124,6 +124,7 @@ pub async fn run(
         let mut payments = PaymentSettings {
             lock_wait: Duration::from_millis(500),
             duplicate_wait: Duration::from_millis(500),
+            wallet_strategy: args.wallet_strategy,
             ..PaymentSettings::default()
         };
         if let Some(layer) = args.break_layer {
@@ -342,6 +343,10 @@ pub async fn run(
         audit: figures,
         violations,
         broken_layer: args.break_layer,
+        wallet_strategy: args
+            .target
+            .is_empty()
+            .then(|| args.wallet_strategy.as_str().to_owned()),
         attacks: (!args.no_attacker).then(|| shared.log().attacks.report()),
     };
     if let Some(deployment) = deployment {

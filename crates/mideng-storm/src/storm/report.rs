@@ -39,6 +39,9 @@ pub struct StormReport {
     pub violations: Vec<Violation>,
     /// The layer turned off, if any.
     pub broken_layer: Option<BreakLayer>,
+    /// How the deployment's deducts raced on one wallet (`None`: a `--target` deployment,
+    /// whose configuration the storm does not know).
+    pub wallet_strategy: Option<String>,
     /// What the attacker sent and how it was answered (`None`: `--no-attacker`).
     pub attacks: Option<AttackReport>,
 }
@@ -55,8 +58,16 @@ impl StormReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "mideng storm — seed {} · {} · {} instance(s) · {} s workload, {} s quiescence",
-            self.seed, self.stack, self.instances, self.duration_secs, self.quiescence_secs
+            "mideng storm — seed {} · {} · {} instance(s) · {} s workload, {} s quiescence{}",
+            self.seed,
+            self.stack,
+            self.instances,
+            self.duration_secs,
+            self.quiescence_secs,
+            self.wallet_strategy
+                .as_deref()
+                .map(|strategy| format!(" · wallet strategy {strategy}"))
+                .unwrap_or_default()
         );
         let _ = writeln!(
             out,
