@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | `row-lock` | lock the wallet (`FOR UPDATE`), find a debit for the order, insert the entry, set the balance | waits on the row lock |
 //! | `optimistic` | read balance and version, find a debit, set the balance where the version is unchanged, insert the entry | the loser's transaction is retried whole (bounded) |
-//! | `conditional-update` | `balance = balance - x WHERE balance >= x` (returning the balance), insert the entry | waits on the row lock the update takes; a debit for the order found by the entry's unique index puts the amount back in the same transaction |
+//! | `conditional-update` | `balance = balance - x WHERE balance >= x` (returning the balance), insert the entry; on PostgreSQL, with the record's claim, one statement ([`DEDUCT_CLAIMED_POSTGRES`]) | waits on the row lock the update takes; a debit for the order found by the entry's unique index puts the amount back in the same transaction |
 //!
 //! Every balance change bumps the wallet's `version`, whatever the strategy, so that instances
 //! configured differently (during a change of strategy) still see each other's writes.
@@ -28,7 +28,7 @@ use mideng::key::{Fingerprint, IdempotencyKey, Scope};
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{
-    Arg, Dialect, PerDialect, SqlConn, SqlDialect, SqlRow, SqlStore, store_error,
+    Arg, Dialect, FirstClaim, PerDialect, SqlConn, SqlDialect, SqlRow, SqlStore, store_error,
 };
 use mideng::{StoreError, clock, dialect_sql};
 
@@ -475,7 +475,6 @@ async fn deduct_conditional<D: Dialect>(
     let Deduct {
         tenant_id,
         user_id,
-        order_id,
         amount,
         now_ms,
         ..
@@ -510,30 +509,64 @@ async fn deduct_conditional<D: Dialect>(
             .map_err(store_error::<D>)?
     };
     let Some(after) = after else {
-        // Not debited: the order was debited before, or the balance does not cover it.
-        if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
-            return Ok(DeductOutcome::AlreadyDeducted(existing));
-        }
-        let balance = match connection
-            .row(WALLET_SELECT.get::<D>(), &key)
-            .await
-            .map_err(store_error::<D>)?
-        {
-            Some(row) => row.int(0).map_err(read)?,
-            None => 0,
-        };
-        return Ok(DeductOutcome::InsufficientFunds {
-            balance_fen: balance,
-        });
+        return not_debited::<D>(connection, deduct).await;
     };
-    let stored = after.int(0).map_err(read)?;
-    let after = Balance::from_stored(stored)
-        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))?;
+    let after = stored_balance(after.int(0).map_err(read)?)?;
     if insert_entry::<D>(connection, &deduct.entry(after)).await? {
         return Ok(deduct.debited(after));
     }
-    // The order was debited before: give the amount back (the row is ours until the end of
-    // the transaction, so nobody saw it gone) and name that debit.
+    debited_before::<D>(connection, deduct).await
+}
+
+fn stored_balance(stored: i64) -> Result<Balance, StoreError> {
+    Balance::from_stored(stored)
+        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
+}
+
+/// A conditional debit that changed nothing: the order was debited before, or the balance does
+/// not cover it.
+async fn not_debited<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    deduct: &Deduct<'_>,
+) -> Result<DeductOutcome, StoreError> {
+    let Deduct {
+        tenant_id,
+        user_id,
+        order_id,
+        ..
+    } = *deduct;
+    if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
+        return Ok(DeductOutcome::AlreadyDeducted(existing));
+    }
+    let balance = match connection
+        .row(
+            WALLET_SELECT.get::<D>(),
+            &[Arg::Text(tenant_id), Arg::Text(user_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+    {
+        Some(row) => row.int(0).map_err(read)?,
+        None => 0,
+    };
+    Ok(DeductOutcome::InsufficientFunds {
+        balance_fen: balance,
+    })
+}
+
+/// A conditional debit whose entry found the order debited before: gives the amount back (the
+/// row is this transaction's until it ends, so nobody saw it gone) and names that debit.
+async fn debited_before<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    deduct: &Deduct<'_>,
+) -> Result<DeductOutcome, StoreError> {
+    let Deduct {
+        tenant_id,
+        user_id,
+        order_id,
+        amount,
+        ..
+    } = *deduct;
     connection
         .run(
             WALLET_PUT_BACK.get::<D>(),
@@ -555,12 +588,77 @@ async fn deduct_conditional<D: Dialect>(
     .await?;
     match existing {
         Some(existing) => Ok(DeductOutcome::AlreadyDeducted(existing)),
-        // The entry number, not the order, was taken: retried whole with the same number
-        // would fail again, but numbers are unique per request; report the conflict.
+        // The entry number, not the order, was taken (numbers are unique per request, so only
+        // a clash of random numbers does that): the transaction is retried whole.
         None => Err(StoreError::Conflict(
             "entry number taken by another deduct".to_owned(),
         )),
     }
+}
+
+/// The whole first-time `conditional-update` deduct on PostgreSQL as one statement: the
+/// record claimed (the toolkit's `claim` item, `$1` … `$8`), the balance debited if it covers
+/// the amount, the ledger entry inserted unless the order was debited before. It answers
+/// whether the claim inserted the record, the balance after the debit (if any) and the
+/// entry's balance (if inserted). `$9` user, `$10` order, `$11` amount, `$12` entry number.
+const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
+    "WITH ",
+    mideng::postgres_claim_cte!(),
+    ", debited AS (UPDATE pay_wallets SET balance = balance - $11, version = version + 1, updated_at = $7 \
+     WHERE tenant_id = $1 AND user_id = $9 AND balance >= $11 AND EXISTS (SELECT 1 FROM claim) RETURNING balance), \
+     entry AS (INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) \
+     SELECT $12, $1, $9, 'DEBIT', $11, $10, $10, balance, $7 FROM debited ON CONFLICT DO NOTHING RETURNING balance_after) \
+     SELECT (SELECT COUNT(*) FROM claim), (SELECT balance FROM debited), (SELECT balance_after FROM entry)"
+);
+
+/// The first-time `conditional-update` deduct on PostgreSQL in one round trip
+/// ([`DEDUCT_CLAIMED_POSTGRES`]): its outcome, or `None` when the key was taken before
+/// (nothing happened; the caller begins the record the usual way).
+async fn deduct_claimed_postgres<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    claim: &FirstClaim,
+    deduct: &Deduct<'_>,
+) -> Result<Option<DeductOutcome>, StoreError> {
+    let [
+        tenant,
+        operation,
+        key,
+        fingerprint,
+        owner,
+        lease_until,
+        now,
+        expires,
+    ] = claim.args();
+    let row = connection
+        .row(
+            DEDUCT_CLAIMED_POSTGRES,
+            &[
+                tenant,
+                operation,
+                key,
+                fingerprint,
+                owner,
+                lease_until,
+                now,
+                expires,
+                Arg::Text(deduct.user_id),
+                Arg::Text(deduct.order_id),
+                Arg::Int(deduct.amount.fen()),
+                Arg::Text(deduct.entry_no),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .ok_or_else(|| StoreError::Corrupt("the deduct statement answered no row".to_owned()))?;
+    if row.int(0).map_err(read)? == 0 {
+        return Ok(None);
+    }
+    let outcome = match (row.opt_int(1).map_err(read)?, row.opt_int(2).map_err(read)?) {
+        (Some(_), Some(after)) => deduct.debited(stored_balance(after)?),
+        (None, _) => not_debited::<D>(connection, deduct).await?,
+        (Some(_), None) => debited_before::<D>(connection, deduct).await?,
+    };
+    Ok(Some(outcome))
 }
 
 /// The wallet's balance (zero for a wallet never credited), locking the wallet until the
@@ -796,6 +894,35 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         self.store
             .write(|transaction| {
                 Box::pin(async move {
+                    if let (
+                        SqlDialect::Postgres,
+                        WalletStrategy::ConditionalUpdate,
+                        WalletRecord::Claim {
+                            scope,
+                            key,
+                            fingerprint,
+                            policy,
+                        },
+                    ) = (D::KIND, strategy, record)
+                    {
+                        // One round trip for the claim and the money; a key taken before goes
+                        // the usual way below.
+                        let claim = FirstClaim::new(scope, key, fingerprint, &policy);
+                        let request = Deduct {
+                            tenant_id,
+                            user_id,
+                            order_id,
+                            amount,
+                            entry_no,
+                            now_ms: claim.now_ms(),
+                        };
+                        if let Some(outcome) =
+                            deduct_claimed_postgres::<D>(transaction, &claim, &request).await?
+                        {
+                            let lease = Some(claim.lease());
+                            return answered(store, transaction, lease, render, outcome).await;
+                        }
+                    }
                     let lease = match claimed(store, transaction, record).await? {
                         Ok(lease) => lease,
                         Err(decision) => return Ok(Answered::Duplicate(decision)),

@@ -49,6 +49,7 @@ backend_suite!(
     crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,
     crate::wallets::one_reference_credits_once_whatever_the_key => one_reference_credits_once_whatever_the_key,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
+    crate::wallets::distinct_keys_for_one_order_debit_once => distinct_keys_for_one_order_debit_once,
     crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use mideng_pay::domain::wallet::WalletStrategy;
 use mideng_pay::flows::PaymentSettings;
 use serde_json::json;
 
@@ -260,6 +261,55 @@ pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
         service.get(&format!("/v1/wallets/{user}")).await.json()["balance"],
         1_010
     );
+}
+
+/// Many requests under distinct keys racing to deduct for one order: the ledger's
+/// one-debit-per-order key picks one, every other answer names it, the balance moves once —
+/// whichever strategy, and on PostgreSQL through the one-statement deduct.
+pub(crate) async fn distinct_keys_for_one_order_debit_once(backend: Backend) {
+    for strategy in WalletStrategy::ALL {
+        let payments = PaymentSettings {
+            wallet_strategy: strategy,
+            ..PaymentSettings::default()
+        };
+        let service = Arc::new(Service::start_with(backend, payments).await);
+        let user = unique("u");
+        credit(&service, &user, 1_000).await;
+        let answers = race(30, |index| {
+            let (service, user) = (service.clone(), user.clone());
+            async move {
+                service
+                    .post(
+                        &format!("/v1/wallets/{user}/deduct"),
+                        json!({"order_id": "o-shared", "amount": 300}),
+                        &[("Idempotency-Key", &format!("deduct-{index}"))],
+                    )
+                    .await
+            }
+        })
+        .await;
+        let debits: Vec<_> = answers
+            .iter()
+            .filter(|answer| answer.status == 200)
+            .collect();
+        assert_eq!(debits.len(), 1, "{strategy}: one debit for the order");
+        let deduction_no = debits[0].json()["deduction_no"].clone();
+        for answer in answers.iter().filter(|answer| answer.status != 200) {
+            // The optimistic strategy may give up on a lost race (503, nothing moved).
+            if strategy == WalletStrategy::Optimistic && answer.status == 503 {
+                continue;
+            }
+            assert_eq!(answer.status, 409, "{strategy}: {}", answer.json());
+            assert_eq!(answer.code(), "already-deducted");
+            assert_eq!(
+                answer.json()["existing"]["deduction_no"],
+                deduction_no,
+                "{strategy}: every refusal names the one debit"
+            );
+        }
+        let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+        assert_eq!(wallet["balance"], 700, "{strategy}: the balance moved once");
+    }
 }
 
 /// With the idempotency machinery off (measurement only), the money routes take no key and

@@ -85,6 +85,87 @@ const PURGE: PerDialect<&str> = crate::dialect_sql!(
     { postgres: " FOR UPDATE SKIP LOCKED)", sqlite: ")", mysql: "" }
 );
 
+/// A data-modifying `WITH` item named `claim`, for PostgreSQL statements that claim an
+/// idempotency record and act on it in one round trip: it inserts the record exactly as
+/// [`SqlStore::begin_in`] does for a first arrival, and returns the row's `fence` only when
+/// this statement inserted it. Its parameters `$1` … `$8` are [`FirstClaim::args`], in order;
+/// the caller's own items follow it (numbering their parameters from `$9`) and act only
+/// `WHERE EXISTS (SELECT 1 FROM claim)`. When `claim` returned nothing the key was taken
+/// before: nothing else acted, and the caller goes the way of `begin_in` (which reads the
+/// record under its row lock and judges it). `$1` is the scope's tenant, `$7` now in Unix ms.
+#[macro_export]
+macro_rules! postgres_claim_cte {
+    () => {
+        "claim AS (INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, 'in_progress', 1, $5, $6, $7, $8) \
+         ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING RETURNING fence)"
+    };
+}
+
+/// The values of a first arrival's record, for a statement built on
+/// [`postgres_claim_cte!`](crate::postgres_claim_cte), and the lease it holds when that
+/// statement inserted the record.
+#[derive(Clone, Debug)]
+pub struct FirstClaim {
+    lease: Lease,
+    fingerprint_hex: String,
+    now_ms: i64,
+    expires_at_ms: i64,
+}
+
+impl FirstClaim {
+    /// A claim of `key` in `scope` for a request with `fingerprint`, now.
+    pub fn new(
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        policy: &RecordPolicy,
+    ) -> Self {
+        let now = now_ms();
+        Self {
+            lease: Lease {
+                scope: scope.clone(),
+                key: key.clone(),
+                fence: 1,
+                owner: new_owner(),
+                lease_until_ms: now.saturating_add(policy.lease_ms()),
+                retention_ms: policy.retention_ms(),
+                taken_over: false,
+            },
+            fingerprint_hex: fingerprint.to_hex(),
+            now_ms: now,
+            expires_at_ms: now.saturating_add(policy.retention_ms()),
+        }
+    }
+
+    /// `$1` … `$8` of the `claim` item: tenant, operation, key, fingerprint, owner, lease end,
+    /// now, expiry.
+    pub fn args(&self) -> [Arg<'_>; 8] {
+        let [tenant, operation, key] = record_key_args(&self.lease.scope, &self.lease.key);
+        [
+            tenant,
+            operation,
+            key,
+            Arg::Text(&self.fingerprint_hex),
+            Arg::Text(&self.lease.owner),
+            Arg::Int(self.lease.lease_until_ms),
+            Arg::Int(self.now_ms),
+            Arg::Int(self.expires_at_ms),
+        ]
+    }
+
+    /// Now, as the claim wrote it (Unix ms).
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The lease held when the statement inserted the record: complete it with
+    /// [`SqlStore::complete_in`] in the same transaction.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+}
+
 impl<D: Dialect> SqlStore<D> {
     /// [`RecordStore::begin`] inside the caller's transaction, so that the record commits or
     /// rolls back with the business write. On PostgreSQL and MySQL the record's row stays
