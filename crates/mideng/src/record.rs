@@ -341,6 +341,20 @@ pub trait RecordStore: Send + Sync {
         _response: &StoredResponse,
     ) {
     }
+
+    /// Tells the store that a transaction elsewhere completed this request's record with
+    /// `response`, and that the record is kept at least until `kept_until_ms` (its completion
+    /// time, or any earlier clock reading, plus its retention), so that a cache in front of it
+    /// may answer the first replay from memory. Does nothing by default.
+    fn completed(
+        &self,
+        _scope: &Scope,
+        _key: &IdempotencyKey,
+        _fingerprint: &Fingerprint,
+        _response: &StoredResponse,
+        _kept_until_ms: i64,
+    ) {
+    }
 }
 
 /// A shared store is a store, so components can hold `Arc<dyn RecordStore>`.
@@ -387,6 +401,16 @@ impl<T: RecordStore + ?Sized> RecordStore for std::sync::Arc<T> {
         response: &StoredResponse,
     ) {
         (**self).replayed(scope, key, fingerprint, response).await;
+    }
+    fn completed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        kept_until_ms: i64,
+    ) {
+        (**self).completed(scope, key, fingerprint, response, kept_until_ms);
     }
 }
 

@@ -857,7 +857,7 @@ mod handler_begins {
             .await;
         match outcome {
             Ok(Ok(answer)) => {
-                claim.stored();
+                claim.stored(&answer);
                 axum::response::Response::builder()
                     .status(answer.status)
                     .body(Body::from(answer.body))
@@ -936,7 +936,7 @@ mod handler_begins {
                 "every answer is the first, byte for byte"
             );
         }
-        assert_eq!(cached.len(), 1, "a replay warmed the cache");
+        assert_eq!(cached.len(), 1, "the stored answer is in the cache");
         let again = send(&app, pay_request("k1", "{}", false)).await;
         assert_eq!(
             (
@@ -953,9 +953,10 @@ mod handler_begins {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_failed_transaction_leaves_no_record_and_the_retry_runs() {
-        let (store, _cached, tenant, app) = payment_app().await;
+        let (store, cached, tenant, app) = payment_app().await;
         let failed = send(&app, pay_request("k2", "{}", true)).await;
         assert_eq!(failed.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(cached.is_empty(), "nothing stored, nothing cached");
         assert_eq!(
             count_payments(&store, &tenant).await,
             0,
@@ -974,6 +975,7 @@ mod handler_begins {
         assert_eq!(retried.0, StatusCode::CREATED, "{}", retried.2);
         assert!(!retried.1.contains_key(&IDEMPOTENT_REPLAYED));
         assert_eq!(count_payments(&store, &tenant).await, 1);
+        assert_eq!(cached.len(), 1, "the answer is cached as it is stored");
     }
 
     #[test]

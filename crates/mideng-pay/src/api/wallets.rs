@@ -85,7 +85,7 @@ async fn keyed<T, O>(
     };
     match work(input).await {
         Ok(Answered::Ran(_, stored)) => {
-            claim.stored();
+            claim.stored(&stored);
             send(stored)
         }
         Ok(Answered::Duplicate(decision)) => claim.decided(&decision).await.unwrap_or_else(|| {

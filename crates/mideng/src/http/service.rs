@@ -526,6 +526,9 @@ where
         Some(Decision::Proceed(_) | Decision::InFlight { .. }) | None => {}
     }
     parts.extensions.insert(IdempotencyClaim {
+        // Before the handler's transaction: its record completes later, so this reading plus
+        // the retention never outlasts the record.
+        claimed_at_ms: crate::clock::now_ms(),
         scope,
         key,
         fingerprint,
@@ -556,6 +559,7 @@ pub struct IdempotencyClaim {
     pub policy: RecordPolicy,
     records: Arc<dyn crate::record::RecordStore>,
     redacted_key: String,
+    claimed_at_ms: i64,
 }
 
 impl std::fmt::Debug for IdempotencyClaim {
@@ -606,9 +610,18 @@ impl IdempotencyClaim {
     }
 
     /// Logs and counts a first-time request whose transaction began the record, ran and
-    /// stored its answer (the handler's `begin` decided `Proceed`, then its commit stored the
-    /// answer).
-    pub fn stored(&self) {
+    /// stored `response` (the handler's `begin` decided `Proceed`, then its commit stored the
+    /// answer), and hands the answer to a replay cache in front of the store, if any, so that
+    /// a retry arriving here is answered from memory. Call it after the commit only.
+    pub fn stored(&self, response: &StoredResponse) {
+        self.records.completed(
+            &self.scope,
+            &self.key,
+            &self.fingerprint,
+            response,
+            self.claimed_at_ms
+                .saturating_add(self.policy.retention_ms()),
+        );
         for outcome in [Outcome::Proceed, Outcome::Stored] {
             record(
                 self.scope.tenant(),

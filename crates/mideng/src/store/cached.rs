@@ -22,8 +22,10 @@
 //! A record begun in the caller's own transaction ([`crate::store::sql::SqlStore::begin_in`])
 //! does not pass through here: a route built with
 //! [`crate::http::RouteConfigBuilder::handler_begins`] asks the cache first
-//! ([`RecordStore::recall`]) and tells it of each replay its transaction found
-//! ([`RecordStore::replayed`]).
+//! ([`RecordStore::recall`]) and tells it of each answer its transaction stored
+//! ([`RecordStore::completed`], with a lower bound of the record's expiry) and of each replay
+//! it found ([`RecordStore::replayed`]), so that a retry arriving at the same instance is
+//! answered from memory from the first.
 
 use std::time::Duration;
 
@@ -199,6 +201,28 @@ impl<S: RecordStore> RecordStore for CachedRecords<S> {
         } else {
             Decision::Mismatch
         })
+    }
+
+    fn completed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        kept_until_ms: i64,
+    ) {
+        let now_ms = clock::now_ms();
+        let until_ms = kept_until_ms.min(now_ms.saturating_add(self.ttl_ms));
+        if until_ms > now_ms {
+            self.answers.insert(
+                (scope.clone(), key.clone()),
+                Completed {
+                    fingerprint: *fingerprint,
+                    response: response.clone(),
+                    until_ms,
+                },
+            );
+        }
     }
 
     async fn replayed(
