@@ -430,6 +430,7 @@ fn overrides_provider(overrides: &Overrides) -> Serialized<figment::value::Dict>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::wallet::WalletStrategy;
     use mideng_channel::adapter::alipay::AlipayApi;
 
     fn parse(toml: &str, overrides: &Overrides) -> Result<ServeConfig, ConfigError> {
@@ -506,6 +507,8 @@ mod tests {
             url = "postgres://mideng@db/mideng"
             [demo]
             api_key = "from-the-file-0123456789"
+            [wallet]
+            strategy = "row-lock"
         "#;
         let overrides = Overrides {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9100))),
@@ -518,6 +521,15 @@ mod tests {
         assert_eq!(
             config.demo.api_key.as_deref(),
             Some("from-the-flag-0123456789")
+        );
+        assert_eq!(
+            config.payment_settings().wallet_strategy,
+            WalletStrategy::RowLock
+        );
+        let default = parse("", &Overrides::default()).expect("valid");
+        assert_eq!(
+            default.payment_settings().wallet_strategy,
+            WalletStrategy::ConditionalUpdate
         );
     }
 
@@ -560,6 +572,13 @@ mod tests {
         assert!(matches!(
             parse("[demo]\napi_key = \"short\"", &Overrides::default()),
             Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse(
+                "[wallet]\nstrategy = \"pessimistic\"",
+                &Overrides::default()
+            ),
+            Err(ConfigError::Parse(_))
         ));
     }
 }
