@@ -82,7 +82,7 @@ pub use report::{
     BenchReport, Figures, LimitResult, Machinery, Operation, PathKind, Ratio, ScenarioResult,
 };
 
-use crate::deploy::{DeployOptions, Deployment, ServerArgs, StackKind};
+use crate::deploy::{DeployOptions, Deployment, ServerArgs, StackKind, drop_run_database};
 use load::Tally;
 use scenarios::{Api, Wallets};
 
@@ -459,36 +459,16 @@ async fn deducts(
     Ok(())
 }
 
-/// Deletes the deployments' databases: the SQLite files, or the PostgreSQL databases of the run.
+/// Deletes the deployments' databases: the SQLite files, or the run's databases on the SQL
+/// server.
 async fn cleanup(args: &BenchArgs, urls: &[String]) {
     for url in urls {
         if let Some(path) = url.strip_prefix("sqlite://") {
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{path}{suffix}"));
             }
-        } else if let Err(error) = drop_database(&args.servers.postgres_url, url).await {
+        } else if let Err(error) = drop_run_database(&args.servers.database, url).await {
             tracing::warn!(%error, "the run's database is left behind");
         }
     }
-}
-
-async fn drop_database(admin_url: &str, url: &str) -> anyhow::Result<()> {
-    use mideng::sqlx::Connection;
-    let name = url
-        .rsplit_once('/')
-        .map(|(_, name)| name)
-        .filter(|name| {
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|character| character.is_ascii_alphanumeric() || character == '_')
-        })
-        .with_context(|| format!("no database name in {url}"))?;
-    let mut admin = mideng::sqlx::PgConnection::connect(admin_url).await?;
-    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await?;
-    Ok(())
 }
