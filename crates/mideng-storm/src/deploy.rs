@@ -37,11 +37,12 @@ pub enum Stack {
         /// Where the database file goes.
         dir: PathBuf,
     },
-    /// PostgreSQL (a database created for the run), Redis and RabbitMQ, reached through
-    /// proxies that the faults cut.
+    /// PostgreSQL or MySQL / MariaDB (a database created for the run), Redis and RabbitMQ,
+    /// the last two reached through proxies that the faults cut.
     Servers {
-        /// An existing database on the server; the run creates its own next to it.
-        postgres_url: String,
+        /// An existing database on the server (`postgres://…` or `mysql://…`); the run creates
+        /// its own next to it.
+        database_url: String,
         /// `host:port` of Redis.
         redis: String,
         /// `host:port` of RabbitMQ (guest/guest).
@@ -50,10 +51,13 @@ pub enum Stack {
 }
 
 impl Stack {
-    /// `embedded` or `postgres+redis+rabbitmq`, for reports.
+    /// What the stack is made of, for reports.
     pub fn label(&self) -> &'static str {
         match self {
             Stack::Embedded { .. } => "embedded (SQLite, in-process stores, in-database queue)",
+            Stack::Servers { database_url, .. } if is_mysql(database_url) => {
+                "MySQL / MariaDB + Redis + RabbitMQ"
+            }
             Stack::Servers { .. } => "PostgreSQL + Redis + RabbitMQ",
         }
     }
@@ -68,15 +72,18 @@ pub enum StackKind {
     Servers,
 }
 
-/// Where the servers stack finds its servers: `--postgres-url`, `--redis`, `--rabbitmq`.
+/// Where the servers stack finds its servers: `--database`, `--redis`, `--rabbitmq`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServerArgs {
-    /// PostgreSQL of the servers stack (each run creates its own databases there).
+    /// The SQL server of the servers stack, as a URL naming an existing database:
+    /// `postgres://…` or `mysql://…` (MariaDB too). Each run creates its own databases beside
+    /// it (PostgreSQL: the role needs CREATEDB; MySQL: privileges on `storm_%`).
     #[arg(
         long,
+        visible_alias = "postgres-url",
         default_value = "postgres://mideng:mideng@127.0.0.1:5432/mideng_test"
     )]
-    pub postgres_url: String,
+    pub database: String,
     /// Redis of the servers stack, `host:port`.
     #[arg(long, default_value = "127.0.0.1:6379")]
     pub redis: String,
@@ -88,7 +95,7 @@ pub struct ServerArgs {
 impl Default for ServerArgs {
     fn default() -> Self {
         Self {
-            postgres_url: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
+            database: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
             redis: "127.0.0.1:6379".to_owned(),
             rabbitmq: "127.0.0.1:5672".to_owned(),
         }
@@ -103,7 +110,7 @@ impl StackKind {
                 dir: dir.to_path_buf(),
             },
             StackKind::Servers => Stack::Servers {
-                postgres_url: servers.postgres_url.clone(),
+                database_url: servers.database.clone(),
                 redis: servers.redis.clone(),
                 rabbitmq: servers.rabbitmq.clone(),
             },
@@ -183,13 +190,16 @@ impl Deployment {
                 (format!("sqlite://{}", path.display()), None, None)
             }
             Stack::Servers {
-                postgres_url,
+                database_url,
                 redis,
                 rabbitmq,
             } => (
-                create_database(postgres_url, &format!("storm_{}", options.run_id))
+                create_run_database(database_url, &format!("storm_{}", options.run_id))
                     .await
-                    .context("the run's database (scripts/services up; the role needs CREATEDB)")?,
+                    .context(
+                        "the run's database (scripts/services up; the PostgreSQL role needs \
+                         CREATEDB, the MySQL user privileges on storm_%)",
+                    )?,
                 Some(Proxy::start(redis).await?),
                 Some(Proxy::start(rabbitmq).await?),
             ),
@@ -440,6 +450,79 @@ impl Deployment {
             }
         }
     }
+}
+
+/// Whether `url` names a MySQL or MariaDB database.
+pub fn is_mysql(url: &str) -> bool {
+    url.starts_with("mysql:") || url.starts_with("mariadb:")
+}
+
+/// A database name made of lowercase letters, digits and `_` only, so that it can be spliced
+/// into `CREATE DATABASE` and `DROP DATABASE` (neither takes a bound parameter).
+fn database_name(name: &str) -> String {
+    name.chars()
+        .map(|character| {
+            if character.is_ascii_alphanumeric() {
+                character.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Creates a database named after `name` beside the one `server_url` names and returns its
+/// URL: on PostgreSQL through `mideng_pay::testing`, on MySQL / MariaDB here (the service's
+/// test support creates PostgreSQL databases only).
+async fn create_run_database(server_url: &str, name: &str) -> anyhow::Result<String> {
+    use mideng::sqlx::Connection;
+    if !is_mysql(server_url) {
+        return Ok(create_database(server_url, name).await?);
+    }
+    let server_url = server_url.replacen("mariadb://", "mysql://", 1);
+    let name = database_name(name);
+    let (prefix, _) = server_url
+        .rsplit_once('/')
+        .context("the database URL names no database")?;
+    let mut admin = mideng::sqlx::MySqlConnection::connect(&server_url)
+        .await
+        .context("the MySQL server")?;
+    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}"
+    )))
+    .execute(&mut admin)
+    .await
+    .with_context(|| format!("creating the database {name}"))?;
+    Ok(format!("{prefix}/{name}"))
+}
+
+/// Drops the database of `url`, a run's database created beside the one `server_url` names
+/// (connections still open to it are closed: PostgreSQL's `WITH (FORCE)`; MySQL drops it once
+/// their transactions end, and a stopped deployment has none).
+pub async fn drop_run_database(server_url: &str, url: &str) -> anyhow::Result<()> {
+    use mideng::sqlx::Connection;
+    let name = url
+        .rsplit_once('/')
+        .map(|(_, name)| name)
+        .filter(|name| !name.is_empty() && database_name(name) == *name)
+        .with_context(|| format!("no database name in {}", mideng::redact::url(url)))?;
+    if is_mysql(server_url) {
+        let server_url = server_url.replacen("mariadb://", "mysql://", 1);
+        let mut admin = mideng::sqlx::MySqlConnection::connect(&server_url).await?;
+        mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name}"
+        )))
+        .execute(&mut admin)
+        .await?;
+    } else {
+        let mut admin = mideng::sqlx::PgConnection::connect(server_url).await?;
+        mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The event side of every instance: RabbitMQ through its proxy on the servers stack, the

@@ -1,27 +1,16 @@
-//! The bench runs every scenario and its answers are the expected ones (speed is never
-//! asserted).
+//! The bench runs every scenario, every limit its stack can measure and every wallet strategy,
+//! its answers are the expected ones, and it reports each goal (speed is never asserted).
 
 mod support;
 
-use mideng_storm::bench::{BenchArgs, Machinery, Operation, PathKind};
+use mideng_pay::domain::wallet::WalletStrategy;
+use mideng_storm::bench::{
+    BenchArgs, BenchReport, BenchRun, GoalKind, LimitKind, Machinery, Operation, PathKind, Via,
+};
+use mideng_storm::deploy::{ServerArgs, StackKind};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scenario_runs_and_replays_are_replays() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench");
-    let json = dir.join("report.json");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let args = BenchArgs {
-        concurrency: 2,
-        duration_secs: 1,
-        dir: dir.clone(),
-        json: Some(json.clone()),
-        ..BenchArgs::default()
-    };
-    let report = mideng_storm::bench::run(args, support::identity())
-        .await
-        .expect("the bench runs");
-    let table = report.table();
-
+/// Every scenario of the two deployments ran, without errors, and replays were replays.
+fn assert_every_scenario_ran(run: &BenchRun, table: &str) {
     let mut expected = Vec::new();
     for operation in Operation::ALL {
         expected.push((operation, Machinery::On, PathKind::FirstTime));
@@ -32,9 +21,9 @@ async fn every_scenario_runs_and_replays_are_replays() {
             expected.push((operation, Machinery::Off, PathKind::Repeat));
         }
     }
-    assert_eq!(report.scenarios.len(), expected.len(), "{table}");
+    assert_eq!(run.scenarios.len(), expected.len(), "{table}");
     for (operation, machinery, path) in expected {
-        let scenario = report
+        let scenario = run
             .scenario(operation, machinery, path)
             .unwrap_or_else(|| panic!("no {operation:?} {machinery:?} {path:?}\n{table}"));
         let figures = &scenario.figures;
@@ -65,26 +54,137 @@ async fn every_scenario_runs_and_replays_are_replays() {
             _ => {}
         }
     }
-    assert_eq!(
-        report.limits.len(),
-        1,
-        "embedded: the database only\n{table}"
-    );
-    assert!(report.limits[0].figures.requests > 0, "{table}");
-    assert_eq!(report.limits[0].figures.errors, 0, "{table}");
+}
+
+/// The limit of `kind` measured `via` ran without errors.
+fn assert_limit_measured(run: &BenchRun, kind: LimitKind, via: Via, table: &str) {
+    let limit = run
+        .limit(kind, via)
+        .unwrap_or_else(|| panic!("no {kind:?} limit {via:?}\n{table}"));
+    let figures = &limit.figures;
     assert!(
-        report
-            .ratios
+        figures.requests > 0 && figures.per_second > 0.0,
+        "{kind:?} {via:?}\n{table}"
+    );
+    assert!(figures.p50_ms > 0.0, "{kind:?} {via:?}\n{table}");
+    assert_eq!(figures.errors, 0, "{kind:?} {via:?}\n{table}");
+}
+
+/// Each strategy's deducts ran on both kinds of wallet, its replays were replays, and it is read
+/// against its limit.
+fn assert_strategies_ran(run: &BenchRun, strategies: &[WalletStrategy], table: &str) {
+    assert_eq!(run.strategies.len(), strategies.len() * 2, "{table}");
+    for &strategy in strategies {
+        for operation in Operation::DEDUCTS {
+            let row = run
+                .strategy(strategy, operation)
+                .unwrap_or_else(|| panic!("no {strategy} {operation:?}\n{table}"));
+            assert!(row.first_time.figures.requests > 0, "{strategy}\n{table}");
+            assert_eq!(row.first_time.figures.errors, 0, "{strategy}\n{table}");
+            assert!(row.replay.figures.requests > 0, "{strategy}\n{table}");
+            assert_eq!(
+                row.replay.replayed, row.replay.figures.requests,
+                "{strategy}\n{table}"
+            );
+            assert!(
+                row.fraction_of_limit.is_some_and(|fraction| fraction > 0.0),
+                "{strategy} {operation:?}\n{table}"
+            );
+        }
+    }
+    assert!(run.fastest_on_distinct_wallets.is_some(), "{table}");
+    assert!(run.fastest_on_hot_wallet.is_some(), "{table}");
+}
+
+/// The goals of `kinds` were measured (positive) and the others were not.
+fn assert_goals(run: &BenchRun, kinds: &[GoalKind], table: &str) {
+    for &kind in kinds {
+        let goal = run
+            .goal(kind)
+            .unwrap_or_else(|| panic!("no goal {kind:?}\n{table}"));
+        assert!(goal.value > 0.0 && goal.goal > 0.0, "{kind:?}\n{table}");
+        assert!(!goal.detail.is_empty(), "{kind:?}\n{table}");
+    }
+    assert_eq!(run.goals.len(), kinds.len(), "{table}");
+}
+
+fn only_run(report: &BenchReport, concurrency: u16) -> &BenchRun {
+    assert_eq!(report.runs.len(), 1, "{}", report.table());
+    report
+        .run(concurrency)
+        .unwrap_or_else(|| panic!("no run at {concurrency}\n{}", report.table()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench");
+    let json = dir.join("report.json");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let args = BenchArgs {
+        concurrency: vec![2],
+        duration_secs: 1,
+        dir: dir.clone(),
+        json: Some(json.clone()),
+        ..BenchArgs::default()
+    };
+    let report = mideng_storm::bench::run(args, support::identity())
+        .await
+        .expect("the bench runs");
+    let table = report.table();
+    let run = only_run(&report, 2);
+
+    assert_every_scenario_ran(run, &table);
+    // SQLite: the same driver's limits only (no pgbench, no Redis).
+    assert_eq!(run.limits.len(), 3, "{table}");
+    for kind in [
+        LimitKind::OneRowInsert,
+        LimitKind::HotRowUpdate,
+        LimitKind::SqlDeduct,
+    ] {
+        assert_limit_measured(run, kind, Via::SameDriver, &table);
+    }
+    assert_strategies_ran(run, &WalletStrategy::ALL, &table);
+    assert_goals(
+        run,
+        &[
+            GoalKind::DeductVsSqlDeduct,
+            GoalKind::DeductVsInsertCommit,
+            GoalKind::DeductOnOff,
+            GoalKind::HotDeductVsHotRowUpdate,
+            GoalKind::ReplayVsFirstTime,
+            GoalKind::PaymentCreationOnOff,
+        ],
+        &table,
+    );
+    let sql_deduct = run.goal(GoalKind::DeductVsSqlDeduct).expect("measured");
+    assert!(
+        sql_deduct.detail.contains("same driver") && sql_deduct.detail.contains("no pgbench"),
+        "{table}"
+    );
+    assert!(
+        run.ratios
             .iter()
             .any(|ratio| ratio.name.starts_with("fraction of the database limit")),
         "{table}"
     );
+    assert!(table.contains("goals at 2 concurrent clients"), "{table}");
+
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
-    assert_eq!(
-        written["scenarios"].as_array().map(Vec::len),
-        Some(report.scenarios.len())
-    );
+    let written_run = &written["runs"][0];
+    assert_eq!(written_run["concurrency"], 2);
+    for (field, count) in [
+        ("scenarios", run.scenarios.len()),
+        ("limits", run.limits.len()),
+        ("strategies", run.strategies.len()),
+        ("goals", run.goals.len()),
+    ] {
+        assert_eq!(
+            written_run[field].as_array().map(Vec::len),
+            Some(count),
+            "{field}"
+        );
+    }
     // The deployments' databases are gone.
     let left: Vec<_> = std::fs::read_dir(&dir)
         .expect("dir")
@@ -92,4 +192,122 @@ async fn every_scenario_runs_and_replays_are_replays() {
         .filter(|entry| entry.file_name().to_string_lossy().ends_with(".db"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+fn servers(database_variable: &str, default: &str) -> BenchArgs {
+    BenchArgs {
+        stack: StackKind::Servers,
+        concurrency: vec![2],
+        duration_secs: 1,
+        // The default strategy's rows come from the main deployment: no deployment more.
+        wallet_strategies: vec![WalletStrategy::default()],
+        // The run creates its own databases next to this one.
+        servers: ServerArgs {
+            database: std::env::var(database_variable).unwrap_or_else(|_| default.to_owned()),
+            ..ServerArgs::default()
+        },
+        ..BenchArgs::default()
+    }
+}
+
+fn pgbench_on_path() -> bool {
+    std::process::Command::new("pgbench")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_bench_has_pgbench_figures_beside_the_same_drivers() {
+    let args = servers("MIDENG_TEST_POSTGRES_URL", &ServerArgs::default().database);
+    let report = mideng_storm::bench::run(args, support::identity())
+        .await
+        .expect("the bench runs");
+    let table = report.table();
+    let run = only_run(&report, 2);
+
+    assert_every_scenario_ran(run, &table);
+    for kind in [
+        LimitKind::OneRowInsert,
+        LimitKind::HotRowUpdate,
+        LimitKind::SqlDeduct,
+        LimitKind::RedisRoundTrip,
+    ] {
+        assert_limit_measured(run, kind, Via::SameDriver, &table);
+    }
+    assert_strategies_ran(run, &[WalletStrategy::default()], &table);
+    let mut goals = vec![
+        GoalKind::DeductVsSqlDeduct,
+        GoalKind::DeductVsInsertCommit,
+        GoalKind::DeductOnOff,
+        GoalKind::HotDeductVsHotRowUpdate,
+        GoalKind::ReplayVsFirstTime,
+        GoalKind::ReplayVsRedis,
+        GoalKind::PaymentCreationOnOff,
+    ];
+    if pgbench_on_path() {
+        for kind in [
+            LimitKind::OneRowInsert,
+            LimitKind::HotRowUpdate,
+            LimitKind::SqlDeduct,
+        ] {
+            assert_limit_measured(run, kind, Via::Pgbench, &table);
+        }
+        goals.push(GoalKind::DeductVsInsertCommitSameDriver);
+        let sql_deduct = run.goal(GoalKind::DeductVsSqlDeduct).expect("measured");
+        assert!(
+            sql_deduct.detail.contains("one statement") && sql_deduct.detail.contains("pgbench"),
+            "{table}"
+        );
+    } else {
+        assert!(
+            run.notes.iter().any(|note| note.contains("pgbench")),
+            "{table}"
+        );
+    }
+    assert_goals(run, &goals, &table);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_bench_measures_the_same_driver_limits() {
+    let args = servers(
+        "MIDENG_TEST_MYSQL_URL",
+        "mysql://mideng:mideng@127.0.0.1:3306/mideng_test",
+    );
+    let report = mideng_storm::bench::run(args, support::identity())
+        .await
+        .expect("the bench runs (scripts/services up grants the storm_% databases)");
+    let table = report.table();
+    let run = only_run(&report, 2);
+
+    assert!(report.stack.contains("MySQL"), "{table}");
+    assert_every_scenario_ran(run, &table);
+    for kind in [
+        LimitKind::OneRowInsert,
+        LimitKind::HotRowUpdate,
+        LimitKind::SqlDeduct,
+        LimitKind::RedisRoundTrip,
+    ] {
+        assert_limit_measured(run, kind, Via::SameDriver, &table);
+    }
+    // No writable CTEs: the SQL deduct is three statements, and its name says so.
+    let sql_deduct = run
+        .limit(LimitKind::SqlDeduct, Via::SameDriver)
+        .expect("measured");
+    assert!(sql_deduct.name.contains("three statements"), "{table}");
+    assert!(run.limit(LimitKind::OneRowInsert, Via::Pgbench).is_none());
+    assert_strategies_ran(run, &[WalletStrategy::default()], &table);
+    assert_goals(
+        run,
+        &[
+            GoalKind::DeductVsSqlDeduct,
+            GoalKind::DeductVsInsertCommit,
+            GoalKind::DeductOnOff,
+            GoalKind::HotDeductVsHotRowUpdate,
+            GoalKind::ReplayVsFirstTime,
+            GoalKind::ReplayVsRedis,
+            GoalKind::PaymentCreationOnOff,
+        ],
+        &table,
+    );
 }

@@ -114,8 +114,8 @@ async fn postgres_redis_rabbitmq_storm_leaves_every_invariant_intact() {
             fault_every_secs: 2,
             // The storm creates its own database next to this one.
             servers: ServerArgs {
-                postgres_url: std::env::var("MIDENG_TEST_POSTGRES_URL")
-                    .unwrap_or_else(|_| ServerArgs::default().postgres_url),
+                database: std::env::var("MIDENG_TEST_POSTGRES_URL")
+                    .unwrap_or_else(|_| ServerArgs::default().database),
                 ..ServerArgs::default()
             },
             ..StormArgs::default()

@@ -79,10 +79,9 @@ impl Tally {
 
     /// Throughput and latency percentiles.
     pub(super) fn figures(&self) -> Figures {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
         let seconds = self.elapsed.as_secs_f64();
         let requests = self.requests();
+        let (p50_ms, p99_ms) = percentiles_ms(self.latencies.clone());
         Figures {
             requests,
             errors: self.failed,
@@ -92,10 +91,19 @@ impl Tally {
             } else {
                 0.0
             },
-            p50_ms: milliseconds(percentile(&sorted, 50)),
-            p99_ms: milliseconds(percentile(&sorted, 99)),
+            p50_ms,
+            p99_ms,
         }
     }
+}
+
+/// The median and the 99th percentile of `latencies`, milliseconds (zero when there are none).
+pub(super) fn percentiles_ms(mut latencies: Vec<Duration>) -> (f64, f64) {
+    latencies.sort_unstable();
+    (
+        milliseconds(percentile(&latencies, 50)),
+        milliseconds(percentile(&latencies, 99)),
+    )
 }
 
 fn milliseconds(duration: Duration) -> f64 {

@@ -1,7 +1,9 @@
-//! The bench's report: one row per scenario and per limit, the ratios, and a plain-text table.
+//! The bench's report: per concurrency, one row per scenario, per limit and per wallet
+//! strategy, then the ratios and the goals; and a plain-text table of it all.
 
 use std::fmt::Write as _;
 
+use mideng_pay::domain::wallet::WalletStrategy;
 use serde::Serialize;
 
 /// Throughput and latency of one measured run.
@@ -43,6 +45,10 @@ impl Operation {
         Operation::DeductDistinctWallets,
         Operation::DeductHotWallet,
     ];
+
+    /// The two deducts, in report order.
+    pub const DEDUCTS: [Operation; 2] =
+        [Operation::DeductDistinctWallets, Operation::DeductHotWallet];
 
     /// How the table names it.
     pub fn label(self) -> &'static str {
@@ -118,16 +124,68 @@ pub struct ScenarioResult {
     pub first_error: Option<String>,
 }
 
+/// What a limit measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// One transaction inserting one row, committed.
+    OneRowInsert,
+    /// `UPDATE … SET balance = balance - 1 WHERE id = 1 AND balance >= 1`, every client on that
+    /// one row, one commit per update.
+    HotRowUpdate,
+    /// A deduct done by SQL alone, each client on a row of its own: a record-like row
+    /// inserted, the balance decremented if it suffices, a ledger row inserted; one commit.
+    SqlDeduct,
+    /// A Redis `SET NX PX` or `GET`.
+    RedisRoundTrip,
+}
+
+/// How a limit was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// Through the same driver, pool size and transaction shape (or Redis client) as the
+    /// service.
+    SameDriver,
+    /// With PostgreSQL's own load generator, `pgbench` (prepared statements, one connection
+    /// per client, each statement its own transaction).
+    Pgbench,
+}
+
 /// One of the machine's limits, measured in the same run.
 #[derive(Clone, Debug, Serialize)]
 pub struct LimitResult {
-    /// What was measured.
+    /// What was measured, in words.
     pub name: String,
+    /// What was measured.
+    pub kind: LimitKind,
+    /// How.
+    pub via: Via,
     /// Operations per second and latency.
     #[serde(flatten)]
     pub figures: Figures,
     /// The first error, if any.
     pub first_error: Option<String>,
+}
+
+/// The deducts of one wallet strategy on one kind of wallet, machinery on.
+#[derive(Clone, Debug, Serialize)]
+pub struct StrategyResult {
+    /// The strategy the deployment ran.
+    pub strategy: WalletStrategy,
+    /// Distinct wallets or one hot wallet.
+    pub operation: Operation,
+    /// Every deduct new.
+    pub first_time: ScenarioResult,
+    /// The same deducts again, answered from their records. It runs briefly
+    /// ([`crate::bench::STRATEGY_REPLAY_SECS_MAX`]), mostly before the in-process cache of
+    /// answers fills: a check that the deployment replays, not a speed to compare.
+    pub replay: ScenarioResult,
+    /// The limit the first-time throughput is divided by: the SQL deduct for distinct wallets,
+    /// the hot-row update for the hot one (pgbench's when measured, else the same driver's).
+    pub limit: Option<String>,
+    /// First-time req/s over that limit's ops/s.
+    pub fraction_of_limit: Option<f64>,
 }
 
 /// A ratio between two rows.
@@ -141,10 +199,34 @@ pub struct Ratio {
     pub detail: String,
 }
 
+/// Which of the money path's goals (issue 15's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalKind {
+    /// The first-time deduct (distinct wallets) over the same deduct done by SQL alone.
+    DeductVsSqlDeduct,
+    /// The first-time deduct over one-row-insert commits (pgbench's when measured).
+    DeductVsInsertCommit,
+    /// The first-time deduct over the same driver's one-row-insert commits, beside pgbench's.
+    DeductVsInsertCommitSameDriver,
+    /// The first-time deduct with the machinery on over off.
+    DeductOnOff,
+    /// The first-time deduct on one hot wallet over the hot-row conditional update.
+    HotDeductVsHotRowUpdate,
+    /// The deduct's replay over its first time.
+    ReplayVsFirstTime,
+    /// The deduct's replay over a Redis round trip.
+    ReplayVsRedis,
+    /// Payment creation with the machinery on over off.
+    PaymentCreationOnOff,
+}
+
 /// One of the money path's speed goals, as this run measured it: a ratio against a baseline
 /// measured in the same run, and the value it should reach.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
+    /// Which goal.
+    pub kind: GoalKind,
     /// What it compares.
     pub name: String,
     /// The ratio measured.
@@ -153,8 +235,32 @@ pub struct Goal {
     pub goal: f64,
     /// Whether it did.
     pub met: bool,
-    /// The figures it comes from.
+    /// The figures it comes from: what was divided by what.
     pub detail: String,
+}
+
+/// Everything measured at one concurrency.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRun {
+    /// Concurrent clients (and pgbench clients).
+    pub concurrency: u16,
+    /// The scenarios of the two deployments (machinery on and off, the default wallet
+    /// strategy), in the order they ran.
+    pub scenarios: Vec<ScenarioResult>,
+    /// The machine's limits.
+    pub limits: Vec<LimitResult>,
+    /// The deducts of each wallet strategy, distinct wallets then the hot one.
+    pub strategies: Vec<StrategyResult>,
+    /// The strategy with the most first-time deducts per second on distinct wallets.
+    pub fastest_on_distinct_wallets: Option<WalletStrategy>,
+    /// The strategy with the most first-time deducts per second on the hot wallet.
+    pub fastest_on_hot_wallet: Option<WalletStrategy>,
+    /// Layer overhead, replay speed-up, fraction of the database limit, driver over pgbench.
+    pub ratios: Vec<Ratio>,
+    /// The money path's goals, each on its own line (those this stack can measure).
+    pub goals: Vec<Goal>,
+    /// What was skipped or is worth knowing at this concurrency.
+    pub notes: Vec<String>,
 }
 
 /// Everything `mideng bench` measured.
@@ -162,23 +268,34 @@ pub struct Goal {
 pub struct BenchReport {
     /// The stack.
     pub stack: String,
-    /// Concurrent clients.
-    pub concurrency: u16,
     /// Seconds per scenario (at most: a first-time scenario ends when its inputs do).
     pub duration_secs: u64,
-    /// The scenarios, in the order they ran.
-    pub scenarios: Vec<ScenarioResult>,
-    /// The machine's limits.
-    pub limits: Vec<LimitResult>,
-    /// Layer overhead, replay speed-up, fraction of the database limit.
-    pub ratios: Vec<Ratio>,
-    /// The money path's goals, each on its own line (those this stack can measure).
-    pub goals: Vec<Goal>,
-    /// What was skipped or is worth knowing to read the figures.
+    /// The concurrencies, in the order they ran.
+    pub concurrency: Vec<u16>,
+    /// The wallet strategies benched.
+    pub wallet_strategies: Vec<WalletStrategy>,
+    /// One run per concurrency.
+    pub runs: Vec<BenchRun>,
+    /// What is worth knowing to read the figures.
     pub notes: Vec<String>,
 }
 
-impl BenchReport {
+impl BenchRun {
+    /// An empty run at `concurrency`.
+    pub(super) fn new(concurrency: u16) -> Self {
+        Self {
+            concurrency,
+            scenarios: Vec::new(),
+            limits: Vec::new(),
+            strategies: Vec::new(),
+            fastest_on_distinct_wallets: None,
+            fastest_on_hot_wallet: None,
+            ratios: Vec::new(),
+            goals: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
     /// The scenario of `operation` with `machinery` on `path`.
     pub fn scenario(
         &self,
@@ -193,8 +310,91 @@ impl BenchReport {
         })
     }
 
-    /// Computes the ratios from the scenarios and the limits.
-    pub(super) fn compute_ratios(&mut self, database_limit: Option<&LimitResult>) {
+    /// The limit of `kind` measured `via`.
+    pub fn limit(&self, kind: LimitKind, via: Via) -> Option<&LimitResult> {
+        self.limits
+            .iter()
+            .find(|limit| limit.kind == kind && limit.via == via)
+    }
+
+    /// The goal of `kind`, when this run could measure it.
+    pub fn goal(&self, kind: GoalKind) -> Option<&Goal> {
+        self.goals.iter().find(|goal| goal.kind == kind)
+    }
+
+    /// The strategy's deducts on distinct wallets or the hot one.
+    pub fn strategy(
+        &self,
+        strategy: WalletStrategy,
+        operation: Operation,
+    ) -> Option<&StrategyResult> {
+        self.strategies
+            .iter()
+            .find(|row| row.strategy == strategy && row.operation == operation)
+    }
+
+    /// The baseline of a goal or a fraction: pgbench's figure when it was measured, else the
+    /// same driver's; and whether it fell back.
+    fn baseline(&self, kind: LimitKind) -> Option<(&LimitResult, bool)> {
+        let clean = |via| {
+            self.limit(kind, via)
+                .filter(|limit| limit.figures.errors == 0)
+        };
+        clean(Via::Pgbench)
+            .map(|limit| (limit, false))
+            .or_else(|| clean(Via::SameDriver).map(|limit| (limit, true)))
+    }
+
+    /// The limit a deduct's first-time throughput is read against: the SQL deduct for
+    /// distinct wallets, the hot-row update for the hot one.
+    fn deduct_baseline(&self, operation: Operation) -> Option<(&LimitResult, bool)> {
+        match operation {
+            Operation::DeductHotWallet => self.baseline(LimitKind::HotRowUpdate),
+            _ => self.baseline(LimitKind::SqlDeduct),
+        }
+    }
+
+    /// Computes the ratios, each strategy's fraction of its limit, the fastest strategies and
+    /// the goals from the scenarios and the limits.
+    pub(super) fn compute(&mut self) {
+        self.ratios = self.compute_ratios();
+        let fractions: Vec<(Option<String>, Option<f64>)> = self
+            .strategies
+            .iter()
+            .map(|row| match self.deduct_baseline(row.operation) {
+                Some((limit, _)) => (
+                    Some(limit.name.clone()),
+                    divide(row.first_time.figures.per_second, limit.figures.per_second),
+                ),
+                None => (None, None),
+            })
+            .collect();
+        for (row, (limit, fraction)) in self.strategies.iter_mut().zip(fractions) {
+            row.limit = limit;
+            row.fraction_of_limit = fraction;
+        }
+        self.fastest_on_distinct_wallets = self.fastest(Operation::DeductDistinctWallets);
+        self.fastest_on_hot_wallet = self.fastest(Operation::DeductHotWallet);
+        self.goals = self.compute_goals();
+    }
+
+    /// The strategy whose first-time deducts on `operation`'s wallets went fastest, without
+    /// errors.
+    fn fastest(&self, operation: Operation) -> Option<WalletStrategy> {
+        self.strategies
+            .iter()
+            .filter(|row| row.operation == operation && row.first_time.figures.errors == 0)
+            .filter(|row| row.first_time.figures.per_second > 0.0)
+            .max_by(|left, right| {
+                left.first_time
+                    .figures
+                    .per_second
+                    .total_cmp(&right.first_time.figures.per_second)
+            })
+            .map(|row| row.strategy)
+    }
+
+    fn compute_ratios(&self) -> Vec<Ratio> {
         let mut ratios = Vec::new();
         let first = |operation, machinery| {
             self.scenario(operation, machinery, PathKind::FirstTime)
@@ -259,7 +459,7 @@ impl BenchReport {
                 }
             }
         }
-        if let Some(limit) = database_limit {
+        if let Some(limit) = self.limit(LimitKind::OneRowInsert, Via::SameDriver) {
             for scenario in &self.scenarios {
                 if scenario.path != PathKind::FirstTime {
                     continue;
@@ -273,106 +473,239 @@ impl BenchReport {
                         ),
                         value,
                         detail: format!(
-                            "{:.1} req/s / {:.1} one-row commits/s",
+                            "{:.1} req/s / {:.1} one-row commits/s (same driver)",
                             scenario.figures.per_second, limit.figures.per_second
                         ),
                     });
                 }
             }
         }
-        self.ratios = ratios;
-        self.goals = self.compute_goals(database_limit);
+        for kind in [
+            LimitKind::OneRowInsert,
+            LimitKind::HotRowUpdate,
+            LimitKind::SqlDeduct,
+        ] {
+            let (Some(driver), Some(pgbench)) = (
+                self.limit(kind, Via::SameDriver),
+                self.limit(kind, Via::Pgbench),
+            ) else {
+                continue;
+            };
+            if let Some(value) = divide(driver.figures.per_second, pgbench.figures.per_second) {
+                ratios.push(Ratio {
+                    name: format!(
+                        "driver and pool, {}: same driver / pgbench",
+                        kind_label(kind)
+                    ),
+                    value,
+                    detail: format!(
+                        "{:.1} / {:.1} ops/s",
+                        driver.figures.per_second, pgbench.figures.per_second
+                    ),
+                });
+            }
+        }
+        ratios
     }
 
-    /// The money path's goals: the first-time deduct against the same-driver commit rate and
-    /// against itself without the machinery, payment creation with and without it, and the
-    /// replay against the first-time deduct and against a Redis round trip (servers only).
-    fn compute_goals(&self, database_limit: Option<&LimitResult>) -> Vec<Goal> {
-        let figures = |operation, machinery, path| {
+    /// The money path's goals (issue 15's table), each against a baseline of this run:
+    /// pgbench's figures where measured (else the same driver's, and the detail says so),
+    /// the same deduct without the machinery, its own first time, a Redis round trip (servers
+    /// only). The deduct figures are the main "on" deployment's, which runs the default wallet
+    /// strategy.
+    fn compute_goals(&self) -> Vec<Goal> {
+        // Each side of a ratio: what it is, its rate, and the rate's unit.
+        let scenario = |operation, machinery, path| {
             self.scenario(operation, machinery, path)
-                .map(|scenario| scenario.figures.per_second)
+                .filter(|scenario| scenario.figures.errors == 0)
+                .map(|scenario| {
+                    (
+                        operation_name(scenario),
+                        scenario.figures.per_second,
+                        "req/s",
+                    )
+                })
         };
         let deduct = Operation::DeductDistinctWallets;
-        let deduct_on = figures(deduct, Machinery::On, PathKind::FirstTime);
-        let deduct_off = figures(deduct, Machinery::Off, PathKind::FirstTime);
-        let deduct_replay = figures(deduct, Machinery::On, PathKind::Replay);
-        let creation_on = figures(
+        let deduct_on = scenario(deduct, Machinery::On, PathKind::FirstTime);
+        let deduct_off = scenario(deduct, Machinery::Off, PathKind::FirstTime);
+        let deduct_replay = scenario(deduct, Machinery::On, PathKind::Replay);
+        let hot_on = scenario(
+            Operation::DeductHotWallet,
+            Machinery::On,
+            PathKind::FirstTime,
+        );
+        let creation_on = scenario(
             Operation::PaymentCreation,
             Machinery::On,
             PathKind::FirstTime,
         );
-        let creation_off = figures(
+        let creation_off = scenario(
             Operation::PaymentCreation,
             Machinery::Off,
             PathKind::FirstTime,
         );
-        let commits = database_limit.map(|limit| limit.figures.per_second);
-        let redis = self
-            .limits
-            .iter()
-            .find(|limit| limit.name.starts_with("Redis round trip"))
-            .map(|limit| limit.figures.per_second);
+        // A limit as a baseline: its name, its rate, and why it is the same driver's when
+        // pgbench's was wanted.
+        let limit = |found: Option<(&LimitResult, bool)>| {
+            found.map(|(limit, fell_back)| {
+                let name = if fell_back {
+                    format!("{}; no pgbench figure in this run", limit.name)
+                } else {
+                    limit.name.clone()
+                };
+                (name, limit.figures.per_second, "ops/s")
+            })
+        };
+        let same_driver = |kind| {
+            self.limit(kind, Via::SameDriver)
+                .filter(|limit| limit.figures.errors == 0)
+                .map(|limit| (limit.name.clone(), limit.figures.per_second, "ops/s"))
+        };
+        let insert_pgbench_measured = self.limit(LimitKind::OneRowInsert, Via::Pgbench).is_some();
         let candidates = [
             (
-                "deduct, distinct wallets, first-time (on) / one-row-insert commits",
-                deduct_on,
-                commits,
-                0.5,
-                "req/s / commits/s",
+                GoalKind::DeductVsSqlDeduct,
+                "deduct, distinct wallets, first-time (on) / the same deduct by SQL alone",
+                deduct_on.clone(),
+                limit(self.baseline(LimitKind::SqlDeduct)),
+                0.8,
             ),
             (
+                GoalKind::DeductVsInsertCommit,
+                "deduct, distinct wallets, first-time (on) / one-row-insert commits",
+                deduct_on.clone(),
+                limit(self.baseline(LimitKind::OneRowInsert)),
+                0.5,
+            ),
+            (
+                GoalKind::DeductVsInsertCommitSameDriver,
+                "deduct, distinct wallets, first-time (on) / one-row-insert commits, same driver",
+                deduct_on.clone().filter(|_| insert_pgbench_measured),
+                same_driver(LimitKind::OneRowInsert),
+                0.5,
+            ),
+            (
+                GoalKind::DeductOnOff,
                 "deduct, distinct wallets, first-time, machinery on / off",
-                deduct_on,
+                deduct_on.clone(),
                 deduct_off,
                 0.9,
-                "req/s / req/s",
             ),
             (
+                GoalKind::HotDeductVsHotRowUpdate,
+                "deduct, one hot wallet, first-time (on) / hot-row conditional UPDATE",
+                hot_on,
+                limit(self.baseline(LimitKind::HotRowUpdate)),
+                0.7,
+            ),
+            (
+                GoalKind::ReplayVsFirstTime,
+                "deduct, distinct wallets, replay / first-time",
+                deduct_replay.clone(),
+                deduct_on,
+                10.0,
+            ),
+            (
+                GoalKind::ReplayVsRedis,
+                "deduct, distinct wallets, replay / Redis round trip",
+                deduct_replay,
+                same_driver(LimitKind::RedisRoundTrip),
+                0.3,
+            ),
+            (
+                GoalKind::PaymentCreationOnOff,
                 "payment creation, first-time, machinery on / off",
                 creation_on,
                 creation_off,
                 0.95,
-                "req/s / req/s",
-            ),
-            (
-                "deduct, distinct wallets, replay / first-time",
-                deduct_replay,
-                deduct_on,
-                10.0,
-                "req/s / req/s",
-            ),
-            (
-                "deduct, distinct wallets, replay / Redis round trip",
-                deduct_replay,
-                redis,
-                0.3,
-                "req/s / round trips/s",
             ),
         ];
         candidates
             .into_iter()
-            .filter_map(|(name, numerator, denominator, goal, unit)| {
-                let (numerator, denominator) = (numerator?, denominator?);
+            .filter_map(|(kind, name, numerator, denominator, goal)| {
+                let (
+                    (numerator_name, numerator, numerator_unit),
+                    (denominator_name, denominator, denominator_unit),
+                ) = (numerator?, denominator?);
                 let value = divide(numerator, denominator)?;
                 Some(Goal {
+                    kind,
                     name: name.to_owned(),
                     value,
                     goal,
                     met: value >= goal,
-                    detail: format!("{numerator:.1} / {denominator:.1} {unit}"),
+                    detail: format!(
+                        "{numerator:.1} {numerator_unit} ({numerator_name}) / {denominator:.1} \
+                         {denominator_unit} ({denominator_name})"
+                    ),
                 })
             })
             .collect()
     }
+}
 
-    /// The report as a plain-text table.
+/// A scenario in words, as a goal's detail names it.
+fn operation_name(scenario: &ScenarioResult) -> String {
+    format!(
+        "{}, {}, machinery {}",
+        scenario.operation.label(),
+        scenario.path.label(),
+        scenario.machinery.label()
+    )
+}
+
+fn kind_label(kind: LimitKind) -> &'static str {
+    match kind {
+        LimitKind::OneRowInsert => "one-row-insert commit",
+        LimitKind::HotRowUpdate => "hot-row conditional UPDATE",
+        LimitKind::SqlDeduct => "SQL deduct",
+        LimitKind::RedisRoundTrip => "Redis round trip",
+    }
+}
+
+impl BenchReport {
+    /// The run at `concurrency`.
+    pub fn run(&self, concurrency: u16) -> Option<&BenchRun> {
+        self.runs.iter().find(|run| run.concurrency == concurrency)
+    }
+
+    /// The report as a plain-text table: a section per concurrency, then the notes.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        let concurrency: Vec<String> = self.concurrency.iter().map(u16::to_string).collect();
+        let strategies: Vec<&str> = self
+            .wallet_strategies
+            .iter()
+            .map(|strategy| strategy.as_str())
+            .collect();
         let _ = writeln!(
             out,
-            "mideng bench: {}, {} concurrent clients, up to {} s per scenario",
-            self.stack, self.concurrency, self.duration_secs
+            "mideng bench: {}, up to {} s per scenario, {} concurrent clients, wallet \
+             strategies {}",
+            self.stack,
+            self.duration_secs,
+            concurrency.join(" then "),
+            strategies.join(", ")
         );
+        for run in &self.runs {
+            let _ = writeln!(out);
+            run.write_table(&mut out);
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "notes");
+            for note in &self.notes {
+                let _ = writeln!(out, "  - {note}");
+            }
+        }
+        out
+    }
+}
+
+impl BenchRun {
+    fn write_table(&self, out: &mut String) {
+        let _ = writeln!(out, "== {} concurrent clients ==", self.concurrency);
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -405,25 +738,8 @@ impl BenchReport {
                 figures.p99_ms
             );
         }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:<51} {:>9} {:>6} {:>10} {:>9} {:>9}",
-            "machine limit", "ops", "errors", "ops/s", "p50 ms", "p99 ms"
-        );
-        for limit in &self.limits {
-            let figures = &limit.figures;
-            let _ = writeln!(
-                out,
-                "{:<51} {:>9} {:>6} {:>10.1} {:>9.2} {:>9.2}",
-                limit.name,
-                figures.requests,
-                figures.errors,
-                figures.per_second,
-                figures.p50_ms,
-                figures.p99_ms
-            );
-        }
+        self.write_limits(out);
+        self.write_strategies(out);
         let _ = writeln!(out);
         let _ = writeln!(out, "ratios");
         for ratio in &self.ratios {
@@ -434,12 +750,18 @@ impl BenchReport {
             );
         }
         if !self.goals.is_empty() {
+            let width = self
+                .goals
+                .iter()
+                .map(|goal| goal.name.len())
+                .max()
+                .unwrap_or(0);
             let _ = writeln!(out);
-            let _ = writeln!(out, "goals");
+            let _ = writeln!(out, "goals at {} concurrent clients", self.concurrency);
             for goal in &self.goals {
                 let _ = writeln!(
                     out,
-                    "  {:<63} {:>7.3}  goal {:>5.2}  {}  ({})",
+                    "  {:<width$} {:>7.3}  goal {:>5.2}  {}  ({})",
                     goal.name,
                     goal.value,
                     goal.goal,
@@ -448,19 +770,145 @@ impl BenchReport {
                 );
             }
         }
+        self.write_failures(out);
+        if !self.notes.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "notes at {} concurrent clients", self.concurrency);
+            for note in &self.notes {
+                let _ = writeln!(out, "  - {note}");
+            }
+        }
+    }
+
+    fn write_limits(&self, out: &mut String) {
+        let width = self
+            .limits
+            .iter()
+            .map(|limit| limit.name.len())
+            .max()
+            .unwrap_or(0)
+            .max("machine limit".len());
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<width$} {:>9} {:>6} {:>10} {:>9} {:>9}",
+            "machine limit", "ops", "errors", "ops/s", "p50 ms", "p99 ms"
+        );
+        for limit in &self.limits {
+            let figures = &limit.figures;
+            let _ = writeln!(
+                out,
+                "{:<width$} {:>9} {:>6} {:>10.1} {:>9.2} {:>9.2}",
+                limit.name,
+                figures.requests,
+                figures.errors,
+                figures.per_second,
+                figures.p50_ms,
+                figures.p99_ms
+            );
+        }
+    }
+
+    fn write_strategies(&self, out: &mut String) {
+        if self.strategies.is_empty() {
+            return;
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "wallet strategies (deducts, machinery on: first-time; then how many of the replays \
+             were answered as replays)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<19} {:<9} {:>9} {:>6} {:>10} {:>9} {:>9} {:>9} {:>15}",
+            "strategy",
+            "wallets",
+            "requests",
+            "errors",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "/ limit",
+            "replays"
+        );
+        for row in &self.strategies {
+            let figures = &row.first_time.figures;
+            let fraction = row
+                .fraction_of_limit
+                .map_or_else(|| "-".to_owned(), |fraction| format!("{fraction:.3}"));
+            let replays = format!("{}/{}", row.replay.replayed, row.replay.figures.requests);
+            let _ = writeln!(
+                out,
+                "{:<19} {:<9} {:>9} {:>6} {:>10.1} {:>9.2} {:>9.2} {:>9} {:>15}",
+                row.strategy.as_str(),
+                match row.operation {
+                    Operation::DeductHotWallet => "hot",
+                    _ => "distinct",
+                },
+                figures.requests,
+                figures.errors + row.replay.figures.errors,
+                figures.per_second,
+                figures.p50_ms,
+                figures.p99_ms,
+                fraction,
+                replays
+            );
+        }
+        for operation in Operation::DEDUCTS {
+            if let Some((limit, _)) = self.deduct_baseline(operation) {
+                let _ = writeln!(
+                    out,
+                    "  / limit, {}: first-time req/s / {} ops/s",
+                    operation.label(),
+                    limit.name
+                );
+            }
+        }
+        for (operation, fastest) in [
+            (
+                Operation::DeductDistinctWallets,
+                self.fastest_on_distinct_wallets,
+            ),
+            (Operation::DeductHotWallet, self.fastest_on_hot_wallet),
+        ] {
+            if let Some(row) = fastest.and_then(|strategy| self.strategy(strategy, operation)) {
+                let _ = writeln!(
+                    out,
+                    "  fastest, {}: {} ({:.1} req/s)",
+                    operation.label(),
+                    row.strategy.as_str(),
+                    row.first_time.figures.per_second
+                );
+            }
+        }
+    }
+
+    fn write_failures(&self, out: &mut String) {
+        let scenario_failure = |scenario: &ScenarioResult, strategy: Option<WalletStrategy>| {
+            scenario.first_error.as_ref().map(|error| {
+                let strategy =
+                    strategy.map_or_else(String::new, |strategy| format!(", {strategy}"));
+                format!(
+                    "{} ({}, {}{strategy}): {error}",
+                    scenario.operation.label(),
+                    scenario.machinery.label(),
+                    scenario.path.label()
+                )
+            })
+        };
         let failures: Vec<String> = self
             .scenarios
             .iter()
-            .filter_map(|scenario| {
-                scenario.first_error.as_ref().map(|error| {
-                    format!(
-                        "{} ({}, {}): {error}",
-                        scenario.operation.label(),
-                        scenario.machinery.label(),
-                        scenario.path.label()
-                    )
-                })
-            })
+            .filter_map(|scenario| scenario_failure(scenario, None))
+            .chain(self.strategies.iter().flat_map(|row| {
+                [
+                    scenario_failure(&row.first_time, Some(row.strategy)),
+                    scenario_failure(&row.replay, Some(row.strategy)),
+                ]
+                .into_iter()
+                .flatten()
+            }))
             .chain(self.limits.iter().filter_map(|limit| {
                 limit
                     .first_error
@@ -475,14 +923,6 @@ impl BenchReport {
                 let _ = writeln!(out, "  {failure}");
             }
         }
-        if !self.notes.is_empty() {
-            let _ = writeln!(out);
-            let _ = writeln!(out, "notes");
-            for note in &self.notes {
-                let _ = writeln!(out, "  - {note}");
-            }
-        }
-        out
     }
 }
 
@@ -523,69 +963,178 @@ mod tests {
         }
     }
 
-    fn limit(name: &str, rate: f64) -> LimitResult {
+    fn limit(kind: LimitKind, via: Via, rate: f64) -> LimitResult {
         LimitResult {
-            name: name.to_owned(),
+            name: match via {
+                Via::SameDriver => format!("{}, same driver", kind_label(kind)),
+                Via::Pgbench => format!("{}, pgbench", kind_label(kind)),
+            },
+            kind,
+            via,
             figures: figures(rate),
             first_error: None,
         }
     }
 
+    fn strategy(strategy: WalletStrategy, operation: Operation, rate: f64) -> StrategyResult {
+        StrategyResult {
+            strategy,
+            operation,
+            first_time: scenario(operation, Machinery::On, PathKind::FirstTime, rate),
+            replay: scenario(operation, Machinery::On, PathKind::Replay, rate * 10.0),
+            limit: None,
+            fraction_of_limit: None,
+        }
+    }
+
+    fn run() -> BenchRun {
+        use Machinery::{Off, On};
+        use Operation::{
+            DeductDistinctWallets as Deduct, DeductHotWallet as Hot, PaymentCreation as Creation,
+        };
+        use PathKind::{FirstTime, Replay};
+        let mut run = BenchRun::new(16);
+        run.scenarios = vec![
+            scenario(Creation, On, FirstTime, 96.0),
+            scenario(Creation, Off, FirstTime, 100.0),
+            scenario(Deduct, On, FirstTime, 1_000.0),
+            scenario(Deduct, Off, FirstTime, 2_000.0),
+            scenario(Deduct, On, Replay, 12_000.0),
+            scenario(Hot, On, FirstTime, 300.0),
+        ];
+        run.limits = vec![
+            limit(LimitKind::OneRowInsert, Via::SameDriver, 4_000.0),
+            limit(LimitKind::HotRowUpdate, Via::SameDriver, 500.0),
+            limit(LimitKind::SqlDeduct, Via::SameDriver, 2_500.0),
+            limit(LimitKind::RedisRoundTrip, Via::SameDriver, 100_000.0),
+        ];
+        run.strategies = vec![
+            strategy(WalletStrategy::RowLock, Deduct, 900.0),
+            strategy(WalletStrategy::RowLock, Hot, 350.0),
+            strategy(WalletStrategy::ConditionalUpdate, Deduct, 1_000.0),
+            strategy(WalletStrategy::ConditionalUpdate, Hot, 300.0),
+        ];
+        run
+    }
+
+    fn value(run: &BenchRun, kind: GoalKind) -> Option<(f64, bool)> {
+        run.goal(kind).map(|goal| (goal.value, goal.met))
+    }
+
     #[test]
     fn each_goal_is_its_ratio_against_the_same_run_and_says_whether_it_is_met() {
-        use Machinery::{Off, On};
-        use Operation::{DeductDistinctWallets as Deduct, PaymentCreation as Creation};
-        use PathKind::{FirstTime, Replay};
-        let mut report = BenchReport {
-            stack: "servers".to_owned(),
-            concurrency: 16,
-            duration_secs: 5,
-            scenarios: vec![
-                scenario(Creation, On, FirstTime, 96.0),
-                scenario(Creation, Off, FirstTime, 100.0),
-                scenario(Deduct, On, FirstTime, 1_000.0),
-                scenario(Deduct, Off, FirstTime, 2_000.0),
-                scenario(Deduct, On, Replay, 12_000.0),
-            ],
-            limits: vec![
-                limit("one-row-insert commit, PostgreSQL, same driver", 4_000.0),
-                limit("Redis round trip (SET NX PX / GET), same client", 100_000.0),
-            ],
-            ratios: Vec::new(),
-            goals: Vec::new(),
-            notes: Vec::new(),
-        };
-        let commits = report.limits[0].clone();
-        report.compute_ratios(Some(&commits));
-        let goal = |name: &str| {
-            report
-                .goals
-                .iter()
-                .find(|goal| goal.name.starts_with(name))
-                .map(|goal| (goal.value, goal.met))
-        };
+        let mut run = run();
+        run.compute();
+        assert_eq!(value(&run, GoalKind::DeductVsSqlDeduct), Some((0.4, false)));
         assert_eq!(
-            goal("deduct, distinct wallets, first-time (on) /"),
+            value(&run, GoalKind::DeductVsInsertCommit),
+            Some((0.25, false))
+        );
+        assert_eq!(value(&run, GoalKind::DeductOnOff), Some((0.5, false)));
+        assert_eq!(
+            value(&run, GoalKind::HotDeductVsHotRowUpdate),
+            Some((0.6, false))
+        );
+        assert_eq!(
+            value(&run, GoalKind::PaymentCreationOnOff),
+            Some((0.96, true))
+        );
+        assert_eq!(value(&run, GoalKind::ReplayVsFirstTime), Some((12.0, true)));
+        assert_eq!(value(&run, GoalKind::ReplayVsRedis), Some((0.12, false)));
+        // Without pgbench's figures the baselines are the same driver's, and the detail says
+        // so; the separate same-driver line would repeat the first.
+        let sql_deduct = run
+            .goal(GoalKind::DeductVsSqlDeduct)
+            .map(|goal| &goal.detail);
+        assert!(
+            sql_deduct.is_some_and(|detail| detail.contains("no pgbench figure")),
+            "{sql_deduct:?}"
+        );
+        assert!(run.goal(GoalKind::DeductVsInsertCommitSameDriver).is_none());
+
+        // Without Redis (the embedded stack) that goal is left out, not reported as zero.
+        run.limits
+            .retain(|limit| limit.kind != LimitKind::RedisRoundTrip);
+        run.compute();
+        assert!(run.goal(GoalKind::ReplayVsRedis).is_none());
+        assert_eq!(run.goals.len(), 6);
+    }
+
+    #[test]
+    fn pgbench_figures_are_the_baselines_when_measured_and_the_driver_insert_stays_beside() {
+        let mut run = run();
+        run.limits.extend([
+            limit(LimitKind::OneRowInsert, Via::Pgbench, 10_000.0),
+            limit(LimitKind::HotRowUpdate, Via::Pgbench, 1_000.0),
+            limit(LimitKind::SqlDeduct, Via::Pgbench, 5_000.0),
+        ]);
+        run.compute();
+        assert_eq!(value(&run, GoalKind::DeductVsSqlDeduct), Some((0.2, false)));
+        assert_eq!(
+            value(&run, GoalKind::DeductVsInsertCommit),
+            Some((0.1, false))
+        );
+        assert_eq!(
+            value(&run, GoalKind::DeductVsInsertCommitSameDriver),
             Some((0.25, false))
         );
         assert_eq!(
-            goal("deduct, distinct wallets, first-time, machinery"),
-            Some((0.5, false))
+            value(&run, GoalKind::HotDeductVsHotRowUpdate),
+            Some((0.3, false))
         );
-        assert_eq!(goal("payment creation"), Some((0.96, true)));
-        assert_eq!(
-            goal("deduct, distinct wallets, replay / first-time"),
-            Some((12.0, true))
+        let detail = run
+            .goal(GoalKind::DeductVsSqlDeduct)
+            .map(|goal| goal.detail.clone())
+            .unwrap_or_default();
+        assert!(
+            detail.contains("pgbench") && !detail.contains("no pgbench"),
+            "{detail}"
         );
-        assert_eq!(
-            goal("deduct, distinct wallets, replay / Redis"),
-            Some((0.12, false))
+        assert!(
+            run.ratios.iter().any(|ratio| ratio
+                .name
+                .starts_with("driver and pool, one-row-insert commit")),
+            "{:?}",
+            run.ratios
         );
-        assert!(report.table().contains("goals"), "the table shows them");
+    }
 
-        // Without Redis (the embedded stack) that goal is left out, not reported as zero.
-        report.limits.pop();
-        report.compute_ratios(Some(&commits));
-        assert_eq!(report.goals.len(), 4);
+    #[test]
+    fn each_strategy_is_read_against_its_limit_and_the_fastest_is_named() {
+        let mut run = run();
+        run.compute();
+        let fraction = |strategy, operation| {
+            run.strategy(strategy, operation)
+                .and_then(|row| row.fraction_of_limit)
+        };
+        assert_eq!(
+            fraction(WalletStrategy::RowLock, Operation::DeductDistinctWallets),
+            Some(0.36)
+        );
+        assert_eq!(
+            fraction(WalletStrategy::RowLock, Operation::DeductHotWallet),
+            Some(0.7)
+        );
+        assert_eq!(
+            run.fastest_on_distinct_wallets,
+            Some(WalletStrategy::ConditionalUpdate)
+        );
+        assert_eq!(run.fastest_on_hot_wallet, Some(WalletStrategy::RowLock));
+        let report = BenchReport {
+            stack: "servers".to_owned(),
+            duration_secs: 5,
+            concurrency: vec![16],
+            wallet_strategies: vec![WalletStrategy::RowLock, WalletStrategy::ConditionalUpdate],
+            runs: vec![run],
+            notes: Vec::new(),
+        };
+        let table = report.table();
+        for expected in [
+            "goals at 16 concurrent clients",
+            "wallet strategies",
+            "fastest, deduct, one hot wallet: row-lock",
+        ] {
+            assert!(table.contains(expected), "{expected}\n{table}");
+        }
     }
 }
