@@ -4,7 +4,7 @@
 //! Two deployments of the service ([`crate::deploy`]) run side by side on the chosen stack, each
 //! with its own simulator, database and tenant: one with the machinery on (the production
 //! setting: `Idempotency-Key` records on payment creation, credit and deduct, a wallet
-//! operation's record completed in its own transaction), one with it off
+//! operation's record begun and completed in its own transaction), one with it off
 //! ([`mideng_pay::flows::PaymentSettings::idempotency`] `= false`: no layer, no record; each
 //! operation still one transaction, the ledger's one-debit-per-order constraint still there).
 //! Both run the default wallet strategy. The scenarios alternate between the two, so that both
@@ -93,12 +93,13 @@
 //! - **Layer overhead** (first-time, on / off): throughput 0.80 means the machinery costs a
 //!   fifth of the throughput; p50 1.25 means the median request takes a quarter longer.
 //! - **Replay speed-up** (machinery on, replay / first-time): how much cheaper an answered
-//!   duplicate is than the work. A replay still authenticates and reads the record; it never
-//!   reaches the channel or the ledger.
+//!   duplicate is than the work. A replay of an answer this instance stored or replayed before
+//!   is answered from its memory (the replay cache); it never reaches the channel or the
+//!   ledger.
 //! - **Fraction of the database limit**: a first-time scenario's req/s divided by the same
 //!   driver's one-row-insert commits/s. A request commits several transactions (payment
 //!   creation with the machinery on: the record's start, the payment, its pay URL, the record's
-//!   answer; off: the two in the middle; a deduct two on, one off), so a fraction near 1 / (its
+//!   answer; off: the two in the middle; a deduct one, on or off), so a fraction near 1 / (its
 //!   commits) says the database is the bottleneck, and a much lower one that the time goes
 //!   elsewhere (HTTP, signatures, the channel call, locks). SQLite has one writer at a time:
 //!   its commit rate does not grow with concurrency.
@@ -287,7 +288,7 @@ fn notes(stack: &Stack) -> Vec<String> {
          the order's pending payment, a deduct is refused by the ledger's constraint"
             .to_owned(),
         "a request commits several transactions (payment creation on: 4, off: 2; a callback: 1; \
-         deduct on: 2, off: 1): read the fraction of the database limit against that"
+         deduct on or off: 1): read the fraction of the database limit against that"
             .to_owned(),
         "callbacks: the notify path has no switch (its dedup by notify id keeps a channel's \
          retries safe); measured with the machinery on, with notifies the bench signs as the \
