@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | `row-lock` | lock the wallet (`FOR UPDATE`), find a debit for the order, insert the entry, set the balance | waits on the row lock |
 //! | `optimistic` | read balance and version, find a debit, set the balance where the version is unchanged, insert the entry | the loser's transaction is retried whole (bounded) |
-//! | `conditional-update` | `balance = balance - x WHERE balance >= x` (returning the balance), insert the entry; on PostgreSQL, with the record's claim, one statement ([`DEDUCT_CLAIMED_POSTGRES`]) | waits on the row lock the update takes; a debit for the order found by the entry's unique index puts the amount back in the same transaction |
+//! | `conditional-update` | `balance = balance - x WHERE balance >= x` (returning the balance), insert the entry; on PostgreSQL, with the record's claim, one statement (`DEDUCT_CLAIMED_POSTGRES`) | waits on the row lock the update takes; a debit for the order found by the entry's unique index puts the amount back in the same transaction |
 //!
 //! Every balance change bumps the wallet's `version`, whatever the strategy, so that instances
 //! configured differently (during a change of strategy) still see each other's writes.
