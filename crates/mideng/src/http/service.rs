@@ -466,13 +466,7 @@ where
         Ok(decision) => decision,
         Err(error) => return log.refuse(Outcome::StoreUnavailable, store_problem(&error)),
     };
-    log.record(match &decision {
-        Decision::Proceed(lease) if lease.taken_over => Outcome::ProceedTakeover,
-        Decision::Proceed(_) => Outcome::Proceed,
-        Decision::Replay(_) => Outcome::Replay,
-        Decision::InFlight { .. } => Outcome::InFlight,
-        Decision::Mismatch => Outcome::Mismatch,
-    });
+    log.record(outcome_of(&decision));
     let lease = match &decision {
         Decision::Proceed(lease) => Some(lease.clone()),
         _ => None,
@@ -578,13 +572,7 @@ impl IdempotencyClaim {
     /// replay cache in front of the store), 409 with `Retry-After`, or 422. `None` on
     /// `Proceed`: the handler goes on.
     pub async fn decided(&self, decision: &Decision) -> Option<Response<Body>> {
-        let outcome = match decision {
-            Decision::Proceed(lease) if lease.taken_over => Outcome::ProceedTakeover,
-            Decision::Proceed(_) => Outcome::Proceed,
-            Decision::Replay(_) => Outcome::Replay,
-            Decision::InFlight { .. } => Outcome::InFlight,
-            Decision::Mismatch => Outcome::Mismatch,
-        };
+        let outcome = outcome_of(decision);
         record(
             self.scope.tenant(),
             self.scope.operation(),
@@ -682,6 +670,17 @@ fn replay_free(stored: StoredResponse) -> Response<Body> {
     let mut response = replay(stored);
     response.headers_mut().remove(IDEMPOTENT_REPLAYED);
     response
+}
+
+/// How a decision is logged and counted.
+fn outcome_of(decision: &Decision) -> Outcome {
+    match decision {
+        Decision::Proceed(lease) if lease.taken_over => Outcome::ProceedTakeover,
+        Decision::Proceed(_) => Outcome::Proceed,
+        Decision::Replay(_) => Outcome::Replay,
+        Decision::InFlight { .. } => Outcome::InFlight,
+        Decision::Mismatch => Outcome::Mismatch,
+    }
 }
 
 /// Runs `begin`, and while a duplicate is in flight polls again until the route's
