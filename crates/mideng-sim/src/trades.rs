@@ -272,7 +272,10 @@ impl TradeBook {
         &self.ledger
     }
 
-    /// Creates a trade, or recognises a repeat of the same request.
+    /// Creates a trade, or recognises a repeat of the same request: the same channel and the
+    /// same business terms (amount, subject, expiry). The notify URL is not among them: a
+    /// merchant's instances may each name their own, and the one that repeats an unanswered
+    /// request must get the trade, not a refusal; the trade keeps the URL of its first request.
     pub(crate) fn create_trade(
         &mut self,
         new: NewTrade,
@@ -283,9 +286,7 @@ impl TradeBook {
                 TradeStatus::Paid | TradeStatus::Finished => Err(CreateRefusal::AlreadyPaid),
                 TradeStatus::Closed | TradeStatus::Refunded => Err(CreateRefusal::AlreadyClosed),
                 TradeStatus::Pending
-                    if existing.channel == new.channel
-                        && existing.terms == new.terms
-                        && existing.notify_url == new.notify_url =>
+                    if existing.channel == new.channel && existing.terms == new.terms =>
                 {
                     Ok(Created::Repeated)
                 }

@@ -121,4 +121,32 @@ pub(crate) async fn two_instances_one_effect(backend: Backend) {
     let order = second.order(&order_id).await;
     assert_eq!(order["status"], "PAID");
     assert_eq!(order["version"], 1);
+
+    // The channel created a trade through the first node but its answer was lost; the client's
+    // retry reaches the second node, whose adapter names its own notify URL. The channel takes
+    // that as the same request (a refusal here would fail an attempt the channel holds), and
+    // the trade's notify still reaches the first node.
+    for (channel, method) in [("alipay", "alipay.trade.precreate"), ("wechat", "wechat.native")] {
+        let order_id = unique("o");
+        first.create_order(&order_id, "u-2", 2_345).await;
+        first
+            .sim_post(
+                "/sim/fail-next",
+                json!({"method": method, "apply_anyway": true}),
+            )
+            .await;
+        let lost = first.create_payment(&order_id, channel).await;
+        assert_eq!(lost.status, 202, "{}", lost.json());
+        let number = lost.json()["payment_no"]
+            .as_str()
+            .expect("number")
+            .to_owned();
+        let retried = second.create_payment(&order_id, channel).await;
+        assert_eq!(retried.status, 200, "{channel}: {}", retried.json());
+        assert_eq!(retried.json()["payment_no"].as_str(), Some(number.as_str()));
+        assert!(retried.json()["pay_url"].is_string(), "{}", retried.json());
+        first.pay_at_channel(&number).await;
+        first.settled_trade(&number).await;
+        assert_eq!(second.order(&order_id).await["status"], "PAID");
+    }
 }
