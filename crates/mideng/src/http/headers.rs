@@ -6,7 +6,8 @@
 //! repeated on several field lines, or both spellings present (even with equal values, since a
 //! client or proxy that sends both is not saying one thing). A value that begins with `"` is a
 //! structured string and must parse as exactly one, with no parameters and nothing after it;
-//! its escapes (`\"`, `\\`) are decoded before the key rules apply.
+//! its escapes (`\"`, `\\`) are decoded before the key rules apply. A one-time token arrives as
+//! `Idempotency-Token` or `Idempotent-Token`, under the same rule: one of them, once.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::visitor::{ItemVisitor, ParameterVisitor};
@@ -23,6 +24,9 @@ pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key
 pub const X_IDEMPOTENT_KEY: HeaderName = HeaderName::from_static("x-idempotent-key");
 /// The request header that carries a one-time submit token.
 pub const IDEMPOTENCY_TOKEN: HeaderName = HeaderName::from_static("idempotency-token");
+/// The token header as some clients spell it (the spelling of the seeds' token scheme);
+/// accepted too, but never beside the other.
+pub const IDEMPOTENT_TOKEN: HeaderName = HeaderName::from_static("idempotent-token");
 
 /// Why the key or token headers of a request were refused.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -37,6 +41,9 @@ pub enum HeaderError {
     /// Both `Idempotency-Key` and `X-Idempotent-Key` were sent.
     #[error("Idempotency-Key and X-Idempotent-Key were both sent")]
     BothSpellings,
+    /// Both `Idempotency-Token` and `Idempotent-Token` were sent.
+    #[error("Idempotency-Token and Idempotent-Token were both sent")]
+    BothTokenSpellings,
     /// The value begins with `"` but is not one RFC 8941 string (unbalanced quote, a bad
     /// escape, parameters or anything after the closing quote).
     #[error("the value is not one structured-field string")]
@@ -87,10 +94,15 @@ pub fn parse_key_value(value: &[u8]) -> Result<IdempotencyKey, HeaderError> {
     Ok(IdempotencyKey::parse(text)?)
 }
 
-/// Reads the request's one-time token: `None` when absent.
+/// Reads the request's one-time token, from `Idempotency-Token` or `Idempotent-Token` (never
+/// both): `None` when absent.
 pub fn read_idempotency_token(headers: &HeaderMap) -> Result<Option<Token>, HeaderError> {
-    let Some(value) = single(headers, &IDEMPOTENCY_TOKEN, "Idempotency-Token")? else {
-        return Ok(None);
+    let standard = single(headers, &IDEMPOTENCY_TOKEN, "Idempotency-Token")?;
+    let other = single(headers, &IDEMPOTENT_TOKEN, "Idempotent-Token")?;
+    let value = match (standard, other) {
+        (Some(_), Some(_)) => return Err(HeaderError::BothTokenSpellings),
+        (Some(value), None) | (None, Some(value)) => value,
+        (None, None) => return Ok(None),
     };
     let text = value.to_str().map_err(|_| HeaderError::NotText)?;
     Ok(Some(Token::parse(text)?))
@@ -193,5 +205,31 @@ mod tests {
             read_idempotency_key(&headers),
             Err(HeaderError::BothSpellings)
         );
+    }
+
+    #[test]
+    fn a_token_comes_under_either_spelling_but_never_both() {
+        let token = "tok_0123456789abcdef0123456789abcdef";
+        for name in [IDEMPOTENCY_TOKEN, IDEMPOTENT_TOKEN] {
+            let mut headers = HeaderMap::new();
+            headers.append(name.clone(), HeaderValue::from_static(token));
+            let read =
+                read_idempotency_token(&headers).map(|token| token.map(|t| t.as_str().to_owned()));
+            assert_eq!(read, Ok(Some(token.to_owned())), "{name}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.append(IDEMPOTENCY_TOKEN, HeaderValue::from_static(token));
+        headers.append(IDEMPOTENT_TOKEN, HeaderValue::from_static(token));
+        assert_eq!(
+            read_idempotency_token(&headers).map(|_| ()),
+            Err(HeaderError::BothTokenSpellings)
+        );
+        let mut headers = HeaderMap::new();
+        headers.append(IDEMPOTENT_TOKEN, HeaderValue::from_static(token));
+        headers.append(IDEMPOTENT_TOKEN, HeaderValue::from_static(token));
+        assert!(matches!(
+            read_idempotency_token(&headers),
+            Err(HeaderError::Repeated { .. })
+        ));
     }
 }

@@ -39,8 +39,8 @@ pub use deadline::{
     BodyDeadlineElapsed, RequestBodyDeadline, RequestBodyDeadlineLayer, is_body_deadline,
 };
 pub use headers::{
-    HeaderError, IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, X_IDEMPOTENT_KEY, parse_key_value,
-    read_idempotency_key, read_idempotency_token,
+    HeaderError, IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_TOKEN, X_IDEMPOTENT_KEY,
+    parse_key_value, read_idempotency_key, read_idempotency_token,
 };
 pub use problem::Problem;
 pub use service::{
