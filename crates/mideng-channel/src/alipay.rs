@@ -38,8 +38,15 @@ pub const SUB_TRADE_HAS_SUCCESS: &str = "ACQ.TRADE_HAS_SUCCESS";
 pub const SUB_TRADE_HAS_CLOSE: &str = "ACQ.TRADE_HAS_CLOSE";
 /// The `out_trade_no` was used with different parameters.
 pub const SUB_CONTEXT_INCONSISTENT: &str = "ACQ.CONTEXT_INCONSISTENT";
-/// The trade's status does not allow the operation (closing a paid or closed trade).
+/// The trade's status does not allow the operation (closing a paid or closed trade, refunding
+/// an unpaid or closed one).
 pub const SUB_TRADE_STATUS_ERROR: &str = "ACQ.TRADE_STATUS_ERROR";
+/// The trade is finished (`TRADE_FINISHED`) and can no longer be refunded.
+pub const SUB_TRADE_HAS_FINISHED: &str = "ACQ.TRADE_HAS_FINISHED";
+/// The refund asks for more than is left to refund of the trade (退款金额超限).
+pub const SUB_REFUND_AMT_NOT_EQUAL_TOTAL: &str = "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL";
+/// The `out_request_no` was used before with other parameters (another amount).
+pub const SUB_DISCORDANT_REPEAT_REQUEST: &str = "ACQ.DISCORDANT_REPEAT_REQUEST";
 /// The channel failed internally: the outcome is unknown.
 pub const SUB_SYSTEM_ERROR: &str = "ACQ.SYSTEM_ERROR";
 /// The sub-code that goes with [`CODE_UNKNOWN`] (sic: the channel's spelling).
@@ -55,6 +62,20 @@ pub const TRADE_SUCCESS: &str = "TRADE_SUCCESS";
 pub const TRADE_FINISHED: &str = "TRADE_FINISHED";
 /// Closed unpaid, or fully refunded.
 pub const TRADE_CLOSED: &str = "TRADE_CLOSED";
+
+/// `fund_change` of a refund answer: money moved in this very call.
+pub const FUND_CHANGE_YES: &str = "Y";
+/// `fund_change` of a refund answer: no money moved in this call (a repeat of a refund made
+/// before, or one not done yet); `alipay.trade.fastpay.refund.query` says which.
+pub const FUND_CHANGE_NO: &str = "N";
+/// `refund_status` of `alipay.trade.fastpay.refund.query`: the refund is done. An answer
+/// without `refund_status` means the channel has no such refund (never received, or failed).
+pub const REFUND_SUCCESS: &str = "REFUND_SUCCESS";
+/// `refund_status` of a refund still being processed (Alipay's asynchronous refund product).
+pub const REFUND_PROCESSING: &str = "REFUND_PROCESSING";
+/// The `query_options` entry that makes `alipay.trade.fastpay.refund.query` answer
+/// `gmt_refund_pay`, the time the refund was made.
+pub const QUERY_OPTION_GMT_REFUND_PAY: &str = "gmt_refund_pay";
 
 /// When each notify delivery goes out, in seconds after the event: the first at once, then
 /// +4m, +10m, +10m, +1h, +2h, +6h, +15h — 8 deliveries in about 25 hours.
@@ -178,8 +199,9 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
         .map(|moment| moment.assume_offset(BEIJING).unix_timestamp() * 1000)
 }
 
-/// Alipay OpenAPI v3: `POST /v3/alipay/trade/precreate|query|close` with JSON bodies, what the
-/// official Node SDK's `curl()` speaks.
+/// Alipay OpenAPI v3: `POST /v3/alipay/trade/precreate|query|close|refund` and
+/// `/v3/alipay/trade/fastpay/refund/query` with JSON bodies, what the official Node SDK's
+/// `curl()` speaks.
 ///
 /// - Requests carry `authorization: ALIPAY-SHA256withRSA app_id=…,nonce=…,timestamp=…,sign=…`;
 ///   the auth string is everything between the scheme and `,sign=`, and the signature (the
@@ -211,6 +233,10 @@ pub mod v3 {
     pub const PATH_QUERY: &str = "/v3/alipay/trade/query";
     /// `alipay.trade.close`.
     pub const PATH_CLOSE: &str = "/v3/alipay/trade/close";
+    /// `alipay.trade.refund`.
+    pub const PATH_REFUND: &str = "/v3/alipay/trade/refund";
+    /// `alipay.trade.fastpay.refund.query`.
+    pub const PATH_REFUND_QUERY: &str = "/v3/alipay/trade/fastpay/refund/query";
     /// How far a request's timestamp may be from the gateway's clock, either way.
     pub const TIMESTAMP_SKEW_MS_MAX: i64 = 5 * 60 * 1000;
     /// The longest `authorization` value read (a 4096-bit signature is 684 characters).

@@ -8,8 +8,11 @@
 //! - Notifies: SHA256withRSA with the platform key over `timestamp\nnonce\nbody\n`
 //!   ([`notify_message`], raw body bytes) in the `Wechatpay-*` headers; a signature starting
 //!   `WECHATPAY/SIGNTEST/` is a probe and must fail. The `resource` is AES-256-GCM encrypted
-//!   with the 32-byte API v3 key. A 200 or 204 acknowledges; anything else is retried on
+//!   with the 32-byte API v3 key: a [`Transaction`] (`TRANSACTION.SUCCESS`) or a
+//!   [`RefundNotice`] (`REFUND.*`). A 200 or 204 acknowledges; anything else is retried on
 //!   [`NOTIFY_SCHEDULE_SECS`].
+//! - Refunds: `POST` [`PATH_REFUNDS`] and `GET` [`PATH_REFUNDS`]`/{out_refund_no}` answer a
+//!   [`RefundRecord`]; the same `out_refund_no` refunds once, however often it is sent.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -39,8 +42,17 @@ pub const RESOURCE_ALGORITHM: &str = "AEAD_AES_256_GCM";
 pub const RESOURCE_TYPE_ENCRYPTED: &str = "encrypt-resource";
 /// The associated data, and the `original_type`, of a notification's encrypted transaction.
 pub const TRANSACTION_ASSOCIATED_DATA: &str = "transaction";
-/// A notification's `event_type` for a successful payment, the only one notified.
+/// A notification's `event_type` for a successful payment, the only payment event notified.
 pub const EVENT_TRANSACTION_SUCCESS: &str = "TRANSACTION.SUCCESS";
+/// The associated data, and the `original_type`, of a notification's encrypted refund.
+pub const REFUND_ASSOCIATED_DATA: &str = "refund";
+/// A notification's `event_type` for a refund that moved the money back.
+pub const EVENT_REFUND_SUCCESS: &str = "REFUND.SUCCESS";
+/// A notification's `event_type` for a refund that failed at the channel (the buyer's account
+/// is frozen or closed); a person must look at it.
+pub const EVENT_REFUND_ABNORMAL: &str = "REFUND.ABNORMAL";
+/// A notification's `event_type` for a refund the channel closed without moving money.
+pub const EVENT_REFUND_CLOSED: &str = "REFUND.CLOSED";
 
 /// Create a native (QR code) transaction.
 pub const PATH_NATIVE: &str = "/v3/pay/transactions/native";
@@ -50,6 +62,8 @@ pub const PATH_OUT_TRADE_NO: &str = "/v3/pay/transactions/out-trade-no/";
 pub const PATH_CERTIFICATES: &str = "/v3/certificates";
 /// Query by the channel's `transaction_id`: this prefix, then the id.
 pub const PATH_TRANSACTION_ID: &str = "/v3/pay/transactions/id/";
+/// Create a refund (`POST`); a refund is queried at this path, `/`, then its `out_refund_no`.
+pub const PATH_REFUNDS: &str = "/v3/refund/domestic/refunds";
 
 /// Paid.
 pub const STATE_SUCCESS: &str = "SUCCESS";
@@ -59,6 +73,15 @@ pub const STATE_NOTPAY: &str = "NOTPAY";
 pub const STATE_CLOSED: &str = "CLOSED";
 /// Refunded.
 pub const STATE_REFUND: &str = "REFUND";
+
+/// A refund's `status`: the money went back to the buyer.
+pub const REFUND_STATUS_SUCCESS: &str = "SUCCESS";
+/// A refund's `status`: accepted, the money not back yet.
+pub const REFUND_STATUS_PROCESSING: &str = "PROCESSING";
+/// A refund's `status`: closed by the channel, no money moved.
+pub const REFUND_STATUS_CLOSED: &str = "CLOSED";
+/// A refund's `status`: failed at the channel (the buyer's account is frozen or closed).
+pub const REFUND_STATUS_ABNORMAL: &str = "ABNORMAL";
 
 /// Error `code`: the request's signature does not verify (HTTP 401).
 pub const CODE_SIGN_ERROR: &str = "SIGN_ERROR";
@@ -78,6 +101,13 @@ pub const CODE_OUT_TRADE_NO_USED: &str = "OUT_TRADE_NO_USED";
 pub const CODE_ORDER_NOT_EXIST: &str = "ORDER_NOT_EXIST";
 /// Error `code`: no such API (HTTP 404).
 pub const CODE_NOT_FOUND: &str = "NOT_FOUND";
+/// Error `code`: the request is well formed but breaks a business rule (HTTP 400): a refund of
+/// an unpaid order, more than is left to refund, an `out_refund_no` reused with another amount.
+pub const CODE_INVALID_REQUEST: &str = "INVALID_REQUEST";
+/// Error `code`: the merchant's balance cannot fund the refund (HTTP 403).
+pub const CODE_NOT_ENOUGH: &str = "NOT_ENOUGH";
+/// Error `code`: no such order or refund (HTTP 404 to a refund or a refund query).
+pub const CODE_RESOURCE_NOT_EXISTS: &str = "RESOURCE_NOT_EXISTS";
 
 /// When each notify delivery goes out, in seconds after the event: at once, then 15s, 15s, 30s,
 /// 3m, 10m, 20m, 30m, 30m, 30m, 60m, 3h, 3h, 3h, 6h, 6h — 16 deliveries in about a day.
@@ -224,6 +254,73 @@ pub struct Transaction {
     pub amount: Amount,
 }
 
+/// The amounts of a refund, in fen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundAmount {
+    /// The order's total.
+    pub total: i64,
+    /// This refund.
+    pub refund: i64,
+    /// What the payer paid of the order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer_total: Option<i64>,
+    /// What goes back to the payer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer_refund: Option<i64>,
+    /// Currency, `CNY` (absent from notifications).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+/// A refund as the create and query answers show it (`POST /v3/refund/domestic/refunds`,
+/// `GET …/refunds/{out_refund_no}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundRecord {
+    /// The channel's number for the refund.
+    pub refund_id: String,
+    /// The merchant's number for the refund.
+    pub out_refund_no: String,
+    /// The channel's number of the refunded payment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_id: Option<String>,
+    /// The merchant's number of the refunded payment.
+    pub out_trade_no: String,
+    /// `SUCCESS`, `PROCESSING`, `CLOSED` or `ABNORMAL`.
+    pub status: String,
+    /// When the money went back (RFC 3339), once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_time: Option<String>,
+    /// Amounts.
+    pub amount: RefundAmount,
+}
+
+/// The refund inside a refund notification (`REFUND.SUCCESS`, `REFUND.ABNORMAL`,
+/// `REFUND.CLOSED`; `original_type` `refund`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundNotice {
+    /// Merchant id.
+    pub mchid: String,
+    /// The merchant's number of the refunded payment.
+    pub out_trade_no: String,
+    /// The channel's number of the refunded payment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_id: Option<String>,
+    /// The merchant's number for the refund.
+    pub out_refund_no: String,
+    /// The channel's number for the refund.
+    pub refund_id: String,
+    /// `SUCCESS`, `CLOSED` or `ABNORMAL`.
+    pub refund_status: String,
+    /// When the money went back (RFC 3339), for a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_time: Option<String>,
+    /// Where the money went (`支付用户零钱`, a bank card, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_received_account: Option<String>,
+    /// Amounts.
+    pub amount: RefundAmount,
+}
+
 /// The encrypted part of a notification.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resource {
@@ -231,12 +328,12 @@ pub struct Resource {
     pub algorithm: String,
     /// Base64 ciphertext with the tag appended.
     pub ciphertext: String,
-    /// Associated data (typically `transaction`).
+    /// Associated data (`transaction` or `refund`).
     #[serde(default)]
     pub associated_data: String,
     /// 12-character nonce.
     pub nonce: String,
-    /// `transaction`.
+    /// What the ciphertext is: `transaction` or `refund`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_type: Option<String>,
 }
@@ -248,14 +345,14 @@ pub struct Notification {
     pub id: String,
     /// When it was created (RFC 3339).
     pub create_time: String,
-    /// `TRANSACTION.SUCCESS`.
+    /// `TRANSACTION.SUCCESS`, `REFUND.SUCCESS`, `REFUND.ABNORMAL` or `REFUND.CLOSED`.
     pub event_type: String,
     /// `encrypt-resource`.
     pub resource_type: String,
     /// A human summary.
     #[serde(default)]
     pub summary: String,
-    /// The encrypted transaction.
+    /// The encrypted transaction or refund.
     pub resource: Resource,
 }
 

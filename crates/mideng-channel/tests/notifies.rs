@@ -4,7 +4,9 @@
 
 use mideng_channel::adapter::alipay::{AlipayApi, AlipayChannel, AlipayConfig};
 use mideng_channel::adapter::wechat::{PlatformKeySource, WechatChannel, WechatConfig};
-use mideng_channel::adapter::{Channel, NotifiedState, NotifyRejection, NotifyVerdict, RawNotify};
+use mideng_channel::adapter::{
+    Channel, NotifiedState, NotifyRejection, NotifyVerdict, RawNotify, Refund, RefundState,
+};
 use mideng_channel::keys::{PrivateKey, PublicKey, aes_gcm_encrypt};
 use mideng_channel::{alipay, wechat};
 
@@ -618,4 +620,155 @@ fn a_signed_wechat_notification_with_a_repeated_key_is_refused() {
         ),
         Err(NotifyRejection::Malformed(_))
     ));
+}
+
+/// A refund notification signed by the channel: `event` over a refund in `status`, encrypted
+/// under `original_type`, with `edit` applied to the plaintext first.
+fn signed_wechat_refund(
+    event: &str,
+    status: &str,
+    original_type: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> RawNotify {
+    let mut refund = serde_json::json!({
+        "mchid": "1230000109", "out_trade_no": "P20261129000003",
+        "transaction_id": "4200000000202611290000000003", "out_refund_no": "R1",
+        "refund_id": "50300000000000000000000001", "refund_status": status,
+        "success_time": "2026-11-29T12:10:00+08:00", "user_received_account": "支付用户零钱",
+        "amount": {"total": 46000, "refund": 20000, "payer_total": 46000, "payer_refund": 20000},
+    });
+    edit(&mut refund);
+    let ciphertext = aes_gcm_encrypt(
+        API_V3_KEY.as_bytes(),
+        b"abcdefghijkl",
+        original_type.as_bytes(),
+        refund.to_string().as_bytes(),
+    )
+    .expect("encrypt");
+    let body = serde_json::json!({
+        "id": "EV-R1", "create_time": "2026-11-29T12:10:01+08:00", "event_type": event,
+        "resource_type": "encrypt-resource", "summary": "退款成功",
+        "resource": {
+            "algorithm": "AEAD_AES_256_GCM", "ciphertext": ciphertext,
+            "associated_data": original_type, "original_type": original_type,
+            "nonce": "abcdefghijkl",
+        },
+    })
+    .to_string();
+    let signature = channel_key()
+        .sign(wechat::notify_message("1764417901", "N4", &body).as_bytes())
+        .expect("sign");
+    wechat_notify(&body, "1764417901", "N4", &signature)
+}
+
+#[test]
+fn wechat_refund_notifications_name_the_refund_and_its_end() {
+    let channel = wechat_channel("1230000109", API_V3_KEY);
+    let verified = channel
+        .verify_notify(
+            &signed_wechat_refund("REFUND.SUCCESS", "SUCCESS", "refund", |_| {}),
+            SIGNED_AT_MS,
+        )
+        .expect("genuine");
+    assert_eq!(
+        (verified.notify_id.as_str(), verified.out_trade_no.as_str()),
+        ("EV-R1", "P20261129000003")
+    );
+    assert_eq!(
+        verified.check_against(Some(46000)),
+        Ok(()),
+        "the notify carries the trade's amount, not the refund's"
+    );
+    assert_eq!(
+        verified.state,
+        NotifiedState::Refund {
+            out_refund_no: "R1".to_owned(),
+            state: RefundState::Succeeded(Refund {
+                channel_refund_no: "50300000000000000000000001".to_owned(),
+                refund_fen: 20000,
+                refunded_at_ms: wechat::parse_rfc3339("2026-11-29T12:10:00+08:00"),
+            }),
+        }
+    );
+    for (event, status, state) in [
+        ("REFUND.ABNORMAL", "ABNORMAL", RefundState::Abnormal),
+        ("REFUND.CLOSED", "CLOSED", RefundState::Closed),
+    ] {
+        let verified = channel
+            .verify_notify(
+                &signed_wechat_refund(event, status, "refund", |refund| {
+                    refund["success_time"] = serde_json::Value::Null;
+                }),
+                SIGNED_AT_MS,
+            )
+            .expect(event);
+        assert!(
+            matches!(&verified.state, NotifiedState::Refund { state: decoded, .. } if *decoded == state),
+            "{event}: {:?}",
+            verified.state
+        );
+    }
+}
+
+#[test]
+fn signed_refund_notifications_that_contradict_themselves_or_name_another_merchant_are_refused() {
+    let channel = wechat_channel("1230000109", API_V3_KEY);
+    let refused = |notify: RawNotify| channel.verify_notify(&notify, SIGNED_AT_MS);
+    assert_eq!(
+        refused(signed_wechat_refund(
+            "REFUND.SUCCESS",
+            "SUCCESS",
+            "refund",
+            |refund| refund["mchid"] = "1230000999".into()
+        )),
+        Err(NotifyRejection::WrongMerchant)
+    );
+    for notify in [
+        // The event and the refund's status disagree.
+        signed_wechat_refund("REFUND.SUCCESS", "CLOSED", "refund", |_| {}),
+        // A refund event over a transaction resource.
+        signed_wechat_refund("REFUND.SUCCESS", "SUCCESS", "transaction", |_| {}),
+        // More refunded than the trade's amount; amounts that are not integers.
+        signed_wechat_refund("REFUND.SUCCESS", "SUCCESS", "refund", |refund| {
+            refund["amount"]["refund"] = 46001.into();
+        }),
+        signed_wechat_refund("REFUND.SUCCESS", "SUCCESS", "refund", |refund| {
+            refund["amount"]["refund"] = 200.5.into();
+        }),
+        signed_wechat_refund("REFUND.SUCCESS", "SUCCESS", "refund", |refund| {
+            refund["success_time"] = "yesterday".into();
+        }),
+    ] {
+        assert!(
+            matches!(refused(notify), Err(NotifyRejection::Malformed(_))),
+            "refused as malformed"
+        );
+    }
+}
+
+#[test]
+fn an_alipay_trade_notify_carrying_a_refund_is_only_a_hint() {
+    let channel = alipay_channel();
+    for (status, refund_fee) in [("TRADE_SUCCESS", "100.00"), ("TRADE_CLOSED", "460.00")] {
+        let verified = channel
+            .verify_notify(
+                &alipay_notify(
+                    &channel_key(),
+                    &[
+                        ("trade_status", status),
+                        ("refund_fee", refund_fee),
+                        ("gmt_refund", "2026-11-29 12:10:00.123"),
+                        ("out_biz_no", "R1"),
+                    ],
+                ),
+                NOW_MS,
+            )
+            .expect("genuine");
+        assert_eq!(
+            verified.state,
+            NotifiedState::Other(status.to_owned()),
+            "the refund answers and queries are the truth"
+        );
+        assert_eq!(verified.check_against(Some(46000)), Ok(()));
+    }
 }

@@ -6,17 +6,22 @@
 //! | `POST /sim/trades/{no}/scan` | the buyer scans (an Alipay precreate becomes a trade) |
 //! | `POST /sim/trades/{no}/pay` | the buyer pays (scanning first if needed) |
 //! | `POST /sim/trades/{no}/close` | the channel closes an unpaid trade |
-//! | `POST /sim/trades/{no}/refund` | a full refund of a paid trade |
+//! | `POST /sim/trades/{no}/refund` | the operator refunds what is left of a paid (or finished) trade, at once, under a refund number of the simulator's (`SIMREFUND…`), with the channel's refund notify |
 //! | `POST /sim/trades/{no}/finish` | an Alipay trade becomes TRADE_FINISHED |
-//! | `GET /sim/trades/{no}` | the trade, its notifies and the merchant's answers |
+//! | `GET /sim/trades/{no}` | the trade, its refunds (number, amount, status), its notifies and the merchant's answers |
 //! | `GET /sim/ledger` | every charge and refund |
 //! | `GET /sim/clock`, `POST /sim/clock/advance` | channel time |
-//! | `PUT /sim/notify-policy` | global or per-trade notify policy |
-//! | `POST /sim/fail-next` | fail the next call(s) of a gateway method |
+//! | `PUT /sim/notify-policy` | global or per-trade notify policy (refund notifies follow their trade's) |
+//! | `POST /sim/fail-next` | fail the next call(s) of a gateway method, refunds and refund queries included |
+//! | `POST /sim/refund-outcome` | `{"outcome": "abnormal" \| "closed" \| "success"}`: how the next WeChat Pay refund a merchant asks for ends, with its `REFUND.*` notify (one refund; then SUCCESS again) |
 //! | `POST /sim/wechat/platform/rotate` | WeChat Pay renews its platform certificate (certificate mode) |
 //!
 //! Transitions answer `200 {outcome, trade}`; refusals and bad input answer
 //! `application/problem+json` with a stable `code`, never a panic or a 500.
+//!
+//! Merchants refund through the gateways (`alipay.trade.refund`,
+//! `POST /v3/refund/domestic/refunds`, …); the control API's refund is the operator's, for
+//! tests that need a refunded trade without a merchant.
 
 use axum::Router;
 use axum::body::Body;
@@ -35,7 +40,9 @@ use crate::gateway::{self, BodyUnreadable, is_valid_out_trade_no, read_body};
 use crate::limits::{CLOCK_ADVANCE_SECONDS_MAX, FAULT_TIMES_MAX, POLICY_DELAY_SECONDS_MAX};
 use crate::notify::queue::{NotifyPolicy, PolicyMode};
 use crate::simulator::Simulator;
-use crate::trades::{Applied, CloseCause, LedgerKind, Refusal, Trade};
+use crate::trades::{
+    Applied, CloseCause, LedgerKind, RefundOutcome, RefundStatus, Refusal, Trade, TradeRefund,
+};
 use crate::world::World;
 
 /// The control routes.
@@ -51,6 +58,7 @@ pub(crate) fn routes() -> Router<Simulator> {
         .route("/sim/clock/advance", post(advance_clock))
         .route("/sim/notify-policy", put(set_notify_policy))
         .route("/sim/fail-next", post(fail_next))
+        .route("/sim/refund-outcome", post(set_refund_outcome))
         .route("/sim/wechat/platform/rotate", post(rotate_wechat_platform))
 }
 
@@ -140,6 +148,11 @@ impl Problem {
                 "not-supported",
                 "the trade's channel has no such operation",
             ),
+            Refusal::NothingToRefund => Self::new(
+                StatusCode::CONFLICT,
+                "nothing-to-refund",
+                "refunds still processing (or abnormal) hold what is left of the trade",
+            ),
         }
     }
 }
@@ -213,7 +226,51 @@ struct TradeView<'a> {
     refunded_at_ms: Option<i64>,
     close_cause: Option<CloseCause>,
     expires_at_ms: Option<i64>,
+    /// What went back to the buyer: the successful refunds' sum.
+    refunded_fen: i64,
+    /// What may still be refunded.
+    refundable_fen: i64,
+    refunds: Vec<RefundView<'a>>,
     notifies: Vec<&'a crate::notify::queue::Notify>,
+}
+
+/// A refund as the control API shows it.
+#[derive(Serialize)]
+struct RefundView<'a> {
+    out_refund_no: &'a str,
+    refund_id: &'a str,
+    amount_fen: i64,
+    status: RefundStatus,
+    /// The status in the channel's words (WeChat Pay `PROCESSING`, …; Alipay `REFUND_SUCCESS`).
+    channel_status: &'static str,
+    reason: &'a str,
+    notify_url: Option<&'a str>,
+    requested_at_ms: i64,
+    /// When processing is due to end, while it processes.
+    settles_at_ms: Option<i64>,
+    ended_at_ms: Option<i64>,
+}
+
+fn refund_view<'a>(trade: &Trade, refund: &'a TradeRefund) -> RefundView<'a> {
+    RefundView {
+        out_refund_no: &refund.out_refund_no,
+        refund_id: &refund.refund_id,
+        amount_fen: refund.amount_fen,
+        status: refund.status,
+        channel_status: match trade.channel {
+            ChannelKind::Alipay => match refund.status {
+                RefundStatus::Success => mideng_channel::alipay::REFUND_SUCCESS,
+                // Alipay refunds succeed in the call; no other status reaches its trades.
+                RefundStatus::Processing | RefundStatus::Closed | RefundStatus::Abnormal => "",
+            },
+            ChannelKind::Wechat => gateway::wechat::refund_status(refund.status),
+        },
+        reason: &refund.reason,
+        notify_url: refund.notify_url.as_deref(),
+        requested_at_ms: refund.requested_at_ms,
+        settles_at_ms: refund.settles_at_ms,
+        ended_at_ms: refund.ended_at_ms,
+    }
 }
 
 fn trade_view<'a>(world: &'a World, trade: &'a Trade) -> TradeView<'a> {
@@ -243,6 +300,17 @@ fn trade_view<'a>(world: &'a World, trade: &'a Trade) -> TradeView<'a> {
         refunded_at_ms: trade.refunded_at_ms,
         close_cause: trade.close_cause,
         expires_at_ms: trade.expires_at_ms,
+        refunded_fen: trade.refunded_fen(),
+        refundable_fen: if trade.status.was_paid() {
+            trade.refundable_fen()
+        } else {
+            0
+        },
+        refunds: trade
+            .refunds
+            .iter()
+            .map(|refund| refund_view(trade, refund))
+            .collect(),
         notifies: world.notifies.notifies_of_trade(&trade.out_trade_no),
     }
 }
@@ -481,11 +549,9 @@ async fn fail_next(State(simulator): State<Simulator>, body: Body) -> Response {
         Err(problem) => return problem.into_response(),
     };
     let Some(method) = GatewayMethod::from_name(&request.method) else {
-        return Problem::invalid(
-            "method must be one of alipay.trade.precreate, alipay.trade.query, \
-             alipay.trade.close, wechat.native, wechat.query, wechat.close",
-        )
-        .into_response();
+        let names: Vec<&str> = GatewayMethod::ALL.iter().map(|(_, name)| *name).collect();
+        return Problem::invalid(format!("method must be one of {}", names.join(", ")))
+            .into_response();
     };
     let code_text = match &request.code {
         None | Some(Value::Null) => None,
@@ -516,4 +582,25 @@ async fn fail_next(State(simulator): State<Simulator>, body: Body) -> Response {
         "times": times,
     }))
     .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundOutcomeRequest {
+    outcome: RefundOutcome,
+}
+
+/// `POST /sim/refund-outcome {"outcome": "abnormal" | "closed" | "success"}`: how the next new
+/// WeChat Pay refund ends once processed (Alipay refunds succeed in the call and ignore it).
+async fn set_refund_outcome(State(simulator): State<Simulator>, body: Body) -> Response {
+    let request: RefundOutcomeRequest = match json_body(body).await {
+        Ok(request) => request,
+        Err(problem) => return problem.into_response(),
+    };
+    simulator
+        .shared
+        .settled_world()
+        .faults
+        .arm_refund_outcome(request.outcome);
+    axum::Json(json!({ "next_refund_outcome": request.outcome })).into_response()
 }

@@ -1,15 +1,18 @@
 //! Armed gateway faults: "the next call of this method fails with this code", optionally after
 //! the call's state change was applied — the channel's *unknown outcome*, which the merchant
-//! can only resolve by querying again.
+//! can only resolve by querying again. Beside them, the armed fate of the next WeChat Pay
+//! refund (ABNORMAL or CLOSED instead of SUCCESS).
 //!
 //! Pure rules, no I/O. A fault is consumed by a call that passed authentication and parameter
-//! checks, so that a malformed request never uses up the fault meant for a real one.
+//! checks, so that a malformed request never uses up the fault meant for a real one; the
+//! refund fate is consumed by the next refund the channel accepts as new.
 
 use std::collections::HashMap;
 
 use mideng_channel::{alipay, wechat};
 
 use crate::limits::FAULT_TIMES_MAX;
+use crate::trades::RefundOutcome;
 
 /// A gateway method that can be made to fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,17 +29,32 @@ pub(crate) enum GatewayMethod {
     WechatQuery,
     /// `POST /v3/pay/transactions/out-trade-no/{no}/close`.
     WechatClose,
+    /// `alipay.trade.refund`.
+    AlipayRefund,
+    /// `alipay.trade.fastpay.refund.query`.
+    AlipayRefundQuery,
+    /// `POST /v3/refund/domestic/refunds`.
+    WechatRefund,
+    /// `GET /v3/refund/domestic/refunds/{out_refund_no}`.
+    WechatRefundQuery,
 }
 
 impl GatewayMethod {
     /// Every method, with its name in the control API.
-    const ALL: [(GatewayMethod, &'static str); 6] = [
+    pub(crate) const ALL: [(GatewayMethod, &'static str); 10] = [
         (GatewayMethod::AlipayPrecreate, "alipay.trade.precreate"),
         (GatewayMethod::AlipayQuery, "alipay.trade.query"),
         (GatewayMethod::AlipayClose, "alipay.trade.close"),
+        (GatewayMethod::AlipayRefund, "alipay.trade.refund"),
+        (
+            GatewayMethod::AlipayRefundQuery,
+            "alipay.trade.fastpay.refund.query",
+        ),
         (GatewayMethod::WechatNative, "wechat.native"),
         (GatewayMethod::WechatQuery, "wechat.query"),
         (GatewayMethod::WechatClose, "wechat.close"),
+        (GatewayMethod::WechatRefund, "wechat.refund"),
+        (GatewayMethod::WechatRefundQuery, "wechat.refund.query"),
     ];
 
     /// The method named `name` in the control API.
@@ -57,12 +75,18 @@ impl GatewayMethod {
 
     /// Whether the method is Alipay's (else WeChat Pay's).
     pub(crate) fn is_alipay(self) -> bool {
-        matches!(
-            self,
+        match self {
             GatewayMethod::AlipayPrecreate
-                | GatewayMethod::AlipayQuery
-                | GatewayMethod::AlipayClose
-        )
+            | GatewayMethod::AlipayQuery
+            | GatewayMethod::AlipayClose
+            | GatewayMethod::AlipayRefund
+            | GatewayMethod::AlipayRefundQuery => true,
+            GatewayMethod::WechatNative
+            | GatewayMethod::WechatQuery
+            | GatewayMethod::WechatClose
+            | GatewayMethod::WechatRefund
+            | GatewayMethod::WechatRefundQuery => false,
+        }
     }
 }
 
@@ -116,10 +140,12 @@ pub(crate) struct Fault {
     pub(crate) remaining: u32,
 }
 
-/// The armed faults, at most one per method.
+/// The armed faults, at most one per method, and the fate of the next WeChat Pay refund.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     armed: HashMap<GatewayMethod, Fault>,
+    /// How the next new WeChat Pay refund ends; none means SUCCESS.
+    next_refund_outcome: Option<RefundOutcome>,
 }
 
 impl Faults {
@@ -140,6 +166,21 @@ impl Faults {
                 remaining,
             },
         );
+    }
+
+    /// Makes the next new WeChat Pay refund end as `outcome`, replacing any armed before.
+    pub(crate) fn arm_refund_outcome(&mut self, outcome: RefundOutcome) {
+        self.next_refund_outcome = Some(outcome);
+    }
+
+    /// How the next new WeChat Pay refund ends: the armed fate, or SUCCESS.
+    pub(crate) fn next_refund_outcome(&self) -> RefundOutcome {
+        self.next_refund_outcome.unwrap_or_default()
+    }
+
+    /// The armed fate, consumed by a new refund that took it.
+    pub(crate) fn take_refund_outcome(&mut self) -> RefundOutcome {
+        self.next_refund_outcome.take().unwrap_or_default()
     }
 
     /// Consumes one failure of `method`, if one is armed.
@@ -193,5 +234,23 @@ mod tests {
         );
         assert_eq!(GatewayMethod::WechatQuery.name(), "wechat.query");
         assert_eq!(GatewayMethod::from_name("alipay.trade.pay"), None);
+        for (method, name) in GatewayMethod::ALL {
+            assert_eq!(GatewayMethod::from_name(name), Some(method));
+            assert_eq!(method.is_alipay(), name.starts_with("alipay."), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_refund_fate_applies_to_one_refund_then_success_again() {
+        let mut faults = Faults::default();
+        assert_eq!(faults.take_refund_outcome(), RefundOutcome::Success);
+        faults.arm_refund_outcome(RefundOutcome::Abnormal);
+        assert_eq!(
+            faults.next_refund_outcome(),
+            RefundOutcome::Abnormal,
+            "a look keeps it"
+        );
+        assert_eq!(faults.take_refund_outcome(), RefundOutcome::Abnormal);
+        assert_eq!(faults.take_refund_outcome(), RefundOutcome::Success);
     }
 }

@@ -5,7 +5,8 @@
 //! with the `mideng-channel` primitives) so that pointing the service at a real gateway is a
 //! configuration change. On top of the protocol it adds what tests need: a clock that runs fast
 //! or jumps, a buyer to scan and pay, notifies that are lost, doubled, delayed or reordered on
-//! request, failures with unknown outcomes, and a ledger of what it charged.
+//! request, failures with unknown outcomes, refunds that end abnormal or closed on request, and
+//! a ledger of what it charged and refunded.
 //!
 //! ## Components
 //!
@@ -18,20 +19,25 @@
 //! - `certificates` — the WeChat Pay platform's signing identity: its key and serial, and in
 //!   certificate mode its certificates (issued at start, renewed by a rotation).
 //! - `clock` — channel time: `clock_speed` × real time plus explicit advances.
-//! - `trades` — trades, their state machine and the ledger (pure).
-//! - `faults` — armed "fail the next call" faults (pure).
+//! - `trades` — trades, their state machine, each trade's refund book and the ledger (pure).
+//! - `faults` — armed "fail the next call" faults, and the fate of the next WeChat Pay refund
+//!   (pure).
 //! - `notify` — the notify queue and policies (pure), the payload of each channel's notify,
 //!   and the dispatcher task that delivers them.
 //! - `world` — all the state above, one value behind `shared`'s lock, settled to the clock on
 //!   every access.
-//! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close.
-//! - `gateway::alipay_v3` — OpenAPI v3, `POST /v3/alipay/trade/{precreate,query,close}`:
-//!   the same calls with JSON bodies, header signatures and `gateway::alipay`'s business rules.
+//! - `gateway::alipay` — `GET`/`POST /gateway.do`: precreate, query, close, refund (made in
+//!   the call: `fund_change`), refund query (`alipay.trade.fastpay.refund.query`).
+//! - `gateway::alipay_v3` — OpenAPI v3, `POST /v3/alipay/trade/{precreate,query,close,refund}`
+//!   and `/v3/alipay/trade/fastpay/refund/query`: the same calls with JSON bodies, header
+//!   signatures and `gateway::alipay`'s business rules.
 //! - `gateway::wechat` — `POST /v3/pay/transactions/native`, query by out-trade-no or
-//!   transaction id, close, `/v3/certificates`; WeChat's own signed 404 for any other `/v3`
-//!   request.
-//! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade and ledger views, the
-//!   clock, notify policies, fail-next, WeChat platform rotation.
+//!   transaction id, close, `POST /v3/refund/domestic/refunds` (PROCESSING, then SUCCESS,
+//!   ABNORMAL or CLOSED on the channel clock) and `GET …/refunds/{out_refund_no}`,
+//!   `/v3/certificates`; WeChat's own signed 404 for any other `/v3` request.
+//! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade (with its refunds) and
+//!   ledger views, the clock, notify policies, fail-next, the next refund's outcome, WeChat
+//!   platform rotation.
 //!
 //! ## How data flows
 //!
@@ -44,10 +50,11 @@
 //! ```
 //!
 //! A request is verified (signature, ids, timestamp), then applied to the world in one critical
-//! section: the world is settled to the clock (expired trades close), the transition runs, and
-//! its events become notifies in the queue. The dispatcher sleeps until the next due delivery on
-//! the channel clock, sends it (signed at send time), and records the merchant's answer; an
-//! unacknowledged notify is retried on the channel's schedule.
+//! section: the world is settled to the clock (expired trades close, processed refunds end), the
+//! transition runs, and its events become notifies in the queue. The dispatcher sleeps until
+//! the next due delivery, expiry or end of a refund's processing on the channel clock, sends
+//! what is due (signed at send time), and records the merchant's answer; an unacknowledged
+//! notify — a refund's included — is retried on the channel's schedule.
 
 mod certificates;
 mod clock;

@@ -14,6 +14,14 @@ pub(crate) const REQUEST_BODY_BYTES_MAX: usize = 64 * 1024;
 /// thousands; a million is far beyond any test while capping memory at a few hundred MB.
 pub(crate) const TRADES_MAX: usize = 1_000_000;
 
+/// Most refunds of one trade: WeChat Pay's documented limit of partial refunds per order
+/// (Alipay's is higher), held on both channels so that one trade's refund book stays small.
+pub(crate) const REFUNDS_PER_TRADE_MAX: usize = 50;
+
+/// Longest refund reason, in characters: Alipay's `refund_reason` (WeChat Pay's `reason` is
+/// held to 80 characters by its own gateway).
+pub(crate) const REFUND_REASON_CHARS_MAX: usize = 256;
+
 /// Most notifies waiting for a delivery at once. Each trade has at most a handful of notifies,
 /// so this is only reached when a merchant stays down for a long storm; further notifies are
 /// recorded as dropped instead of queued.

@@ -58,6 +58,11 @@ impl Simulator {
             )
             .route(alipay::v3::PATH_QUERY, post(gateway::alipay_v3::query))
             .route(alipay::v3::PATH_CLOSE, post(gateway::alipay_v3::close))
+            .route(alipay::v3::PATH_REFUND, post(gateway::alipay_v3::refund))
+            .route(
+                alipay::v3::PATH_REFUND_QUERY,
+                post(gateway::alipay_v3::refund_query),
+            )
             .route(
                 wechat::PATH_NATIVE,
                 post(gateway::wechat::create_native).fallback(wechat_other_method),
@@ -77,6 +82,14 @@ impl Simulator {
             .route(
                 &format!("{out_trade_no_path}/close"),
                 post(gateway::wechat::close).fallback(wechat_other_method),
+            )
+            .route(
+                wechat::PATH_REFUNDS,
+                post(gateway::wechat::create_refund).fallback(wechat_other_method),
+            )
+            .route(
+                &format!("{}/{{out_refund_no}}", wechat::PATH_REFUNDS),
+                get(gateway::wechat::query_refund).fallback(wechat_other_method),
             )
             .merge(control::routes())
             .fallback(gateway::not_found)

@@ -1,5 +1,5 @@
-//! Trades and the ledger: the channel's own record of what was asked, paid, closed and
-//! refunded. Pure rules, no I/O.
+//! Trades, their refunds and the ledger: the channel's own record of what was asked, paid,
+//! closed and refunded. Pure rules, no I/O.
 //!
 //! A trade moves along one small state machine:
 //!
@@ -16,13 +16,28 @@
 //!
 //! An Alipay precreate is a trade that the channel does not show yet: it exists for queries
 //! and closes only once the buyer scans (`scanned`), and its relative timeout starts then.
+//!
+//! **Refunds.** A paid trade keeps a book of refunds, each under the merchant's number
+//! (`out_refund_no`, Alipay's `out_request_no`), partial ones included:
+//!
+//! ```text
+//! (asked) ──Immediate──────────────────────────► SUCCESS   (Alipay, the control API)
+//! (asked) ──After──► PROCESSING ──settles──────► SUCCESS | ABNORMAL | CLOSED   (WeChat Pay)
+//! ```
+//!
+//! The same number with the same amount is that refund again, never a second one; with another
+//! amount it is refused. The refunds that are not CLOSED never add up to more than the trade's
+//! amount. Money moves back — a ledger entry of kind `refund` — when a refund reaches SUCCESS,
+//! and the trade becomes REFUNDED when its successful refunds add up to its amount. A WeChat
+//! refund's number names it across the merchant's trades (the channel's query names only the
+//! refund), so it cannot be reused on another trade.
 
 use std::collections::{BTreeSet, HashMap};
 
 use mideng_channel::ChannelKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::limits::TRADES_MAX;
+use crate::limits::{REFUNDS_PER_TRADE_MAX, TRADES_MAX};
 
 /// Where a trade is on its state machine, channel-neutral.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -116,8 +131,9 @@ pub(crate) struct Trade {
     pub(crate) refunded_at_ms: Option<i64>,
     /// Why it was closed.
     pub(crate) close_cause: Option<CloseCause>,
-    /// The ledger number of the refund, sent as Alipay's `out_biz_no`.
-    pub(crate) refund_number: Option<String>,
+    /// Its refunds, oldest first: at most [`REFUNDS_PER_TRADE_MAX`] asked for by the merchant,
+    /// and at most one more, the operator's refund of the rest.
+    pub(crate) refunds: Vec<TradeRefund>,
 }
 
 impl Trade {
@@ -129,10 +145,143 @@ impl Trade {
             ChannelKind::Wechat => true,
         }
     }
+
+    /// The refund with this number.
+    pub(crate) fn find_refund(&self, out_refund_no: &str) -> Option<&TradeRefund> {
+        self.refunds
+            .iter()
+            .find(|refund| refund.out_refund_no == out_refund_no)
+    }
+
+    /// What went back to the buyer: the sum of the successful refunds, in fen.
+    pub(crate) fn refunded_fen(&self) -> i64 {
+        self.refund_sum(|status| status == RefundStatus::Success)
+    }
+
+    /// What may still be refunded: the amount less every refund not closed (one processing or
+    /// abnormal still holds its amount), in fen.
+    pub(crate) fn refundable_fen(&self) -> i64 {
+        let held_fen = self.refund_sum(|status| status != RefundStatus::Closed);
+        self.terms.amount_fen.saturating_sub(held_fen)
+    }
+
+    fn refund_sum(&self, counted: impl Fn(RefundStatus) -> bool) -> i64 {
+        self.refunds
+            .iter()
+            .filter(|refund| counted(refund.status))
+            .fold(0_i64, |sum, refund| sum.saturating_add(refund.amount_fen))
+    }
+}
+
+/// Where a refund is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub(crate) enum RefundStatus {
+    /// Accepted, the money not back yet (WeChat Pay only).
+    Processing,
+    /// The money went back to the buyer.
+    Success,
+    /// Closed by the channel: no money moved, the amount is free again.
+    Closed,
+    /// Failed at the channel (the buyer's account frozen or closed): no money moved, and the
+    /// amount stays held until a person deals with it, which the simulator does not model.
+    Abnormal,
+}
+
+/// How a processing refund ends, chosen when it is accepted (`/sim/refund-outcome` picks
+/// another than success for the next WeChat refund).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RefundOutcome {
+    /// SUCCESS.
+    #[default]
+    Success,
+    /// ABNORMAL.
+    Abnormal,
+    /// CLOSED.
+    Closed,
+}
+
+/// One refund of a trade.
+#[derive(Clone, Debug)]
+pub(crate) struct TradeRefund {
+    /// The merchant's number (`out_refund_no`, Alipay `out_request_no`).
+    pub(crate) out_refund_no: String,
+    /// The channel's number (WeChat Pay `refund_id`; Alipay shows none, but the simulator's
+    /// views do).
+    pub(crate) refund_id: String,
+    /// Amount in fen, at least one fen.
+    pub(crate) amount_fen: i64,
+    /// The merchant's reason, as sent.
+    pub(crate) reason: String,
+    /// Where it is.
+    pub(crate) status: RefundStatus,
+    /// Where its notifies go; none means the trade's notify URL.
+    pub(crate) notify_url: Option<String>,
+    /// How it ends once processed.
+    pub(crate) outcome: RefundOutcome,
+    /// Channel times, Unix milliseconds: asked for; processing due to end (while processing);
+    /// left processing (or made at once).
+    pub(crate) requested_at_ms: i64,
+    pub(crate) settles_at_ms: Option<i64>,
+    pub(crate) ended_at_ms: Option<i64>,
+}
+
+/// How a refund is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settlement {
+    /// The money moves in the call itself (Alipay; the control API).
+    Immediate,
+    /// PROCESSING for `delay_ms` of channel time, then `outcome` (WeChat Pay).
+    After {
+        delay_ms: i64,
+        outcome: RefundOutcome,
+    },
+}
+
+/// A merchant's refund request.
+#[derive(Clone, Debug)]
+pub(crate) struct RefundRequest {
+    pub(crate) out_trade_no: String,
+    pub(crate) out_refund_no: String,
+    /// At least one fen (the gateways refuse less before asking).
+    pub(crate) amount_fen: i64,
+    pub(crate) reason: String,
+    pub(crate) notify_url: Option<String>,
+    pub(crate) settlement: Settlement,
+}
+
+/// How a refund request was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefundTaken {
+    /// A new refund.
+    New,
+    /// The same number and amount again: the refund made before, unchanged.
+    Repeated,
+}
+
+/// Why a refund request was refused; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefundRefusal {
+    /// No trade has this number.
+    TradeNotFound,
+    /// The trade was not paid (pending, or closed unpaid).
+    NotPaid,
+    /// The trade is finished (Alipay `TRADE_FINISHED`): no longer refundable.
+    Finished,
+    /// The trade was refunded in full already.
+    FullyRefunded,
+    /// The refund number was used before with another amount, or (WeChat Pay) on another
+    /// trade.
+    NumberUsed,
+    /// More than what is left to refund.
+    ExceedsRefundable,
+    /// The trade has [`REFUNDS_PER_TRADE_MAX`] refunds already.
+    TooManyRefunds,
 }
 
 /// A change the merchant is told about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum TradeEventKind {
     /// The buyer paid.
     Paid,
@@ -140,8 +289,12 @@ pub(crate) enum TradeEventKind {
     Closed,
     /// A paid trade was finished.
     Finished,
-    /// A paid trade was refunded in full.
-    Refunded,
+    /// A refund of the trade reached its end (success, abnormal or closed); the trade's book
+    /// holds what it became.
+    Refund {
+        /// The refund's number.
+        out_refund_no: String,
+    },
 }
 
 /// A change to one trade, for the notify queue.
@@ -200,6 +353,8 @@ pub(crate) enum Refusal {
     Expired,
     /// The operation does not exist on this trade's channel.
     NotSupported,
+    /// Nothing is left to refund: refunds still processing (or abnormal) hold the rest.
+    NothingToRefund,
 }
 
 /// What a transition did.
@@ -249,12 +404,28 @@ pub(crate) struct TradeBook {
     /// Pending trades by expiry time. Entries are not removed when a trade leaves PENDING;
     /// they are skipped when they come due.
     expiries: BTreeSet<(i64, String)>,
+    /// Processing refunds by the time they end: (time, out_trade_no, out_refund_no).
+    refund_settlements: BTreeSet<(i64, String, String)>,
+    /// WeChat Pay refund number → merchant trade number: the channel's refund query names
+    /// only the refund, and a number names one refund across the merchant's trades. Bounded by
+    /// [`TRADES_MAX`] × [`REFUNDS_PER_TRADE_MAX`].
+    wechat_refunds: HashMap<String, String>,
     ledger: Vec<LedgerEntry>,
     /// Source of channel numbers.
     sequence: u64,
 }
 
 impl TradeBook {
+    /// An empty book whose channel numbers (trade, transaction and refund ids, pay codes)
+    /// continue from `first`: simulators started side by side — tests sharing one database —
+    /// then hand out distinct numbers, as a real channel's are unique for good.
+    pub(crate) fn numbered_from(first: u64) -> Self {
+        Self {
+            sequence: first,
+            ..Self::default()
+        }
+    }
+
     /// The trade with this merchant number.
     pub(crate) fn find_trade(&self, out_trade_no: &str) -> Option<&Trade> {
         self.trades.get(out_trade_no)
@@ -347,7 +518,7 @@ impl TradeBook {
             closed_at_ms: None,
             refunded_at_ms: None,
             close_cause: None,
-            refund_number: None,
+            refunds: Vec::new(),
         };
         self.trades.insert(new.out_trade_no, trade);
         Ok(Created::New)
@@ -482,39 +653,213 @@ impl TradeBook {
         ))
     }
 
-    /// Refunds a paid trade in full.
+    /// The operator refunds what is left of a paid (or finished) trade, at once, under a
+    /// refund number of the simulator's own: the control API's full refund.
     pub(crate) fn refund_trade(
         &mut self,
         out_trade_no: &str,
         now_ms: i64,
     ) -> Result<(Applied, Option<TradeEvent>), Refusal> {
-        let sequence = self.next_ledger_sequence();
-        let trade = self.trades.get_mut(out_trade_no).ok_or(Refusal::NotFound)?;
+        let trade = self.trades.get(out_trade_no).ok_or(Refusal::NotFound)?;
         match trade.status {
             TradeStatus::Paid | TradeStatus::Finished => {}
             TradeStatus::Refunded => return Ok((Applied::AlreadyDone, None)),
             TradeStatus::Pending | TradeStatus::Closed => return Err(Refusal::NotPaid),
         }
-        trade.status = TradeStatus::Refunded;
-        trade.refunded_at_ms = Some(now_ms);
-        trade.refund_number = Some(format!("SIMREFUND{sequence:012}"));
-        let entry = LedgerEntry {
-            sequence: 0,
-            at_ms: now_ms,
-            kind: LedgerKind::Refund,
-            channel: trade.channel,
-            out_trade_no: trade.out_trade_no.clone(),
-            channel_trade_id: trade.channel_trade_id.clone(),
-            amount_fen: trade.terms.amount_fen,
+        let amount_fen = trade.refundable_fen();
+        if amount_fen < 1 {
+            return Err(Refusal::NothingToRefund);
+        }
+        let out_refund_no = format!("SIMREFUND{:012}", self.next_sequence());
+        let request = RefundRequest {
+            out_trade_no: out_trade_no.to_owned(),
+            out_refund_no,
+            amount_fen,
+            reason: "simulator control refund".to_owned(),
+            notify_url: None,
+            settlement: Settlement::Immediate,
         };
-        self.append_ledger(entry);
-        Ok((
-            Applied::Changed,
-            Some(TradeEvent {
-                out_trade_no: out_trade_no.to_owned(),
-                kind: TradeEventKind::Refunded,
-            }),
-        ))
+        let event = self
+            .add_refund(request, now_ms)
+            .expect("the trade was found above and nothing removes trades");
+        Ok((Applied::Changed, event))
+    }
+
+    /// A merchant's refund request: a new refund, or the same refund again. A new refund under
+    /// [`Settlement::Immediate`] succeeds now (its event in the answer); under
+    /// [`Settlement::After`] it processes until [`TradeBook::settle_due_refunds`] ends it.
+    /// Whether the trade shows at the channel is the caller's rule, as for closes.
+    pub(crate) fn request_refund(
+        &mut self,
+        request: RefundRequest,
+        now_ms: i64,
+    ) -> Result<(RefundTaken, Option<TradeEvent>), RefundRefusal> {
+        let trade = self
+            .trades
+            .get(&request.out_trade_no)
+            .ok_or(RefundRefusal::TradeNotFound)?;
+        // A known number is answered before any other rule: the retry of a refund that made the
+        // trade fully refunded must find that refund, not a refusal.
+        if let Some(existing) = trade.find_refund(&request.out_refund_no) {
+            return if existing.amount_fen == request.amount_fen {
+                Ok((RefundTaken::Repeated, None))
+            } else {
+                Err(RefundRefusal::NumberUsed)
+            };
+        }
+        if trade.channel == ChannelKind::Wechat
+            && self.wechat_refunds.contains_key(&request.out_refund_no)
+        {
+            return Err(RefundRefusal::NumberUsed);
+        }
+        match trade.status {
+            TradeStatus::Paid => {}
+            TradeStatus::Pending | TradeStatus::Closed => return Err(RefundRefusal::NotPaid),
+            TradeStatus::Finished => return Err(RefundRefusal::Finished),
+            TradeStatus::Refunded => return Err(RefundRefusal::FullyRefunded),
+        }
+        if trade.refunds.len() >= REFUNDS_PER_TRADE_MAX {
+            return Err(RefundRefusal::TooManyRefunds);
+        }
+        if request.amount_fen < 1 || request.amount_fen > trade.refundable_fen() {
+            return Err(RefundRefusal::ExceedsRefundable);
+        }
+        self.add_refund(request, now_ms)
+            .map(|event| (RefundTaken::New, event))
+    }
+
+    /// Adds a refund the caller checked (the trade exists and is paid or finished, the number
+    /// is new, the amount fits) and, if it is immediate, makes it.
+    fn add_refund(
+        &mut self,
+        request: RefundRequest,
+        now_ms: i64,
+    ) -> Result<Option<TradeEvent>, RefundRefusal> {
+        let refund_id = format!("5030{:016}{}", self.next_sequence(), channel_date(now_ms));
+        let trade = self
+            .trades
+            .get_mut(&request.out_trade_no)
+            .ok_or(RefundRefusal::TradeNotFound)?;
+        // The book's invariant, checked before it is written: the refunds not closed never
+        // exceed the trade's amount.
+        assert!(
+            (1..=trade.refundable_fen()).contains(&request.amount_fen),
+            "a refund beyond what is refundable reached the book"
+        );
+        let (outcome, settles_at_ms) = match request.settlement {
+            Settlement::Immediate => (RefundOutcome::Success, None),
+            Settlement::After { delay_ms, outcome } => {
+                (outcome, Some(now_ms.saturating_add(delay_ms.max(0))))
+            }
+        };
+        trade.refunds.push(TradeRefund {
+            out_refund_no: request.out_refund_no.clone(),
+            refund_id,
+            amount_fen: request.amount_fen,
+            reason: request.reason,
+            status: RefundStatus::Processing,
+            notify_url: request.notify_url,
+            outcome,
+            requested_at_ms: now_ms,
+            settles_at_ms,
+            ended_at_ms: None,
+        });
+        if trade.channel == ChannelKind::Wechat {
+            self.wechat_refunds
+                .insert(request.out_refund_no.clone(), request.out_trade_no.clone());
+        }
+        match settles_at_ms {
+            Some(at_ms) => {
+                self.refund_settlements.insert((
+                    at_ms,
+                    request.out_trade_no,
+                    request.out_refund_no,
+                ));
+                Ok(None)
+            }
+            None => Ok(self.end_refund(&request.out_trade_no, &request.out_refund_no, now_ms)),
+        }
+    }
+
+    /// Ends a processing refund as its outcome says, at `at_ms`: on success the money goes
+    /// back (a ledger entry) and a trade refunded in full becomes REFUNDED. The event, unless
+    /// the refund was not processing.
+    fn end_refund(
+        &mut self,
+        out_trade_no: &str,
+        out_refund_no: &str,
+        at_ms: i64,
+    ) -> Option<TradeEvent> {
+        let trade = self.trades.get_mut(out_trade_no)?;
+        let refund = trade
+            .refunds
+            .iter_mut()
+            .find(|refund| refund.out_refund_no == out_refund_no)?;
+        if refund.status != RefundStatus::Processing {
+            return None;
+        }
+        refund.status = match refund.outcome {
+            RefundOutcome::Success => RefundStatus::Success,
+            RefundOutcome::Abnormal => RefundStatus::Abnormal,
+            RefundOutcome::Closed => RefundStatus::Closed,
+        };
+        refund.settles_at_ms = None;
+        refund.ended_at_ms = Some(at_ms);
+        let moved_fen = (refund.status == RefundStatus::Success).then_some(refund.amount_fen);
+        if let Some(amount_fen) = moved_fen {
+            let refunded_fen = trade.refunded_fen();
+            assert!(
+                refunded_fen <= trade.terms.amount_fen,
+                "refunds beyond the trade's amount moved money"
+            );
+            if refunded_fen == trade.terms.amount_fen {
+                trade.status = TradeStatus::Refunded;
+                trade.refunded_at_ms = Some(at_ms);
+            }
+            let entry = LedgerEntry {
+                sequence: 0,
+                at_ms,
+                kind: LedgerKind::Refund,
+                channel: trade.channel,
+                out_trade_no: trade.out_trade_no.clone(),
+                channel_trade_id: trade.channel_trade_id.clone(),
+                amount_fen,
+            };
+            self.append_ledger(entry);
+        }
+        Some(TradeEvent {
+            out_trade_no: out_trade_no.to_owned(),
+            kind: TradeEventKind::Refund {
+                out_refund_no: out_refund_no.to_owned(),
+            },
+        })
+    }
+
+    /// Ends every processing refund whose time is at or before `now_ms`, each at its own time.
+    pub(crate) fn settle_due_refunds(&mut self, now_ms: i64) -> Vec<TradeEvent> {
+        let mut events = Vec::new();
+        while let Some((at_ms, _, _)) = self.refund_settlements.first()
+            && *at_ms <= now_ms
+        {
+            let Some((at_ms, out_trade_no, out_refund_no)) = self.refund_settlements.pop_first()
+            else {
+                break;
+            };
+            events.extend(self.end_refund(&out_trade_no, &out_refund_no, at_ms));
+        }
+        events
+    }
+
+    /// The next end of a processing refund, for the dispatcher's timer.
+    pub(crate) fn next_refund_settlement_ms(&self) -> Option<i64> {
+        self.refund_settlements.first().map(|(at_ms, _, _)| *at_ms)
+    }
+
+    /// The WeChat Pay trade that holds the refund `out_refund_no`.
+    pub(crate) fn find_trade_by_wechat_refund(&self, out_refund_no: &str) -> Option<&Trade> {
+        self.wechat_refunds
+            .get(out_refund_no)
+            .and_then(|out_trade_no| self.trades.get(out_trade_no))
     }
 
     /// Closes every pending trade whose expiry is at or before `now_ms`.
@@ -545,6 +890,12 @@ impl TradeBook {
     fn next_sequence(&mut self) -> u64 {
         self.sequence = self.sequence.saturating_add(1);
         self.sequence
+    }
+
+    /// Every trade, for tests that check the book's invariants.
+    #[cfg(test)]
+    fn all_trades(&self) -> impl Iterator<Item = &Trade> {
+        self.trades.values()
     }
 
     /// The sequence number the next ledger entry gets, from 1.
@@ -674,6 +1025,229 @@ mod tests {
         assert!(book.close_trade("W2", CloseCause::Merchant, NOW_MS).is_ok());
         assert_eq!(book.pay_trade("W2", NOW_MS), Err(Refusal::Closed));
         assert_eq!(book.ledger().len(), 2);
+    }
+
+    fn refund(
+        out_trade_no: &str,
+        out_refund_no: &str,
+        amount_fen: i64,
+        settlement: Settlement,
+    ) -> RefundRequest {
+        RefundRequest {
+            out_trade_no: out_trade_no.to_owned(),
+            out_refund_no: out_refund_no.to_owned(),
+            amount_fen,
+            reason: String::new(),
+            notify_url: None,
+            settlement,
+        }
+    }
+
+    fn paid_trade(book: &mut TradeBook, channel: ChannelKind, out_trade_no: &str, fen: i64) {
+        assert!(
+            book.create_trade(new_trade(channel, out_trade_no, fen), NOW_MS)
+                .is_ok()
+        );
+        assert!(book.pay_trade(out_trade_no, NOW_MS).is_ok());
+    }
+
+    /// The book's invariants, after any sequence of operations: no trade's refunds that are
+    /// not closed exceed its amount, and the ledger's refunds are exactly the successful ones.
+    fn assert_refund_invariants(book: &TradeBook) {
+        let mut successful_fen = 0_i64;
+        for trade in book.all_trades() {
+            assert!(trade.refundable_fen() >= 0, "{}", trade.out_trade_no);
+            assert_eq!(
+                trade.status == TradeStatus::Refunded,
+                trade.refunded_fen() == trade.terms.amount_fen,
+                "{}",
+                trade.out_trade_no
+            );
+            successful_fen += trade.refunded_fen();
+        }
+        let ledgered_fen: i64 = book
+            .ledger()
+            .iter()
+            .filter(|entry| entry.kind == LedgerKind::Refund)
+            .map(|entry| entry.amount_fen)
+            .sum();
+        assert_eq!(ledgered_fen, successful_fen);
+    }
+
+    fn refund_entries(book: &TradeBook) -> Vec<i64> {
+        book.ledger()
+            .iter()
+            .filter(|entry| entry.kind == LedgerKind::Refund)
+            .map(|entry| entry.amount_fen)
+            .collect()
+    }
+
+    #[test]
+    fn partial_refunds_add_up_to_the_amount_and_a_repeated_number_is_one_refund() {
+        let mut book = TradeBook::default();
+        paid_trade(&mut book, ChannelKind::Alipay, "P1", 100);
+        let now = Settlement::Immediate;
+        assert!(matches!(
+            book.request_refund(refund("P1", "R1", 40, now), NOW_MS),
+            Ok((RefundTaken::New, Some(_)))
+        ));
+        assert_eq!(
+            book.request_refund(refund("P1", "R1", 40, now), NOW_MS),
+            Ok((RefundTaken::Repeated, None)),
+            "the same number and amount: the same refund"
+        );
+        assert_eq!(
+            book.request_refund(refund("P1", "R1", 41, now), NOW_MS),
+            Err(RefundRefusal::NumberUsed)
+        );
+        assert_eq!(
+            book.request_refund(refund("P1", "R2", 61, now), NOW_MS),
+            Err(RefundRefusal::ExceedsRefundable)
+        );
+        assert!(
+            book.request_refund(refund("P1", "R2", 60, now), NOW_MS)
+                .is_ok()
+        );
+        let trade = book.find_trade("P1").expect("trade");
+        assert_eq!(trade.status, TradeStatus::Refunded);
+        assert_eq!(trade.refundable_fen(), 0);
+        assert_eq!(
+            book.request_refund(refund("P1", "R3", 1, now), NOW_MS),
+            Err(RefundRefusal::FullyRefunded)
+        );
+        assert_eq!(
+            book.request_refund(refund("P1", "R2", 60, now), NOW_MS),
+            Ok((RefundTaken::Repeated, None)),
+            "the retry of the last refund finds it, though the trade is refunded"
+        );
+        assert_eq!(refund_entries(&book), [40, 60]);
+        assert_refund_invariants(&book);
+    }
+
+    #[test]
+    fn a_processing_refund_holds_its_amount_and_only_a_success_moves_money() {
+        let mut book = TradeBook::default();
+        paid_trade(&mut book, ChannelKind::Wechat, "W1", 100);
+        let after = |outcome| Settlement::After {
+            delay_ms: 5_000,
+            outcome,
+        };
+        assert_eq!(
+            book.request_refund(refund("W1", "A", 30, after(RefundOutcome::Success)), NOW_MS),
+            Ok((RefundTaken::New, None)),
+            "processing: nothing to tell yet"
+        );
+        assert!(
+            book.request_refund(refund("W1", "B", 70, after(RefundOutcome::Closed)), NOW_MS)
+                .is_ok()
+        );
+        assert_eq!(
+            book.request_refund(refund("W1", "C", 1, after(RefundOutcome::Success)), NOW_MS),
+            Err(RefundRefusal::ExceedsRefundable),
+            "processing refunds hold the whole amount"
+        );
+        assert!(refund_entries(&book).is_empty());
+        assert_eq!(book.next_refund_settlement_ms(), Some(NOW_MS + 5_000));
+        assert!(book.settle_due_refunds(NOW_MS + 4_999).is_empty());
+        let events = book.settle_due_refunds(NOW_MS + 5_000);
+        assert_eq!(events.len(), 2);
+        let trade = book.find_trade("W1").expect("trade");
+        let statuses: Vec<RefundStatus> =
+            trade.refunds.iter().map(|refund| refund.status).collect();
+        assert_eq!(statuses, [RefundStatus::Success, RefundStatus::Closed]);
+        assert_eq!(trade.status, TradeStatus::Paid);
+        assert_eq!(
+            trade.refundable_fen(),
+            70,
+            "a closed refund frees its amount"
+        );
+        assert_eq!(refund_entries(&book), [30]);
+
+        assert!(
+            book.request_refund(
+                refund("W1", "C", 70, after(RefundOutcome::Abnormal)),
+                NOW_MS
+            )
+            .is_ok()
+        );
+        assert_eq!(book.settle_due_refunds(NOW_MS + 10_000).len(), 1);
+        let trade = book.find_trade("W1").expect("trade");
+        assert_eq!(
+            trade.refundable_fen(),
+            0,
+            "an abnormal refund keeps holding its amount"
+        );
+        assert_eq!(refund_entries(&book), [30], "and moved no money");
+
+        paid_trade(&mut book, ChannelKind::Wechat, "W2", 100);
+        assert_eq!(
+            book.request_refund(refund("W2", "A", 30, after(RefundOutcome::Success)), NOW_MS),
+            Err(RefundRefusal::NumberUsed),
+            "a WeChat refund number names one refund across trades"
+        );
+        assert_eq!(
+            book.find_trade_by_wechat_refund("A")
+                .map(|trade| trade.out_trade_no.as_str()),
+            Some("W1")
+        );
+        assert_refund_invariants(&book);
+    }
+
+    #[test]
+    fn only_paid_trades_are_refunded_and_the_operator_may_refund_a_finished_one() {
+        let mut book = TradeBook::default();
+        let now = Settlement::Immediate;
+        assert_eq!(
+            book.request_refund(refund("NONE", "R1", 1, now), NOW_MS),
+            Err(RefundRefusal::TradeNotFound)
+        );
+        assert!(
+            book.create_trade(new_trade(ChannelKind::Alipay, "P1", 100), NOW_MS)
+                .is_ok()
+        );
+        assert_eq!(
+            book.request_refund(refund("P1", "R1", 1, now), NOW_MS),
+            Err(RefundRefusal::NotPaid)
+        );
+        assert!(book.pay_trade("P1", NOW_MS).is_ok());
+        assert!(book.finish_trade("P1", NOW_MS).is_ok());
+        assert_eq!(
+            book.request_refund(refund("P1", "R1", 1, now), NOW_MS),
+            Err(RefundRefusal::Finished)
+        );
+        assert!(matches!(
+            book.refund_trade("P1", NOW_MS),
+            Ok((Applied::Changed, Some(_)))
+        ));
+        assert_eq!(
+            book.refund_trade("P1", NOW_MS),
+            Ok((Applied::AlreadyDone, None))
+        );
+        assert_eq!(refund_entries(&book), [100]);
+
+        paid_trade(&mut book, ChannelKind::Wechat, "W1", 100);
+        for number in 0..REFUNDS_PER_TRADE_MAX {
+            assert!(
+                book.request_refund(refund("W1", &format!("R{number}"), 1, now), NOW_MS)
+                    .is_ok()
+            );
+        }
+        assert_eq!(
+            book.request_refund(refund("W1", "ONE-MORE", 1, now), NOW_MS),
+            Err(RefundRefusal::TooManyRefunds)
+        );
+        assert!(
+            matches!(
+                book.refund_trade("W1", NOW_MS),
+                Ok((Applied::Changed, Some(_)))
+            ),
+            "the operator refunds the rest, beyond the merchants' limit of refunds"
+        );
+        assert_eq!(
+            book.find_trade("W1").map(|trade| trade.status),
+            Some(TradeStatus::Refunded)
+        );
+        assert_refund_invariants(&book);
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! The simulator's whole mutable state behind one lock: trades and ledger, the notify queue,
-//! the armed faults.
+//! The simulator's whole mutable state behind one lock: trades, refunds and ledger, the notify
+//! queue, the armed faults.
 //!
 //! One lock, held for one whole operation and never across an `.await`, is what makes every
 //! transition atomic (a close and a payment of the same trade cannot interleave) and keeps a
 //! trade's notifies in the order of its events. Each operation first *settles* the world to the
-//! clock: trades whose expiry has passed are closed before anyone can observe them, so an
-//! answer is always consistent with the channel time it was given at. The critical sections are
-//! short (map look-ups, at most one AES encryption); signing and HTTP happen outside.
+//! clock: trades whose expiry has passed are closed and refunds whose processing has ended end
+//! before anyone can observe them, so an answer is always consistent with the channel time it
+//! was given at. The critical sections are short (map look-ups, a few AES encryptions); signing
+//! and HTTP happen outside.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
@@ -18,17 +19,43 @@ use crate::notify::queue::NotifyQueue;
 use crate::trades::{TradeBook, TradeEvent};
 
 /// Trades, notifies and faults.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct World {
     pub(crate) trades: TradeBook,
     pub(crate) notifies: NotifyQueue,
     pub(crate) faults: Faults,
 }
 
+/// Channel numbers of one simulator start at a random multiple of this, below
+/// [`NUMBERS_START_SLOTS`] of them: room for that many trades each, and still at most 13
+/// digits, the width of the sequence in an Alipay trade number.
+const NUMBERS_PER_START: u64 = 100_000;
+const NUMBERS_START_SLOTS: u64 = 10_000_000;
+
+impl Default for World {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        // A random start without a dependency: the standard library seeds each RandomState
+        // from the OS.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Self {
+            trades: TradeBook::numbered_from(
+                (random % NUMBERS_START_SLOTS).saturating_mul(NUMBERS_PER_START),
+            ),
+            notifies: NotifyQueue::default(),
+            faults: Faults::default(),
+        }
+    }
+}
+
 impl World {
-    /// Closes expired trades (queuing their notifies).
+    /// Closes expired trades and ends refunds whose processing is over (queuing their
+    /// notifies).
     pub(crate) fn settle(&mut self, config: &SimConfig, now_ms: i64) {
-        let events = self.trades.expire_due_trades(now_ms);
+        let mut events = self.trades.expire_due_trades(now_ms);
+        events.extend(self.trades.settle_due_refunds(now_ms));
         self.publish(config, events, now_ms);
     }
 
@@ -43,18 +70,23 @@ impl World {
             let Some(trade) = self.trades.find_trade(&event.out_trade_no) else {
                 continue;
             };
-            if let Some(notify) = notify_for_event(config, trade, event.kind, now_ms) {
+            if let Some(notify) = notify_for_event(config, trade, &event.kind, now_ms) {
                 self.notifies.enqueue(notify, now_ms);
             }
         }
     }
 
-    /// When the dispatcher must look again: the next delivery or expiry.
+    /// When the dispatcher must look again: the next delivery, expiry or end of a refund's
+    /// processing.
     pub(crate) fn next_wake_ms(&self) -> Option<i64> {
-        match (self.notifies.next_due_ms(), self.trades.next_expiry_ms()) {
-            (Some(due_ms), Some(expiry_ms)) => Some(due_ms.min(expiry_ms)),
-            (due_ms, expiry_ms) => due_ms.or(expiry_ms),
-        }
+        [
+            self.notifies.next_due_ms(),
+            self.trades.next_expiry_ms(),
+            self.trades.next_refund_settlement_ms(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 

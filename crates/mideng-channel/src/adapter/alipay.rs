@@ -1,15 +1,22 @@
-//! The Alipay adapter: `alipay.trade.precreate`, `query` and `close` through `gateway.do` or,
-//! with [`AlipayApi::V3`], through OpenAPI v3 (`POST /v3/alipay/trade/…`, answers verified over
-//! their `alipay-*` signature headers); and verification of form notifies, which are the same
-//! for both.
+//! The Alipay adapter: `alipay.trade.precreate`, `query`, `close`, `refund` and
+//! `fastpay.refund.query` through `gateway.do` or, with [`AlipayApi::V3`], through OpenAPI v3
+//! (`POST /v3/alipay/trade/…`, answers verified over their `alipay-*` signature headers); and
+//! verification of form notifies, which are the same for both.
+//!
+//! A refund is identified by its `out_request_no` (the merchant's `out_refund_no`). Alipay
+//! refunds synchronously: `fund_change` `Y` says money moved in that very call. `N` says it did
+//! not — a repeat of a refund made before, or one not done yet — and the refund query then says
+//! which. A trade notify that carries refund fields (`refund_fee`, `gmt_refund`, `out_biz_no`)
+//! is decoded as [`NotifiedState::Other`]: the answers and queries are the truth.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
-    NotifyRejection, NotifyVerdict, Payment, RawNotify, TradeState, VerifiedNotify, http_client,
-    read_body, transport_error,
+    NotifyRejection, NotifyVerdict, Payment, RawNotify, Refund, RefundState, RefundTrade,
+    TradeState, VerifiedNotify, check_refund, check_refund_numbers, http_client, read_body,
+    transport_error,
 };
 use crate::alipay::{self as protocol, response_node, v3};
 use crate::keys::{PrivateKey, PublicKey, random_nonce};
@@ -97,6 +104,8 @@ impl AlipayChannel {
             "alipay.trade.precreate" => v3::PATH_PRECREATE,
             "alipay.trade.query" => v3::PATH_QUERY,
             "alipay.trade.close" => v3::PATH_CLOSE,
+            "alipay.trade.refund" => v3::PATH_REFUND,
+            "alipay.trade.fastpay.refund.query" => v3::PATH_REFUND_QUERY,
             other => return Err(ChannelError::Invalid(format!("no v3 path for {other}"))),
         };
         let mut fields = fields.clone();
@@ -310,6 +319,78 @@ fn is_sub_code(error: &ChannelError, wanted: &str) -> bool {
     matches!(error, ChannelError::Rejected { sub_code, .. } if sub_code == wanted)
 }
 
+/// A field of an answer that is absent, null, or a string; anything else makes the answer
+/// unreadable, and so its outcome unknown.
+fn optional_text<'a>(node: &'a Value, field: &str) -> Result<Option<&'a str>, ChannelError> {
+    match node.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.as_str())),
+        Some(_) => Err(ChannelError::OutcomeUnknown(format!(
+            "answer field {field} is not a string"
+        ))),
+    }
+}
+
+/// An answer's time field (`gmt_refund_pay`): absent or empty is `None`, and a value that does
+/// not parse makes the answer unreadable.
+fn optional_timestamp(node: &Value, field: &str) -> Result<Option<i64>, ChannelError> {
+    match optional_text(node, field)? {
+        None | Some("") => Ok(None),
+        Some(text) => protocol::parse_timestamp(text).map(Some).ok_or_else(|| {
+            ChannelError::OutcomeUnknown(format!("answer field {field} is not a timestamp"))
+        }),
+    }
+}
+
+/// An answer's amount field in yuan, required.
+fn required_fen(node: &Value, field: &str) -> Result<i64, ChannelError> {
+    let text = optional_text(node, field)?.unwrap_or_default();
+    yuan_to_fen(text)
+        .map_err(|error| ChannelError::OutcomeUnknown(format!("answer field {field}: {error}")))
+}
+
+/// An answer must be about the trade asked about: a signed answer about another trade is not
+/// an answer about this one.
+fn check_names_trade(node: &Value, out_trade_no: &str) -> Result<(), ChannelError> {
+    if optional_text(node, "out_trade_no")? == Some(out_trade_no) {
+        Ok(())
+    } else {
+        Err(ChannelError::OutcomeUnknown(
+            "answer names another trade".to_owned(),
+        ))
+    }
+}
+
+/// The state an `alipay.trade.fastpay.refund.query` answer reports for `out_request_no`.
+fn refund_query_state(node: &Value, out_request_no: &str) -> Result<RefundState, ChannelError> {
+    // The channel names the refund only when it has one; a name that is not ours is an answer
+    // about another refund.
+    if let Some(named) = optional_text(node, "out_request_no")?
+        && !named.is_empty()
+        && named != out_request_no
+    {
+        return Err(ChannelError::OutcomeUnknown(
+            "answer names another refund".to_owned(),
+        ));
+    }
+    match optional_text(node, "refund_status")? {
+        // No refund_status: the channel has no refund under this number (never received, or
+        // failed without moving money).
+        None | Some("") => Ok(RefundState::NotFound),
+        Some(protocol::REFUND_SUCCESS) => Ok(RefundState::Succeeded(Refund {
+            channel_refund_no: optional_text(node, "trade_no")?
+                .unwrap_or_default()
+                .to_owned(),
+            refund_fen: required_fen(node, "refund_amount")?,
+            refunded_at_ms: optional_timestamp(node, "gmt_refund_pay")?,
+        })),
+        Some(protocol::REFUND_PROCESSING) => Ok(RefundState::Processing),
+        Some(other) => Err(ChannelError::OutcomeUnknown(format!(
+            "unknown refund_status {other:?}"
+        ))),
+    }
+}
+
 fn trade_state(node: &Value) -> Result<TradeState, ChannelError> {
     let status = text(node, "trade_status");
     Ok(match status.as_str() {
@@ -394,6 +475,100 @@ impl Channel for AlipayChannel {
         }
     }
 
+    async fn refund(&self, refund: &RefundTrade) -> Result<RefundState, ChannelError> {
+        check_refund(refund)?;
+        let amount = fen_to_yuan(refund.refund_fen)
+            .map_err(|error| ChannelError::Invalid(error.to_string()))?;
+        let mut biz_content = json!({
+            "out_trade_no": refund.out_trade_no,
+            "refund_amount": amount,
+            "out_request_no": refund.out_refund_no,
+        });
+        if !refund.reason.is_empty()
+            && let Value::Object(fields) = &mut biz_content
+        {
+            fields.insert(
+                "refund_reason".to_owned(),
+                Value::String(refund.reason.clone()),
+            );
+        }
+        let node = self.call("alipay.trade.refund", &biz_content).await?;
+        check_names_trade(&node, &refund.out_trade_no)?;
+        match optional_text(&node, "fund_change")? {
+            Some(protocol::FUND_CHANGE_YES) => {
+                // `refund_fee` is the trade's refunded total, this refund included: an answer
+                // whose total is below this refund contradicts itself.
+                let refunded_total_fen = required_fen(&node, "refund_fee")?;
+                if refunded_total_fen < refund.refund_fen {
+                    return Err(ChannelError::OutcomeUnknown(
+                        "refund answer's total is below the refund".to_owned(),
+                    ));
+                }
+                Ok(RefundState::Succeeded(Refund {
+                    channel_refund_no: optional_text(&node, "trade_no")?
+                        .unwrap_or_default()
+                        .to_owned(),
+                    refund_fen: refund.refund_fen,
+                    refunded_at_ms: optional_timestamp(&node, "gmt_refund_pay")?,
+                }))
+            }
+            // No money moved in this call: a repeat of a refund made before, or one not made
+            // yet. The query says which. The channel accepted the request, so a query that does
+            // not show the refund yet means "not yet", never "no such refund": the merchant
+            // must keep asking under this number.
+            Some(protocol::FUND_CHANGE_NO) => {
+                match self
+                    .query_refund(&refund.out_trade_no, &refund.out_refund_no)
+                    .await?
+                {
+                    RefundState::NotFound => Ok(RefundState::Processing),
+                    state => Ok(state),
+                }
+            }
+            other => Err(ChannelError::OutcomeUnknown(format!(
+                "refund answer's fund_change is {other:?}"
+            ))),
+        }
+    }
+
+    async fn query_refund(
+        &self,
+        out_trade_no: &str,
+        out_refund_no: &str,
+    ) -> Result<RefundState, ChannelError> {
+        check_refund_numbers(out_trade_no, out_refund_no)?;
+        let node = match self
+            .call(
+                "alipay.trade.fastpay.refund.query",
+                &json!({
+                    "out_trade_no": out_trade_no,
+                    "out_request_no": out_refund_no,
+                    "query_options": [protocol::QUERY_OPTION_GMT_REFUND_PAY],
+                }),
+            )
+            .await
+        {
+            Ok(node) => node,
+            // No such trade (never scanned): no refund of it either.
+            Err(error) if is_sub_code(&error, protocol::SUB_TRADE_NOT_EXIST) => {
+                return Ok(RefundState::NotFound);
+            }
+            Err(error) => return Err(error),
+        };
+        let state = refund_query_state(&node, out_refund_no)?;
+        // A refund found must be found for this trade; an answer without a refund may leave the
+        // trade unnamed, but never name another one.
+        match optional_text(&node, "out_trade_no")? {
+            Some(named) if named != out_trade_no => Err(ChannelError::OutcomeUnknown(
+                "answer names another trade".to_owned(),
+            )),
+            None if state != RefundState::NotFound => Err(ChannelError::OutcomeUnknown(
+                "answer names no trade".to_owned(),
+            )),
+            _ => Ok(state),
+        }
+    }
+
     fn verify_notify(
         &self,
         notify: &RawNotify,
@@ -432,7 +607,14 @@ impl Channel for AlipayChannel {
             |name: &'static str| form.non_empty(name).ok_or(NotifyRejection::Malformed(name));
         let amount_fen = yuan_to_fen(required("total_amount")?)
             .map_err(|_| NotifyRejection::Malformed("total_amount"))?;
+        // A refund's notify keeps the trade's status (TRADE_SUCCESS after a partial refund,
+        // TRADE_CLOSED after a full one) and adds the refund fields: it says nothing new about
+        // the payment, and is only a hint to query the refund.
+        let carries_refund = ["refund_fee", "gmt_refund", "out_biz_no"]
+            .iter()
+            .any(|name| form.non_empty(name).is_some());
         let state = match required("trade_status")? {
+            status if carries_refund => NotifiedState::Other(status.to_owned()),
             protocol::TRADE_SUCCESS | protocol::TRADE_FINISHED => NotifiedState::Paid(Payment {
                 channel_trade_no: required("trade_no")?.to_owned(),
                 amount_fen,

@@ -1,11 +1,13 @@
-//! The channel adapters: what the payment service calls to create, query and close trades and
-//! to verify notifies, the same for every channel.
+//! The channel adapters: what the payment service calls to create, query and close trades, to
+//! refund them and query their refunds, and to verify notifies, the same for every channel.
 //!
 //! Every call that reaches the channel ends in one of three ways: a definite answer, a
 //! definite refusal ([`ChannelError::Rejected`]), or [`ChannelError::OutcomeUnknown`] — a
 //! timeout, a 5xx, Alipay's 20000 or `ACQ.SYSTEM_ERROR`, a response whose signature does not
-//! verify. An unknown outcome is never a failure: the channel may have applied the call, so the
-//! caller queries again later and never guesses.
+//! verify, an answer about another trade or refund than the one asked about. An unknown
+//! outcome is never a failure: the channel may have applied the call, so the caller queries
+//! again later and never guesses. For a refund that means asking again under the same
+//! `out_refund_no`, never a new one: the channel refunds one number once.
 
 pub mod alipay;
 pub mod wechat;
@@ -14,6 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use thiserror::Error;
+
+use crate::money::{AMOUNT_FEN_MAX, AMOUNT_FEN_MIN};
 
 // Which channel an adapter speaks to. Defined outside the adapters, since the simulator and
 // the service name channels with it too; kept here as well for the adapters' callers.
@@ -65,6 +69,118 @@ pub struct Payment {
     pub paid_at_ms: Option<i64>,
 }
 
+/// A refund to ask the channel for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundTrade {
+    /// The paid trade's merchant number (`out_trade_no`).
+    pub out_trade_no: String,
+    /// The merchant's number for this refund, and the channel's idempotency key for it
+    /// (Alipay `out_request_no`, WeChat `out_refund_no`): asking again with the same number
+    /// never refunds twice, so a retry after a lost answer re-asks with it, never a new one.
+    pub out_refund_no: String,
+    /// Amount to refund, in fen: one fen to `total_fen`.
+    pub refund_fen: i64,
+    /// The trade's amount, in fen (WeChat's `amount.total`).
+    pub total_fen: i64,
+    /// Why, as the buyer sees it (at most [`REFUND_REASON_CHARS_MAX`] characters; empty for
+    /// none).
+    pub reason: String,
+}
+
+/// Longest refund number (`out_refund_no`, Alipay's `out_request_no`) both channels take.
+pub const REFUND_NUMBER_BYTES_MAX: usize = 64;
+/// Longest refund reason, in characters: WeChat Pay's `reason` limit (Alipay takes 256).
+pub const REFUND_REASON_CHARS_MAX: usize = 80;
+
+/// Whether `text` is a refund number both channels take: 1 to [`REFUND_NUMBER_BYTES_MAX`]
+/// letters, digits and `_ - | * @` (WeChat Pay's set). It also travels in a URL path (the
+/// WeChat refund query), so nothing that could end or escape a path segment is let through.
+pub(crate) fn is_valid_refund_number(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= REFUND_NUMBER_BYTES_MAX
+        && text.bytes().all(|byte| {
+            byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'|' | b'*' | b'@')
+        })
+}
+
+/// Refuses, before anything is sent, a refund number the channels would not take.
+pub(crate) fn check_refund_numbers(
+    out_trade_no: &str,
+    out_refund_no: &str,
+) -> Result<(), ChannelError> {
+    if out_trade_no.is_empty() || out_trade_no.len() > REFUND_NUMBER_BYTES_MAX {
+        return Err(ChannelError::Invalid(
+            "out_trade_no must be 1 to 64 bytes".to_owned(),
+        ));
+    }
+    if !is_valid_refund_number(out_refund_no) {
+        return Err(ChannelError::Invalid(
+            "out_refund_no must be 1 to 64 letters, digits or _-|*@".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses, before anything is sent, a refund the channels would refuse for its form: numbers
+/// ([`check_refund_numbers`]), amounts outside the channels' range, a refund larger than the
+/// trade or smaller than one fen, a reason too long.
+pub(crate) fn check_refund(refund: &RefundTrade) -> Result<(), ChannelError> {
+    check_refund_numbers(&refund.out_trade_no, &refund.out_refund_no)?;
+    let in_range = |fen: i64| (AMOUNT_FEN_MIN..=AMOUNT_FEN_MAX).contains(&fen);
+    if !in_range(refund.total_fen) {
+        return Err(ChannelError::Invalid(format!(
+            "trade amount {} fen out of range",
+            refund.total_fen
+        )));
+    }
+    if !in_range(refund.refund_fen) || refund.refund_fen > refund.total_fen {
+        return Err(ChannelError::Invalid(format!(
+            "refund of {} fen is not 1 fen to the trade's {} fen",
+            refund.refund_fen, refund.total_fen
+        )));
+    }
+    if refund.reason.chars().count() > REFUND_REASON_CHARS_MAX {
+        return Err(ChannelError::Invalid(
+            "the refund reason is longer than 80 characters".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `fen` is an amount a channel may state (for amounts read from answers and notifies).
+pub(crate) fn is_channel_amount(fen: i64) -> bool {
+    (AMOUNT_FEN_MIN..=AMOUNT_FEN_MAX).contains(&fen)
+}
+
+/// What the channel says about a refund.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RefundState {
+    /// The channel has no refund with this number.
+    NotFound,
+    /// Accepted, money not yet back (WeChat `PROCESSING`).
+    Processing,
+    /// The money went back to the buyer.
+    Succeeded(Refund),
+    /// The channel closed the refund: no money moved, the amount is free again.
+    Closed,
+    /// The refund failed at the channel for a reason a person must look at (WeChat
+    /// `ABNORMAL`: the buyer's account is frozen or closed); no money moved yet.
+    Abnormal,
+}
+
+/// A refund the channel made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refund {
+    /// The channel's number for it (WeChat `refund_id`; Alipay has none of its own: the
+    /// trade number).
+    pub channel_refund_no: String,
+    /// Amount refunded, in fen: this refund's, as the channel states it (the amount asked for
+    /// when Alipay's answer says money moved in that very call).
+    pub refund_fen: i64,
+    /// When the money went back (Unix ms), if the channel says.
+    pub refunded_at_ms: Option<i64>,
+}
+
 /// A notify as received: headers (lower-case names) and the raw body.
 #[derive(Clone, Debug, Default)]
 pub struct RawNotify {
@@ -100,7 +216,17 @@ pub enum NotifiedState {
     Paid(Payment),
     /// The trade was closed.
     Closed,
-    /// Anything else the channel reports (a refund), to acknowledge and leave to queries.
+    /// A refund of the trade changed state (WeChat `REFUND.SUCCESS`, `REFUND.CLOSED`,
+    /// `REFUND.ABNORMAL`): the refund's number and its state. Alipay's trade notifies that
+    /// carry refund fields are [`NotifiedState::Other`]: its refund answers and queries are the
+    /// truth, the notify only a hint to query.
+    Refund {
+        /// The merchant's refund number (`out_refund_no`).
+        out_refund_no: String,
+        /// What became of it.
+        state: RefundState,
+    },
+    /// Anything else the channel reports, to acknowledge and leave to queries.
     Other(String),
 }
 
@@ -242,6 +368,23 @@ pub trait Channel: Send + Sync {
     /// (never scanned; it may still be paid until the channel's own expiry).
     async fn close_trade(&self, out_trade_no: &str) -> Result<TradeState, ChannelError>;
 
+    /// Asks the channel to refund part or all of a paid trade, under the refund's own number;
+    /// the state the channel answers (Alipay answers at once, WeChat usually `Processing`).
+    /// Asking again with the same number (after an unknown outcome) answers that refund's state
+    /// and never refunds twice. A refusal (more than is left to refund, a trade not paid, the
+    /// number used with another amount) is [`ChannelError::Rejected`]: nothing moved. A refund
+    /// the channels would refuse for its form (see [`RefundTrade`]) is
+    /// [`ChannelError::Invalid`], and nothing is sent.
+    async fn refund(&self, refund: &RefundTrade) -> Result<RefundState, ChannelError>;
+
+    /// What the channel knows about the refund `out_refund_no` of `out_trade_no`: `NotFound`
+    /// when it has no such refund (never received, or failed without moving money).
+    async fn query_refund(
+        &self,
+        out_trade_no: &str,
+        out_refund_no: &str,
+    ) -> Result<RefundState, ChannelError>;
+
     /// Verifies a notify's signature, freshness and merchant identity and decodes it, all from
     /// one parse of the message that refuses a repeated name. `now_ms` is our clock (Unix ms),
     /// for the freshness check. The caller then checks it against its own payment
@@ -293,4 +436,49 @@ pub(crate) async fn read_body(response: reqwest::Response) -> Result<String, Cha
     }
     String::from_utf8(bytes.to_vec())
         .map_err(|_| ChannelError::OutcomeUnknown("response is not UTF-8".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refund(out_refund_no: &str, refund_fen: i64, total_fen: i64) -> RefundTrade {
+        RefundTrade {
+            out_trade_no: "P1".to_owned(),
+            out_refund_no: out_refund_no.to_owned(),
+            refund_fen,
+            total_fen,
+            reason: "缺货".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_refund_is_one_fen_to_the_trade_under_a_number_both_channels_take() {
+        assert_eq!(check_refund(&refund("R1@2026|a*b_c-d", 1, 100)), Ok(()));
+        assert_eq!(check_refund(&refund("R1", 100, 100)), Ok(()));
+        for bad in [
+            refund("R1", 0, 100),
+            refund("R1", -1, 100),
+            refund("R1", 101, 100),
+            refund("R1", 1, AMOUNT_FEN_MAX + 1),
+            refund("", 1, 100),
+            refund("R/1", 1, 100),
+            refund("R 1", 1, 100),
+            refund("R?x=1", 1, 100),
+            refund(&"9".repeat(REFUND_NUMBER_BYTES_MAX + 1), 1, 100),
+            RefundTrade {
+                reason: "长".repeat(REFUND_REASON_CHARS_MAX + 1),
+                ..refund("R1", 1, 100)
+            },
+            RefundTrade {
+                out_trade_no: String::new(),
+                ..refund("R1", 1, 100)
+            },
+        ] {
+            assert!(
+                matches!(check_refund(&bad), Err(ChannelError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+    }
 }

@@ -1,5 +1,9 @@
-//! The WeChat Pay v3 adapter: native transactions, query and close by out-trade-no, and
-//! verification and decryption of notifications.
+//! The WeChat Pay v3 adapter: native transactions, query and close by out-trade-no, refunds
+//! and their query, and verification and decryption of notifications (payments and refunds).
+//!
+//! A refund is accepted `PROCESSING` and ends `SUCCESS`, `CLOSED` or `ABNORMAL`, which a
+//! `REFUND.*` notify reports (decoded into [`NotifiedState::Refund`]) and the refund query
+//! confirms.
 //!
 //! The platform signs answers and notifies under a serial (`Wechatpay-Serial`). In public-key
 //! mode the adapter knows one key under one serial. In certificate mode it downloads the
@@ -20,13 +24,17 @@ use serde_json::{Value, json};
 
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
-    NotifyRejection, NotifyVerdict, Payment, RawNotify, TradeState, VerifiedNotify, http_client,
+    NotifyRejection, NotifyVerdict, Payment, RawNotify, Refund, RefundState, RefundTrade,
+    TradeState, VerifiedNotify, check_refund, check_refund_numbers, http_client, is_channel_amount,
     read_body, transport_error,
 };
 use crate::keys::{PrivateKey, PublicKey, aes_gcm_decrypt, random_nonce};
 use crate::platform_keys::{self, PlatformCertificate, PlatformKey, SignedList};
 use crate::strict;
-use crate::wechat::{self as protocol, Authorization, Notification, Transaction};
+use crate::wechat::{
+    self as protocol, Authorization, Notification, RefundAmount, RefundNotice, RefundRecord,
+    Transaction,
+};
 
 /// What the adapter needs to talk to one WeChat Pay merchant.
 #[derive(Clone)]
@@ -454,6 +462,117 @@ fn state_of(transaction: &Transaction) -> TradeState {
     }
 }
 
+/// Why a refund's amounts cannot be believed, if they cannot: each within the channels'
+/// range, and the refund at most the order.
+fn refund_amount_problem(amount: &RefundAmount) -> Option<&'static str> {
+    if !is_channel_amount(amount.total) {
+        Some("amount.total out of range")
+    } else if !is_channel_amount(amount.refund) || amount.refund > amount.total {
+        Some("amount.refund out of range")
+    } else {
+        None
+    }
+}
+
+/// A refund's `success_time`: absent is `None`, and one that is not RFC 3339 is unreadable.
+fn success_time_ms(success_time: Option<&str>) -> Result<Option<i64>, &'static str> {
+    success_time
+        .map(|text| protocol::parse_rfc3339(text).ok_or("success_time is not RFC 3339"))
+        .transpose()
+}
+
+/// The state of a refund as an answer shows it.
+fn refund_state_of(record: &RefundRecord) -> Result<RefundState, ChannelError> {
+    let unknown = |why: &str| ChannelError::OutcomeUnknown(format!("refund answer: {why}"));
+    if let Some(problem) = refund_amount_problem(&record.amount) {
+        return Err(unknown(problem));
+    }
+    Ok(match record.status.as_str() {
+        protocol::REFUND_STATUS_SUCCESS => RefundState::Succeeded(Refund {
+            channel_refund_no: record.refund_id.clone(),
+            refund_fen: record.amount.refund,
+            refunded_at_ms: success_time_ms(record.success_time.as_deref()).map_err(unknown)?,
+        }),
+        protocol::REFUND_STATUS_PROCESSING => RefundState::Processing,
+        protocol::REFUND_STATUS_CLOSED => RefundState::Closed,
+        protocol::REFUND_STATUS_ABNORMAL => RefundState::Abnormal,
+        other => return Err(unknown(&format!("unknown status {other:?}"))),
+    })
+}
+
+/// Reads a refund answer, which must be about the refund `out_refund_no` of `out_trade_no`.
+fn read_refund_record(
+    text: &str,
+    out_trade_no: &str,
+    out_refund_no: &str,
+) -> Result<RefundRecord, ChannelError> {
+    let record: RefundRecord = strict::json(text)
+        .map_err(|_| ChannelError::OutcomeUnknown("refund answer is not a refund".to_owned()))?;
+    if record.out_refund_no != out_refund_no || record.out_trade_no != out_trade_no {
+        return Err(ChannelError::OutcomeUnknown(
+            "refund answer names another refund".to_owned(),
+        ));
+    }
+    Ok(record)
+}
+
+impl WechatChannel {
+    /// Decodes the refund of a `REFUND.*` notification (already verified and decrypted): ours
+    /// by merchant id, its amounts within range, and its status the one the event names.
+    fn refund_notify(
+        &self,
+        notification: Notification,
+        plaintext: &[u8],
+    ) -> Result<VerifiedNotify, NotifyRejection> {
+        if notification.resource.original_type.as_deref() != Some(protocol::REFUND_ASSOCIATED_DATA)
+        {
+            return Err(NotifyRejection::Malformed(
+                "a refund event without a refund resource",
+            ));
+        }
+        let notice: RefundNotice = strict::json_bytes(plaintext)
+            .map_err(|_| NotifyRejection::Malformed("resource is not a refund"))?;
+        if notice.mchid != self.config.mchid {
+            return Err(NotifyRejection::WrongMerchant);
+        }
+        if let Some(problem) = refund_amount_problem(&notice.amount) {
+            return Err(NotifyRejection::Malformed(problem));
+        }
+        let state = match (
+            notification.event_type.as_str(),
+            notice.refund_status.as_str(),
+        ) {
+            (protocol::EVENT_REFUND_SUCCESS, protocol::REFUND_STATUS_SUCCESS) => {
+                RefundState::Succeeded(Refund {
+                    channel_refund_no: notice.refund_id,
+                    refund_fen: notice.amount.refund,
+                    refunded_at_ms: success_time_ms(notice.success_time.as_deref())
+                        .map_err(NotifyRejection::Malformed)?,
+                })
+            }
+            (protocol::EVENT_REFUND_ABNORMAL, protocol::REFUND_STATUS_ABNORMAL) => {
+                RefundState::Abnormal
+            }
+            (protocol::EVENT_REFUND_CLOSED, protocol::REFUND_STATUS_CLOSED) => RefundState::Closed,
+            _ => {
+                return Err(NotifyRejection::Malformed(
+                    "refund event and refund_status disagree",
+                ));
+            }
+        };
+        Ok(VerifiedNotify {
+            notify_id: notification.id,
+            out_trade_no: notice.out_trade_no,
+            // The trade's amount, which the merchant checks against its payment.
+            amount_fen: notice.amount.total,
+            state: NotifiedState::Refund {
+                out_refund_no: notice.out_refund_no,
+                state,
+            },
+        })
+    }
+}
+
 #[async_trait]
 impl Channel for WechatChannel {
     fn kind(&self) -> ChannelKind {
@@ -535,6 +654,65 @@ impl Channel for WechatChannel {
         self.query_trade(out_trade_no).await
     }
 
+    async fn refund(&self, refund: &RefundTrade) -> Result<RefundState, ChannelError> {
+        check_refund(refund)?;
+        let mut body = json!({
+            "out_trade_no": refund.out_trade_no,
+            "out_refund_no": refund.out_refund_no,
+            "notify_url": self.config.notify_url,
+            "amount": {
+                "refund": refund.refund_fen,
+                "total": refund.total_fen,
+                "currency": "CNY",
+            },
+        });
+        if !refund.reason.is_empty()
+            && let Value::Object(fields) = &mut body
+        {
+            fields.insert("reason".to_owned(), Value::String(refund.reason.clone()));
+        }
+        let (status, text) = self
+            .call(Method::POST, protocol::PATH_REFUNDS, Some(&body))
+            .await?;
+        if !status.is_success() {
+            return Err(Self::rejection(status, &text));
+        }
+        let record = read_refund_record(&text, &refund.out_trade_no, &refund.out_refund_no)?;
+        // The channel refuses one number with another amount, so an answer with other amounts
+        // is not about this request.
+        if record.amount.refund != refund.refund_fen || record.amount.total != refund.total_fen {
+            return Err(ChannelError::OutcomeUnknown(
+                "refund answer states other amounts".to_owned(),
+            ));
+        }
+        refund_state_of(&record)
+    }
+
+    async fn query_refund(
+        &self,
+        out_trade_no: &str,
+        out_refund_no: &str,
+    ) -> Result<RefundState, ChannelError> {
+        check_refund_numbers(out_trade_no, out_refund_no)?;
+        let path = format!("{}/{out_refund_no}", protocol::PATH_REFUNDS);
+        let (status, text) = self.call(Method::GET, &path, None).await?;
+        if !status.is_success() {
+            let rejection = Self::rejection(status, &text);
+            // Only the channel's own "no such refund" means none; another 404 (no such API,
+            // a proxy's page) says nothing about the refund.
+            return match &rejection {
+                ChannelError::Rejected { sub_code, .. }
+                    if status == StatusCode::NOT_FOUND
+                        && sub_code == protocol::CODE_RESOURCE_NOT_EXISTS =>
+                {
+                    Ok(RefundState::NotFound)
+                }
+                _ => Err(rejection),
+            };
+        }
+        refund_state_of(&read_refund_record(&text, out_trade_no, out_refund_no)?)
+    }
+
     fn verify_notify(
         &self,
         notify: &RawNotify,
@@ -593,6 +771,14 @@ impl Channel for WechatChannel {
             &resource.ciphertext,
         )
         .map_err(|_| NotifyRejection::Undecryptable)?;
+        if matches!(
+            notification.event_type.as_str(),
+            protocol::EVENT_REFUND_SUCCESS
+                | protocol::EVENT_REFUND_ABNORMAL
+                | protocol::EVENT_REFUND_CLOSED
+        ) {
+            return self.refund_notify(notification, &plaintext);
+        }
         let transaction: Transaction = strict::json_bytes(&plaintext)
             .map_err(|_| NotifyRejection::Malformed("resource is not a transaction"))?;
         if transaction.mchid != self.config.mchid || transaction.appid != self.config.appid {

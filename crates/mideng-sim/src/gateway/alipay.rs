@@ -1,5 +1,15 @@
-//! The simulated Alipay open-platform gateway: `GET` or `POST /gateway.do` with `alipay.trade.precreate`,
-//! `alipay.trade.query` and `alipay.trade.close`.
+//! The simulated Alipay open-platform gateway: `GET` or `POST /gateway.do` with
+//! `alipay.trade.precreate`, `alipay.trade.query`, `alipay.trade.close`, `alipay.trade.refund`
+//! and `alipay.trade.fastpay.refund.query`.
+//!
+//! Refunds are synchronous: a new `out_request_no` within what is left to refund moves the
+//! money in the call (`fund_change` `Y`, a ledger entry, the trade's notify with the refund
+//! fields); the same number and amount again answers `fund_change` `N` and moves nothing;
+//! another amount under a known number is `ACQ.DISCORDANT_REPEAT_REQUEST`, more than is left
+//! `ACQ.REFUND_AMT_NOT_EQUAL_TOTAL`, an unpaid or closed trade `ACQ.TRADE_STATUS_ERROR`, a
+//! finished one `ACQ.TRADE_HAS_FINISHED`. The refund query answers `refund_status`
+//! `REFUND_SUCCESS` for a refund made, and a success without `refund_status` for a number the
+//! trade has no refund under.
 //!
 //! A call is checked the way the gateway does, in order: form encoding, `method`, the common
 //! parameters (40001 when missing, 40002 when illegal), the RSA2 signature over
@@ -22,13 +32,17 @@ use mideng_channel::strict::{self, Form, StrictError};
 use mideng_channel::{ChannelKind, alipay, money};
 use serde_json::{Map, Value, json};
 
-use super::{BodyUnreadable, is_valid_notify_url, is_valid_out_trade_no, read_body};
+use super::{
+    BodyUnreadable, is_valid_notify_url, is_valid_out_refund_no, is_valid_out_trade_no, read_body,
+};
 use crate::faults::{FaultCode, GatewayMethod};
-use crate::limits::SUBJECT_CHARS_MAX;
+use crate::limits::{REFUND_REASON_CHARS_MAX, SUBJECT_CHARS_MAX};
+use crate::notify::payload::{ALIPAY_BUYER_ID, ALIPAY_BUYER_LOGON_ID};
 use crate::shared::Shared;
 use crate::simulator::Simulator;
 use crate::trades::{
-    Applied, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, Refusal, Trade, TradeStatus,
+    Applied, CloseCause, CreateRefusal, CreateTerms, Expiry, NewTrade, RefundRefusal,
+    RefundRequest, RefundStatus, RefundTaken, Refusal, Settlement, Trade, TradeStatus,
 };
 
 /// The response key of answers given before a method is known.
@@ -188,7 +202,17 @@ fn handle(shared: &Shared, query_string: &str, body: &[u8]) -> Answer {
                 precreate(shared, notify_url, &biz)
             }
             GatewayMethod::AlipayQuery => query(shared, &biz),
-            _ => close(shared, &biz),
+            GatewayMethod::AlipayClose => close(shared, &biz),
+            GatewayMethod::AlipayRefund => refund(shared, &biz),
+            GatewayMethod::AlipayRefundQuery => refund_query(shared, &biz),
+            // `from_name` picked an Alipay method above: a WeChat one cannot reach here.
+            GatewayMethod::WechatNative
+            | GatewayMethod::WechatQuery
+            | GatewayMethod::WechatClose
+            | GatewayMethod::WechatRefund
+            | GatewayMethod::WechatRefundQuery => {
+                Err(Failure::illegal("isv.invalid-method", "unknown method"))
+            }
         });
     match result {
         Ok(node) => Answer {
@@ -533,10 +557,172 @@ pub(super) fn close(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, 
         Ok((Applied::AlreadyDone, _)) | Err(Refusal::Closed | Refusal::Paid) => Err(
             Failure::business(alipay::SUB_TRADE_STATUS_ERROR, "交易状态不合法"),
         ),
-        Err(Refusal::NotFound | Refusal::NotPaid | Refusal::Expired | Refusal::NotSupported) => {
-            Err(trade_not_exist())
+        Err(
+            Refusal::NotFound
+            | Refusal::NotPaid
+            | Refusal::Expired
+            | Refusal::NotSupported
+            | Refusal::NothingToRefund,
+        ) => Err(trade_not_exist()),
+    }
+}
+
+/// `alipay.trade.refund`: a refund of `refund_amount` under `out_request_no` (the trade's own
+/// number when none is given, as at the channel), made at once.
+pub(super) fn refund(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
+    let (trade_no, out_trade_no) = trade_identifiers(biz)?;
+    let refund_amount = required_field(biz, "refund_amount")?;
+    let amount_fen = money::yuan_to_fen(&refund_amount).map_err(|_| {
+        Failure::invalid_business_parameter("refund_amount must be 0.01 to 100000000.00 yuan")
+    })?;
+    let out_request_no = text_field(biz, "out_request_no")?;
+    if out_request_no
+        .as_deref()
+        .is_some_and(|number| !is_valid_out_refund_no(number))
+    {
+        return Err(Failure::invalid_business_parameter(
+            "out_request_no must be 1 to 64 letters, digits or _-|*@",
+        ));
+    }
+    let reason = text_field(biz, "refund_reason")?.unwrap_or_default();
+    if reason.chars().count() > REFUND_REASON_CHARS_MAX {
+        return Err(Failure::invalid_business_parameter(
+            "refund_reason is too long",
+        ));
+    }
+    let mut world = shared.settled_world();
+    let now_ms = world.now_ms();
+    let fault = world.faults.take(GatewayMethod::AlipayRefund);
+    if let Some(fault) = fault
+        && !fault.apply_anyway
+    {
+        return Err(Failure::fault(fault.code));
+    }
+    let Some(trade) =
+        find_alipay_trade(&world.trades, trade_no.as_deref(), out_trade_no.as_deref())
+    else {
+        return Err(fault.map_or_else(trade_not_exist, |fault| Failure::fault(fault.code)));
+    };
+    let out_trade_no = trade.out_trade_no.clone();
+    let out_request_no = out_request_no.unwrap_or_else(|| out_trade_no.clone());
+    let request = RefundRequest {
+        out_trade_no: out_trade_no.clone(),
+        out_refund_no: out_request_no.clone(),
+        amount_fen,
+        reason,
+        notify_url: None,
+        settlement: Settlement::Immediate,
+    };
+    let result = world.trades.request_refund(request, now_ms);
+    if let Ok((_, event)) = &result {
+        world.publish(&shared.config, event.clone(), now_ms);
+    }
+    if let Some(fault) = fault {
+        // Applied, and the answer lost: the merchant must ask again.
+        return Err(Failure::fault(fault.code));
+    }
+    let taken = result.map_err(refund_failure)?.0;
+    let trade = world
+        .trades
+        .find_trade(&out_trade_no)
+        .ok_or_else(trade_not_exist)?;
+    let refund = trade
+        .find_refund(&out_request_no)
+        .ok_or_else(trade_not_exist)?;
+    Ok(json!({
+        "code": alipay::CODE_SUCCESS,
+        "msg": "Success",
+        "trade_no": trade.channel_trade_id,
+        "out_trade_no": trade.out_trade_no,
+        "buyer_logon_id": ALIPAY_BUYER_LOGON_ID,
+        "buyer_user_id": ALIPAY_BUYER_ID,
+        "fund_change": match taken {
+            RefundTaken::New => alipay::FUND_CHANGE_YES,
+            RefundTaken::Repeated => alipay::FUND_CHANGE_NO,
+        },
+        // The trade's refunded total, this refund included.
+        "refund_fee": yuan(trade.refunded_fen()),
+        "gmt_refund_pay": refund.ended_at_ms.map(alipay::format_timestamp),
+    }))
+}
+
+/// A refused refund, as Alipay words it.
+fn refund_failure(refusal: RefundRefusal) -> Failure {
+    match refusal {
+        RefundRefusal::TradeNotFound => trade_not_exist(),
+        RefundRefusal::NotPaid | RefundRefusal::FullyRefunded => {
+            Failure::business(alipay::SUB_TRADE_STATUS_ERROR, "交易状态不合法")
+        }
+        RefundRefusal::Finished => Failure::business(
+            alipay::SUB_TRADE_HAS_FINISHED,
+            "交易已完结: the trade is finished and can no longer be refunded",
+        ),
+        RefundRefusal::NumberUsed => Failure::business(
+            alipay::SUB_DISCORDANT_REPEAT_REQUEST,
+            "请求信息不一致: out_request_no was used with another refund_amount",
+        ),
+        RefundRefusal::ExceedsRefundable => Failure::business(
+            alipay::SUB_REFUND_AMT_NOT_EQUAL_TOTAL,
+            "退款金额超限: more than is left to refund",
+        ),
+        RefundRefusal::TooManyRefunds => Failure::invalid_business_parameter(
+            "the trade has the most refunds the simulator keeps",
+        ),
+    }
+}
+
+/// `alipay.trade.fastpay.refund.query`: the refund `out_request_no` (the trade's own number
+/// when none is given) of the trade. `gmt_refund_pay` is answered only when `query_options`
+/// asks for it, as at the channel.
+pub(super) fn refund_query(shared: &Shared, biz: &Map<String, Value>) -> Result<Value, Failure> {
+    let (trade_no, out_trade_no) = trade_identifiers(biz)?;
+    let out_request_no = text_field(biz, "out_request_no")?;
+    let with_refund_time = match biz.get("query_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(options)) if options.iter().all(Value::is_string) => options
+            .iter()
+            .any(|option| option.as_str() == Some(alipay::QUERY_OPTION_GMT_REFUND_PAY)),
+        Some(_) => {
+            return Err(Failure::invalid_business_parameter(
+                "query_options must be an array of strings",
+            ));
+        }
+    };
+    let mut world = shared.settled_world();
+    if let Some(fault) = world.faults.take(GatewayMethod::AlipayRefundQuery) {
+        return Err(Failure::fault(fault.code));
+    }
+    let trade = find_alipay_trade(&world.trades, trade_no.as_deref(), out_trade_no.as_deref())
+        .ok_or_else(trade_not_exist)?;
+    let out_request_no = out_request_no.unwrap_or_else(|| trade.out_trade_no.clone());
+    let mut node = json!({
+        "code": alipay::CODE_SUCCESS,
+        "msg": "Success",
+        "trade_no": trade.channel_trade_id,
+        "out_trade_no": trade.out_trade_no,
+    });
+    // Alipay refunds succeed in the call, so every refund it holds is a success; a number it
+    // holds none under is answered without `refund_status`.
+    if let Some(refund) = trade
+        .find_refund(&out_request_no)
+        .filter(|refund| refund.status == RefundStatus::Success)
+        && let Value::Object(fields) = &mut node
+    {
+        fields.insert("out_request_no".to_owned(), json!(refund.out_refund_no));
+        fields.insert(
+            "total_amount".to_owned(),
+            json!(yuan(trade.terms.amount_fen)),
+        );
+        fields.insert("refund_amount".to_owned(), json!(yuan(refund.amount_fen)));
+        fields.insert("refund_status".to_owned(), json!(alipay::REFUND_SUCCESS));
+        if with_refund_time {
+            fields.insert(
+                "gmt_refund_pay".to_owned(),
+                json!(refund.ended_at_ms.map(alipay::format_timestamp)),
+            );
         }
     }
+    Ok(node)
 }
 
 /// Alipay's `trade_status` for a trade status.

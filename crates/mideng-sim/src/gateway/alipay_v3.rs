@@ -1,5 +1,6 @@
-//! The simulated Alipay OpenAPI v3: `POST /v3/alipay/trade/precreate`, `/query` and `/close`
-//! with JSON bodies, as the official Node SDK's `curl()` sends them.
+//! The simulated Alipay OpenAPI v3: `POST /v3/alipay/trade/precreate`, `/query`, `/close`,
+//! `/refund` and `/fastpay/refund/query` with JSON bodies, as the official Node SDK's `curl()`
+//! sends them.
 //!
 //! A call is checked in order: one `authorization` header (and at most one
 //! `alipay-app-auth-token`), its fields each named once, the app id, a timestamp within
@@ -18,8 +19,9 @@
 //! error, an unknown outcome).
 //!
 //! Not simulated: nonce replay detection (a replayed request within the window is served
-//! again, which for these three calls changes nothing), certificate mode (`app_cert_sn` is
-//! signed but not checked) and request encryption.
+//! again, which for these calls changes nothing: a refund replayed under its `out_request_no`
+//! is the same refund), certificate mode (`app_cert_sn` is signed but not checked) and request
+//! encryption.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -36,12 +38,14 @@ use crate::clock::wall_clock_ms;
 use crate::shared::Shared;
 use crate::simulator::Simulator;
 
-/// The three calls.
+/// The calls.
 #[derive(Clone, Copy, Debug)]
 enum Call {
     Precreate,
     Query,
     Close,
+    Refund,
+    RefundQuery,
 }
 
 /// `POST /v3/alipay/trade/precreate`.
@@ -72,6 +76,26 @@ pub(crate) async fn close(
     body: Body,
 ) -> Response {
     serve(&simulator, Call::Close, &uri, &headers, body).await
+}
+
+/// `POST /v3/alipay/trade/refund`.
+pub(crate) async fn refund(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&simulator, Call::Refund, &uri, &headers, body).await
+}
+
+/// `POST /v3/alipay/trade/fastpay/refund/query`.
+pub(crate) async fn refund_query(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(&simulator, Call::RefundQuery, &uri, &headers, body).await
 }
 
 async fn serve(
@@ -199,6 +223,8 @@ fn handle(shared: &Shared, call: Call, uri: &Uri, headers: &HeaderMap, body: &st
             .and_then(|notify_url| super::alipay::precreate(shared, notify_url, &fields)),
         Call::Query => super::alipay::query(shared, &fields),
         Call::Close => super::alipay::close(shared, &fields),
+        Call::Refund => super::alipay::refund(shared, &fields),
+        Call::RefundQuery => super::alipay::refund_query(shared, &fields),
     };
     match result {
         Ok(node) => Reply::success(node),

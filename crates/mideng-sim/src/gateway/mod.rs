@@ -1,10 +1,11 @@
 //! The simulated gateways: the merchant-facing HTTP endpoints of each channel.
 //!
 //! - [`alipay`] — the open platform's single `/gateway.do` (GET or POST).
-//! - [`alipay_v3`] — Alipay OpenAPI v3's precreate, query and close, on the same business
-//!   rules as [`alipay`].
-//! - [`wechat`] — WeChat Pay API v3's native create, query and close; every other `/v3`
-//!   request answers WeChat's own signed 404 (the [`not_found`] fallback).
+//! - [`alipay_v3`] — Alipay OpenAPI v3's precreate, query, close, refund and refund query, on
+//!   the same business rules as [`alipay`].
+//! - [`wechat`] — WeChat Pay API v3's native create, query and close, refunds and the refund
+//!   query; every other `/v3` request answers WeChat's own signed 404 (the [`not_found`]
+//!   fallback).
 //!
 //! Both read bounded bodies, verify the merchant before doing anything, answer every client
 //! error the way the channel documents it, and apply state changes through the world's lock.
@@ -57,6 +58,17 @@ pub(crate) fn is_valid_out_trade_no(text: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'|' | b'*'))
 }
 
+/// Whether `text` is a refund number both channels accept: 1 to 64 letters, digits and
+/// `_ - | * @` (WeChat Pay's set for `out_refund_no`; it also keeps numbers safe in URL
+/// paths).
+pub(crate) fn is_valid_out_refund_no(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= OUT_TRADE_NO_BYTES_MAX
+        && text.bytes().all(|byte| {
+            byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'|' | b'*' | b'@')
+        })
+}
+
 /// Whether `text` is a usable notify URL: absolute http or https, at most
 /// [`NOTIFY_URL_BYTES_MAX`] bytes.
 pub(crate) fn is_valid_notify_url(text: &str) -> bool {
@@ -76,6 +88,11 @@ mod tests {
         assert!(!is_valid_out_trade_no(""));
         assert!(!is_valid_out_trade_no("a/b"));
         assert!(!is_valid_out_trade_no(&"9".repeat(65)));
+        assert!(is_valid_out_refund_no("R1@2026|a*b_c-d"));
+        assert!(!is_valid_out_refund_no(""));
+        assert!(!is_valid_out_refund_no("R/1"));
+        assert!(!is_valid_out_refund_no("R 1"));
+        assert!(!is_valid_out_refund_no(&"9".repeat(65)));
         assert!(is_valid_notify_url("http://127.0.0.1:8080/notify"));
         assert!(!is_valid_notify_url("ftp://127.0.0.1/notify"));
         assert!(!is_valid_notify_url("/notify"));

@@ -17,7 +17,7 @@ use crate::harness::{
     Received, TestSim, WECHAT_APPID, WECHAT_MCHID, channel_public_key, merchant_key, wall_clock_ms,
 };
 
-fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
+pub(crate) fn alipay(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
     alipay_of_seller(sim, merchant, ALIPAY_SELLER_ID)
 }
 
@@ -27,7 +27,7 @@ fn alipay_of_seller(sim: &TestSim, merchant: &Merchant, seller_id: &str) -> Box<
 }
 
 /// The Alipay adapter of a merchant whose partner id is `seller_id`, over `api`.
-fn alipay_over(
+pub(crate) fn alipay_over(
     sim: &TestSim,
     merchant: &Merchant,
     seller_id: &str,
@@ -53,7 +53,7 @@ fn alipay_config(
     }
 }
 
-fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
+pub(crate) fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
     Box::new(
         WechatChannel::new(WechatConfig {
             base_url: sim.base.clone(),
@@ -72,7 +72,7 @@ fn wechat(sim: &TestSim, merchant: &Merchant) -> Box<dyn Channel> {
     )
 }
 
-fn trade(out_trade_no: &str) -> CreateTrade {
+pub(crate) fn trade(out_trade_no: &str) -> CreateTrade {
     CreateTrade {
         out_trade_no: out_trade_no.to_owned(),
         amount_fen: 46000,
@@ -81,7 +81,7 @@ fn trade(out_trade_no: &str) -> CreateTrade {
     }
 }
 
-fn raw(received: &Received) -> RawNotify {
+pub(crate) fn raw(received: &Received) -> RawNotify {
     RawNotify {
         headers: received
             .headers

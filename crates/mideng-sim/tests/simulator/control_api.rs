@@ -379,7 +379,7 @@ async fn bad_control_input_gets_problem_json_never_a_server_error() {
         .control(
             Method::POST,
             "/sim/fail-next",
-            Some(json!({ "method": "alipay.trade.refund" })),
+            Some(json!({ "method": "alipay.trade.pay" })),
         )
         .await;
     expect_problem(status, &body, 400, "invalid-request");
