@@ -193,8 +193,15 @@ pub(crate) async fn reconcile(
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}",
-        report.examined, report.paid, report.closed, report.left, report.unknown, report.busy
+        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}; refunds examined {}, settled {}",
+        report.examined,
+        report.paid,
+        report.closed,
+        report.left,
+        report.unknown,
+        report.busy,
+        report.refunds_examined,
+        report.refunds_settled
     )?;
     out.flush()?;
     Ok(())

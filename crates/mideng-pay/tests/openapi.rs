@@ -120,7 +120,7 @@ fn amounts_ids_quantities_and_keys_carry_the_services_bounds() {
     use mideng_pay::domain::money::{AMOUNT_FEN_MAX, AMOUNT_FEN_MIN};
     let document = document();
     let schemas = &document["components"]["schemas"];
-    for schema in ["CreateOrder", "CreditBody", "DeductBody"] {
+    for schema in ["CreateOrder", "CreditBody", "DeductBody", "CreateRefund"] {
         let amount = &schemas[schema]["properties"]["amount"];
         assert_eq!(amount["minimum"], AMOUNT_FEN_MIN, "{schema}");
         assert_eq!(amount["maximum"], AMOUNT_FEN_MAX, "{schema}");
@@ -145,12 +145,12 @@ fn amounts_ids_quantities_and_keys_carry_the_services_bounds() {
     for (name, operation) in operations(&document) {
         for parameter in operation["parameters"].as_array().into_iter().flatten() {
             match parameter["name"].as_str() {
-                Some("user_id" | "order_id" | "payment_no") => {
+                Some("user_id" | "order_id" | "payment_no" | "refund_no" | "deduction_no") => {
                     assert_eq!(parameter["schema"]["pattern"], ID_PATTERN, "{name}");
                 }
                 Some("Idempotency-Key") => {
                     assert_eq!(parameter["schema"]["maxLength"], 255, "{name}");
-                    let required = name.contains("/wallets/");
+                    let required = name.contains("/wallets/") || name.ends_with("/refunds");
                     assert_eq!(
                         parameter["required"], required,
                         "{name}: required only where required"

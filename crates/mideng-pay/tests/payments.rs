@@ -102,6 +102,8 @@ async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
     let tenant = unique("t");
     let placed = order(&tenant, "o1");
     let attempt = payment(&tenant, "o1");
+    // The channel's trade number is unique for good (a unique index): one per run.
+    let trade_no: &'static str = Box::leak(unique("T").into_boxed_str());
     store
         .write(|connection| Box::pin(insert_order::<D>(connection, &placed, now_ms())))
         .await
@@ -120,7 +122,7 @@ async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
                         Box::pin(apply_success::<D>(
                             connection,
                             &payment_no,
-                            "2026112922001400000000000001",
+                            trade_no,
                             46000,
                             now_ms(),
                             now_ms(),
@@ -151,10 +153,7 @@ async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
         .expect("find")
         .expect("exists");
     assert_eq!(stored.status, PaymentStatus::Paid);
-    assert_eq!(
-        stored.channel_trade_no.as_deref(),
-        Some("2026112922001400000000000001")
-    );
+    assert_eq!(stored.channel_trade_no.as_deref(), Some(trade_no));
     let order = store
         .write(|connection| Box::pin(find_order::<D>(connection, &tenant, "o1", false)))
         .await

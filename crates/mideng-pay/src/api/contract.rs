@@ -28,7 +28,13 @@ pub(super) const PROBLEM_JSON: &str = "application/problem+json";
 /// The schema name of a refusal.
 const PROBLEM: &str = "Problem";
 /// Identifiers in paths and queries that follow the client identifier rule.
-const IDENTIFIER_PARAMETERS: [&str; 3] = ["order_id", "user_id", "payment_no"];
+const IDENTIFIER_PARAMETERS: [&str; 5] = [
+    "order_id",
+    "user_id",
+    "payment_no",
+    "refund_no",
+    "deduction_no",
+];
 /// The bounds of an `Idempotency-Key`: 1 to 255 visible ASCII characters (`mideng::limits`).
 const KEY_PATTERN: &str = "^[!-~]{1,255}$";
 const KEY_BYTES_MAX: usize = 255;

@@ -68,6 +68,10 @@ pub enum Code {
     AlreadyDeducted,
     /// 409: the reference was credited under another key (`existing`: that credit).
     AlreadyCredited,
+    /// 409: the payment is not PAID, so there is nothing to refund.
+    PaymentNotRefundable,
+    /// 409: the refund is more than is left to refund of the payment.
+    RefundExceedsPayment,
     /// 415: the body is not declared as JSON.
     UnsupportedMediaType,
     /// 422: a field is not valid.
@@ -82,6 +86,8 @@ pub enum Code {
     BalanceLimit,
     /// 422: the balance is too small (stored and replayed).
     InsufficientFunds,
+    /// 422: the `Idempotency-Key` made a refund of another payment or amount (`existing`).
+    RefundKeyReused,
     /// 422: the channel asked for is not configured on this service.
     ChannelNotConfigured,
     /// 502: the channel refused the payment or the close.
@@ -121,6 +127,9 @@ impl Code {
             Code::IllegalTransition => "illegal-transition",
             Code::AlreadyDeducted => "already-deducted",
             Code::AlreadyCredited => "already-credited",
+            Code::PaymentNotRefundable => "payment-not-refundable",
+            Code::RefundExceedsPayment => "refund-exceeds-payment",
+            Code::RefundKeyReused => "refund-key-reused",
             Code::UnsupportedMediaType => "unsupported-media-type",
             Code::InvalidRequest => "invalid-request",
             Code::InvalidAmount => "invalid-amount",
@@ -155,7 +164,9 @@ impl Code {
             | Code::PaymentNotPending
             | Code::IllegalTransition
             | Code::AlreadyDeducted
-            | Code::AlreadyCredited => StatusCode::CONFLICT,
+            | Code::AlreadyCredited
+            | Code::PaymentNotRefundable
+            | Code::RefundExceedsPayment => StatusCode::CONFLICT,
             Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Code::InvalidRequest
             | Code::InvalidAmount
@@ -163,6 +174,7 @@ impl Code {
             | Code::OrderIdReused
             | Code::BalanceLimit
             | Code::InsufficientFunds
+            | Code::RefundKeyReused
             | Code::ChannelNotConfigured => StatusCode::UNPROCESSABLE_ENTITY,
             Code::ChannelRejected => StatusCode::BAD_GATEWAY,
             Code::ChannelUnavailable | Code::DatabaseUnavailable => StatusCode::SERVICE_UNAVAILABLE,

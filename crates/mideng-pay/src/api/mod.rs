@@ -198,6 +198,11 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         })
         .transpose()?;
 
+    // Refunds always run under their key, whatever the measurement switch: the key is the
+    // refund's business key.
+    let refund =
+        route_config(&state, operation::REFUND_CREATE, KeyRequirement::Required)?.build()?;
+
     let authenticated = Router::new()
         .route("/v1/tokens", post(ops::issue_token))
         .route("/v1/orders", post(orders::create))
@@ -213,12 +218,21 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         .route("/v1/payments/{payment_no}", get(payments::show))
         .route("/v1/payments/{payment_no}/close", post(payments::close))
         .route(
+            "/v1/payments/{payment_no}/refunds",
+            post(payments::refund).route_layer(IdempotencyLayer::new(refund)),
+        )
+        .route("/v1/refunds/{refund_no}", get(payments::show_refund))
+        .route(
             "/v1/wallets/{user_id}/credit",
             guarded(post(wallets::credit), credit),
         )
         .route(
             "/v1/wallets/{user_id}/deduct",
             guarded(post(wallets::deduct), deduct),
+        )
+        .route(
+            "/v1/wallets/{user_id}/deductions/{deduction_no}/reverse",
+            post(wallets::reverse),
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
         .route("/v1/entitlements", get(entitlements::list))

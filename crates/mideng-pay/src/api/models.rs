@@ -145,6 +145,83 @@ pub struct PaymentView {
     pub paid_at: Option<String>,
     /// When the attempt was created.
     pub created_at: String,
+    /// Fen still refundable (the amount less every refund not closed); shown by
+    /// `GET /v1/payments/{payment_no}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refundable: Option<i64>,
+    /// Its refunds, oldest first (at most 100); shown by `GET /v1/payments/{payment_no}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refunds: Option<Vec<RefundView>>,
+}
+
+/// A deduction put back.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct ReversalView {
+    /// The reversal's ledger entry (a credit whose reference is `reversal-<deduction_no>`).
+    pub reversal_no: String,
+    /// The deduction put back.
+    pub deduction_no: String,
+    /// Fen put back.
+    pub amount: i64,
+    /// Balance right after the reversal, fen.
+    pub balance_after: i64,
+}
+
+/// `POST /v1/payments/{payment_no}/refunds`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRefund {
+    /// Fen, 1 ..= 10^10, and at most what is left to refund of the payment.
+    #[schema(value_type = i64, minimum = 1, maximum = 10_000_000_000_i64)]
+    pub amount: AmountField,
+    /// Why, as the buyer sees it: at most 80 characters, no control characters.
+    #[serde(default)]
+    #[schema(max_length = 80)]
+    pub reason: String,
+}
+
+/// A refund.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct RefundView {
+    /// The refund number: the channel's `out_request_no` (Alipay) or `out_refund_no` (WeChat).
+    pub refund_no: String,
+    /// The payment it refunds.
+    pub payment_no: String,
+    /// The payment's order.
+    pub order_id: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// Fen.
+    pub amount: i64,
+    /// Why.
+    pub reason: String,
+    /// PROCESSING, SUCCESS, CLOSED or ABNORMAL.
+    pub status: String,
+    /// The channel's number for it, once it succeeded.
+    pub channel_refund_no: Option<String>,
+    /// When the money went back.
+    pub refunded_at: Option<String>,
+    /// When it was asked.
+    pub created_at: String,
+}
+
+impl RefundView {
+    /// From a stored row.
+    pub fn of(refund: &crate::domain::refund::Refund) -> Self {
+        use mideng::state::StateMachine;
+        Self {
+            refund_no: refund.refund_no.clone(),
+            payment_no: refund.payment_no.clone(),
+            order_id: refund.order_id.clone(),
+            channel: refund.channel.clone(),
+            amount: refund.amount_fen,
+            reason: refund.reason.clone(),
+            status: refund.status.as_str().to_owned(),
+            channel_refund_no: refund.channel_refund_no.clone(),
+            refunded_at: refund.refunded_at_ms.map(rfc3339),
+            created_at: rfc3339(refund.created_at_ms),
+        }
+    }
 }
 
 impl PaymentView {
@@ -163,6 +240,8 @@ impl PaymentView {
             channel_trade_no: payment.channel_trade_no.clone(),
             paid_at: payment.paid_at_ms.map(rfc3339),
             created_at: rfc3339(payment.created_at_ms),
+            refundable: None,
+            refunds: None,
         }
     }
 }

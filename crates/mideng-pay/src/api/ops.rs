@@ -19,13 +19,15 @@ use super::{ApiError, AppState, operation};
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, channel callbacks, wallets."),
+    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, refunds, channel callbacks, wallets."),
     paths(
         issue_token, inspect_key, healthz, readyz,
         super::orders::create, super::orders::show, super::orders::transition,
         super::payments::create, super::payments::show, super::payments::close,
+        super::payments::refund, super::payments::show_refund,
         super::notify::alipay, super::notify::wechat,
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
+        super::wallets::reverse,
         super::entitlements::list,
     ),
     modifiers(&Contract)

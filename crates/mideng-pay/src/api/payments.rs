@@ -1,4 +1,5 @@
-//! Payment attempts over HTTP: parse, run the flow ([`crate::flows::payment`]), render. The
+//! Payment attempts and their refunds over HTTP: parse, run the flow ([`crate::flows::payment`],
+//! [`crate::flows::refund`]), render. The
 //! flow stacks the seeds' layers below the route's token and `Idempotency-Key`: the per-order
 //! lock, the order's row lock and the one-pending-payment constraint, and the channel's own
 //! idempotency by `out_trade_no`.
@@ -6,16 +7,18 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
+use mideng::http::{IDEMPOTENT_REPLAYED, IdempotencyContext, Tenant};
 use mideng::state::StateMachine;
 use mideng_channel::ChannelKind;
 
 use super::error::Code;
-use super::models::{CreatePayment, PaymentView};
+use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
 use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::payment::Payment;
+use crate::domain::refund::{Refund, checked_reason};
 use crate::flows::payment::{self, Closed, Created};
+use crate::flows::refund::{self, Requested};
 
 fn payment_answer(status: StatusCode, payment: &Payment, replayed: bool) -> Response {
     let mut response = (status, axum::Json(PaymentView::of(payment))).into_response();
@@ -122,7 +125,27 @@ pub(super) async fn show(
     let payment = payment::close::own_payment(&state.ports, &tenant, &payment_no)
         .await?
         .ok_or_else(|| ApiError::not_found("payment"))?;
-    Ok(axum::Json(PaymentView::of(&payment)))
+    let refunds = state
+        .ports
+        .store
+        .refunds
+        .refunds_of(&payment.payment_no)
+        .await?;
+    let held = refunds
+        .iter()
+        .filter(|refund| refund.status.holds_amount())
+        .try_fold(0_i64, |sum, refund| sum.checked_add(refund.amount_fen))
+        .unwrap_or(i64::MAX);
+    let refundable = if payment.status == crate::domain::payment::PaymentStatus::Paid {
+        payment.amount_fen.saturating_sub(held).max(0)
+    } else {
+        0
+    };
+    Ok(axum::Json(PaymentView {
+        refundable: Some(refundable),
+        refunds: Some(refunds.iter().map(RefundView::of).collect()),
+        ..PaymentView::of(&payment)
+    }))
 }
 
 /// Closes a pending payment: at the channel first, then locally. Closing a closed payment
@@ -175,4 +198,99 @@ pub(super) async fn close(
         )),
         Closed::ChannelRejected => Err(channel_rejected("the channel refused to close the trade")),
     }
+}
+
+fn refund_answer(status: StatusCode, refund: &Refund) -> Response {
+    (status, axum::Json(RefundView::of(refund))).into_response()
+}
+
+/// Refunds a paid payment, in full or in part, under a required `Idempotency-Key`: the key is
+/// the refund's business key (one refund per key, for as long as the refund exists), and the
+/// refund's number is the channel's own key for it, so a retry never refunds twice. The
+/// payment's refunds that are not CLOSED never add up to more than its amount.
+#[utoipa::path(
+    post, path = "/v1/payments/{payment_no}/refunds", tag = "refunds", operation_id = "create_refund",
+    params(
+        ("payment_no" = String, Path, description = "Payment number"),
+        ("Idempotency-Key" = String, Header, description = "Client key (required): a retry replays the first answer and never refunds twice"),
+    ),
+    request_body = CreateRefund,
+    responses(
+        (status = 201, description = "The refund, as the channel's answer left it: SUCCESS, PROCESSING (the channel has not finished, or did not answer: follow GET /v1/refunds/{refund_no}), CLOSED (the channel refused it; nothing moved) or ABNORMAL", body = RefundView),
+        (status = 200, description = "The refund this key made before (after a crash, or a replay with Idempotent-Replayed: true)", body = RefundView),
+        (status = 409, description = "payment-not-refundable, refund-exceeds-payment, in-progress", body = super::ProblemBody),
+        (status = 422, description = "invalid-amount, invalid-request, refund-key-reused", body = super::ProblemBody),
+        (status = 404, body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn refund(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    context: Option<axum::Extension<IdempotencyContext>>,
+    Path(payment_no): Path<String>,
+    ApiJson(body): ApiJson<CreateRefund>,
+) -> Result<Response, ApiError> {
+    let payment_no = PaymentNo::parse(&payment_no).map_err(|_| ApiError::not_found("payment"))?;
+    let amount = body.amount.parse()?;
+    let reason = checked_reason(&body.reason).ok_or_else(|| {
+        ApiError::new(
+            Code::InvalidRequest,
+            "reason must be at most 80 characters without control characters",
+        )
+    })?;
+    // The route's layer requires the key; without one the request never gets here.
+    let Some(key) = context.and_then(|axum::Extension(context)| context.key) else {
+        return Err(ApiError::new(
+            Code::InvalidRequest,
+            "send an Idempotency-Key: it names the refund",
+        ));
+    };
+    let asked = refund::RefundRequest {
+        tenant: &tenant,
+        payment_no: payment_no.as_str(),
+        request_key: key.as_str(),
+        amount_fen: amount.fen(),
+        reason,
+    };
+    match refund::request(&state.ports, asked).await? {
+        Requested::New(refund) => Ok(refund_answer(StatusCode::CREATED, &refund)),
+        Requested::Existing(refund) => Ok(refund_answer(StatusCode::OK, &refund)),
+        Requested::KeyReused(refund) => Err(ApiError::new(
+            Code::RefundKeyReused,
+            "this Idempotency-Key made another refund; use a new key for a new refund",
+        )
+        .with_existing(RefundView::of(&refund))),
+        Requested::NoPayment => Err(ApiError::not_found("payment")),
+        Requested::NotPaid(status) => Err(ApiError::new(
+            Code::PaymentNotRefundable,
+            format!(
+                "the payment is {}; only a PAID payment is refunded",
+                status.as_str()
+            ),
+        )),
+        Requested::Exceeds { refundable_fen } => Err(ApiError::new(
+            Code::RefundExceedsPayment,
+            format!("at most {refundable_fen} fen is left to refund"),
+        )),
+    }
+}
+
+/// A refund.
+#[utoipa::path(
+    get, path = "/v1/refunds/{refund_no}", tag = "refunds", operation_id = "show_refund",
+    params(("refund_no" = String, Path, description = "Refund number")),
+    responses((status = 200, body = RefundView), (status = 404, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn show_refund(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(refund_no): Path<String>,
+) -> Result<axum::Json<RefundView>, ApiError> {
+    let refund_no = PaymentNo::parse(&refund_no).map_err(|_| ApiError::not_found("refund"))?;
+    let refund = refund::own_refund(&state.ports, &tenant, refund_no.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found("refund"))?;
+    Ok(axum::Json(RefundView::of(&refund)))
 }

@@ -20,12 +20,14 @@ use mideng::record::StoredResponse;
 
 use super::error::Code;
 use super::fields::identifier;
-use super::models::{CreditBody, CreditView, DeductBody, DeductionView, EntryView, WalletView};
+use super::models::{
+    CreditBody, CreditView, DeductBody, DeductionView, EntryView, ReversalView, WalletView,
+};
 use super::{ApiError, AppState};
-use crate::domain::ids::{OrderId, Reference, UserId};
+use crate::domain::ids::{OrderId, PaymentNo, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
 use crate::flows::wallet::{self, CreditRequest, DeductRequest};
-use crate::store::{Answered, WalletRecord};
+use crate::store::{Answered, ReverseOutcome, WalletRecord};
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
     StoredResponse {
@@ -198,6 +200,15 @@ pub(super) async fn credit(
         let body: CreditBody = parse_body(&headers, &body)?;
         let amount = body.amount.parse()?;
         let reference = identifier(Reference::parse(&body.reference))?;
+        if reference
+            .as_str()
+            .starts_with(crate::store::wallets::REVERSAL_REFERENCE_PREFIX)
+        {
+            return Err(ApiError::new(
+                Code::InvalidRequest,
+                "reference: the prefix reversal- names the reversals of deductions",
+            ));
+        }
         Ok(CreditRequest {
             user_id,
             amount,
@@ -315,4 +326,54 @@ pub(super) async fn show(
         currency: "CNY".to_owned(),
         entries: wallet.entries.iter().map(EntryView::of).collect(),
     }))
+}
+
+/// Puts a deduction back into the wallet, once: a second call answers the same reversal
+/// (`Idempotent-Replayed: true`). One reversal per deduction is held by a unique index, so no
+/// `Idempotency-Key` is needed (one is ignored).
+#[utoipa::path(
+    post, path = "/v1/wallets/{user_id}/deductions/{deduction_no}/reverse", tag = "wallets", operation_id = "reverse_deduction",
+    params(
+        ("user_id" = String, Path, description = "Wallet owner"),
+        ("deduction_no" = String, Path, description = "The deduction to put back"),
+    ),
+    responses(
+        (status = 200, description = "The reversal (now, or the one made before, with Idempotent-Replayed: true)", body = ReversalView),
+        (status = 404, body = super::ProblemBody),
+        (status = 422, description = "balance-limit: the balance would exceed its bound", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn reverse(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path((user_id, deduction_no)): Path<(String, String)>,
+) -> Result<Response<Body>, ApiError> {
+    let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("deduction"))?;
+    let deduction =
+        PaymentNo::parse(&deduction_no).map_err(|_| ApiError::not_found("deduction"))?;
+    let view = |entry: &crate::domain::wallet::LedgerEntry| ReversalView {
+        reversal_no: entry.entry_no.clone(),
+        deduction_no: deduction.as_str().to_owned(),
+        amount: entry.amount_fen,
+        balance_after: entry.balance_after_fen,
+    };
+    match wallet::reverse(&state.ports, &tenant, &user_id, deduction.as_str()).await? {
+        ReverseOutcome::Reversed(entry) => {
+            Ok((StatusCode::OK, axum::Json(view(&entry))).into_response())
+        }
+        ReverseOutcome::AlreadyReversed(entry) => {
+            let mut response = (StatusCode::OK, axum::Json(view(&entry))).into_response();
+            response.headers_mut().insert(
+                mideng::http::IDEMPOTENT_REPLAYED,
+                axum::http::HeaderValue::from_static("true"),
+            );
+            Ok(response)
+        }
+        ReverseOutcome::NoDeduction => Err(ApiError::not_found("deduction")),
+        ReverseOutcome::TooLarge => Err(ApiError::new(
+            Code::BalanceLimit,
+            "the balance would exceed its bound",
+        )),
+    }
 }

@@ -5,11 +5,62 @@
 //! (`order_paid`), so there is one event per paid order, never two to keep in step. A payment
 //! that became PAID on an order that no longer waited for it (canceled meanwhile: a refund case)
 //! carries `order_paid: false` and grants nothing.
+//!
+//! One event per payment closed unpaid: `payment.closed`, written with its move to CLOSED.
+//!
+//! One event per refund that succeeds: `refund.succeeded`, written with the refund's move to
+//! SUCCESS; it says whether the payment is now refunded in full.
 
 use serde::{Deserialize, Serialize};
 
 /// Topic of [`PaymentSucceeded`].
 pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
+
+/// Topic of [`PaymentClosed`].
+pub const PAYMENT_CLOSED: &str = "payment.closed";
+
+/// A pending payment was closed unpaid (by the merchant, by expiry, by reconciliation or by
+/// the channel's notify): written in the same transaction as its move to CLOSED.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentClosed {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The payment number.
+    pub payment_no: String,
+    /// The order.
+    pub order_id: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// When it was closed here (Unix ms).
+    pub closed_at_ms: i64,
+}
+
+/// Topic of [`RefundSucceeded`].
+pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
+
+/// A refund's money went back to the buyer: written in the same transaction as the refund's
+/// move to SUCCESS, so there is exactly one per refund.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundSucceeded {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The refund number.
+    pub refund_no: String,
+    /// The payment it refunds.
+    pub payment_no: String,
+    /// The order.
+    pub order_id: String,
+    /// Fen refunded by this refund.
+    pub amount: i64,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// The channel's number for the refund.
+    pub channel_refund_no: String,
+    /// When the money went back (Unix ms).
+    pub refunded_at_ms: i64,
+    /// Whether the payment is now refunded in full (its order moved to REFUNDED).
+    pub payment_refunded: bool,
+}
 
 /// Dedup kind of entitlement grants: one grant per payment number.
 pub const GRANT_KIND: &str = "entitlement.grant";

@@ -94,6 +94,12 @@ pub fn new_number(prefix: char, unix_ms: i64) -> String {
     format!("{prefix}{stamp}{}", hex::encode(random))
 }
 
+/// A fresh refund number for a refund created at `unix_ms` (the channel's `out_request_no` /
+/// `out_refund_no`).
+pub fn new_refund_no(unix_ms: i64) -> String {
+    new_number('R', unix_ms)
+}
+
 /// A payment attempt's number, which is also the channel's `out_trade_no`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]

@@ -5,11 +5,15 @@
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`order`] — the order state machine.
 //! - [`payment`] — payment attempts and their state machine.
+//! - [`refund`] — refunds of a paid payment and their state machine.
 //! - [`wallet`] — ledger entries and what a credit or a deduct came to.
+//! - [`webhook`] — merchant notifications: events, secrets, signatures, the retry schedule.
 
 pub mod events;
 pub mod ids;
 pub mod money;
 pub mod order;
 pub mod payment;
+pub mod refund;
 pub mod wallet;
+pub mod webhook;

@@ -9,14 +9,16 @@
 //! | [`payment::create`](mod@payment::create) | open one pending payment per order under the order lock, create its trade at the channel |
 //! | [`payment::close`](mod@payment::close) | close at the channel first, then here; a buyer who paid first wins |
 //! | [`payment::settle`](mod@payment::settle) | the one table "the channel says X → do Y", used by creation, close and reconciliation |
+//! | [`refund`] | one refund per request key, within the paid amount, asked of the channel under its own number |
 //! | [`notify`] | verify a channel notify, then apply it once per notify id |
-//! | [`wallet`] | credit and deduct, each with its stored answer in one transaction |
+//! | [`wallet`] | credit and deduct, each with its stored answer in one transaction; a deduction put back once |
 //!
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
 
 pub mod notify;
 pub mod order;
 pub mod payment;
+pub mod refund;
 pub mod wallet;
 
 use std::sync::Arc;
@@ -35,10 +37,14 @@ pub mod operation {
     pub const PAYMENT_CREATE: &str = "payment.create";
     /// Closing a payment attempt.
     pub const PAYMENT_CLOSE: &str = "payment.close";
+    /// Refunding a payment.
+    pub const REFUND_CREATE: &str = "refund.create";
     /// Crediting a wallet.
     pub const WALLET_CREDIT: &str = "wallet.credit";
     /// Deducting from a wallet.
     pub const WALLET_DEDUCT: &str = "wallet.deduct";
+    /// Putting a deduction back.
+    pub const WALLET_REVERSE: &str = "wallet.reverse";
     /// Creating an order.
     pub const ORDER_CREATE: &str = "order.create";
     /// Transitioning an order.

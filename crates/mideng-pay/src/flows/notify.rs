@@ -1,6 +1,7 @@
 //! A channel's notify. It is accepted only after its signature, merchant identity, our payment
-//! number, its channel and the amount all check out; then it is deduplicated by the channel's
-//! notify id and applied through the one success flow, in one transaction. Anything that cannot
+//! number, its channel and the amount all check out; then, under the order's lock (a brief
+//! wait), it is deduplicated by the channel's notify id and applied through the one success
+//! flow, in one transaction. Anything that cannot
 //! be processed now gets the channel's failure answer, so that it is sent again.
 
 use mideng_channel::ChannelKind;
@@ -36,6 +37,13 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
             paid_at_ms: payment.paid_at_ms.unwrap_or_else(|| ports.clock.now_ms()),
         },
         NotifiedState::Closed => NotifyEvent::Closed,
+        NotifiedState::Refund {
+            out_refund_no,
+            state,
+        } => NotifyEvent::Refund {
+            out_refund_no: out_refund_no.clone(),
+            state: state.clone(),
+        },
         NotifiedState::Other(_) => NotifyEvent::Other,
     };
     let effect = NotifyEffect {
@@ -48,7 +56,21 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         dedup: ports.settings.layer_on(BrokenLayer::NotifyDedup),
     };
     let subject = verified.out_trade_no.as_str();
-    let NotifyApplied { outcome, tenant } = match ports.store.notifies.apply_notify(&effect).await {
+    // Seed 000 §3①: the success flow runs under the order's lock, as creation and close do, so
+    // that a notify and a close (or a second attempt) for one order do not interleave. The
+    // wait is brief; when it runs out the notify goes on, and the payment's row lock and
+    // compare-and-set re-check the state and decide.
+    let guard = match (&effect.event, ports.store.payments.payment(subject).await) {
+        (NotifyEvent::Paid { .. }, Ok(Some(payment))) => {
+            super::payment::lock_order(ports, operation, &payment.tenant_id, &payment.order_id)
+                .await
+                .flatten()
+        }
+        _ => None,
+    };
+    let applied = ports.store.notifies.apply_notify(&effect).await;
+    super::payment::unlock(ports, guard).await;
+    let NotifyApplied { outcome, tenant } = match applied {
         Ok(applied) => applied,
         Err(error) => {
             tracing::warn!(%error, payment_no = subject, "notify not applied now; the channel will resend");
@@ -88,6 +110,8 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
             ("cas", "double_charge", NotifyVerdict::RetryLater)
         }
         NotifyOutcome::Busy => ("dedup", "busy", NotifyVerdict::RetryLater),
+        NotifyOutcome::Refund(Some(_)) => ("cas", "refund_settled", NotifyVerdict::Accepted),
+        NotifyOutcome::Refund(None) => ("cas", "refund_unchanged", NotifyVerdict::Accepted),
     };
     decision(
         layer,

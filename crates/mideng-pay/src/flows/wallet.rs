@@ -4,7 +4,7 @@
 //! caller's pure [`Render`] function inside that transaction. A duplicate comes back as the
 //! record's decision, with nothing moved. Each operation has
 //! a business key besides the request's key — a deduct one debit per user and order, a credit
-//! one credit per user and reference — held by a unique index.
+//! one credit per user and reference, a reversal one per deduction — held by a unique index.
 
 use mideng::StoreError;
 
@@ -12,7 +12,7 @@ use crate::domain::ids::{OrderId, Reference, UserId, new_number};
 use crate::domain::money::Amount;
 use crate::domain::wallet::{CreditOutcome, DeductOutcome};
 use crate::flows::{Ports, decision, operation};
-use crate::store::{Answered, Render, WalletRecord};
+use crate::store::{Answered, Render, ReverseOutcome, WalletRecord};
 
 /// A credit, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,4 +114,34 @@ pub async fn deduct(
         label,
     );
     Ok(answered)
+}
+
+/// Puts a deduction back into the wallet at most once (one reversal per deduction, held by a
+/// unique index), with its own ledger entry.
+pub async fn reverse(
+    ports: &Ports,
+    tenant: &str,
+    user_id: &UserId,
+    deduction_no: &str,
+) -> Result<ReverseOutcome, StoreError> {
+    let entry_no = new_number('C', ports.clock.now_ms());
+    let outcome = ports
+        .store
+        .wallets
+        .reverse(tenant, user_id.as_str(), deduction_no, &entry_no)
+        .await?;
+    let label = match &outcome {
+        ReverseOutcome::Reversed(_) => "reversed",
+        ReverseOutcome::AlreadyReversed(_) => "already_reversed",
+        ReverseOutcome::NoDeduction => "no_deduction",
+        ReverseOutcome::TooLarge => "refused",
+    };
+    decision(
+        "constraint",
+        operation::WALLET_REVERSE,
+        tenant,
+        deduction_no,
+        label,
+    );
+    Ok(outcome)
 }

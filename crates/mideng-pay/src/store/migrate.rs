@@ -3,8 +3,9 @@
 //! Each dialect holds the invariants of `docs/design.md` §5 that a database can hold: one
 //! PENDING and at most one PAID payment per order (partial unique indexes; on MySQL, generated
 //! flags under unique indexes), balances never negative (CHECK), one debit per user + order,
-//! one credit per user + reference, one grant per payment; each wallet carries a version for
-//! the optimistic deduct. The service's bookkeeping table is
+//! one credit per user + reference, one grant per payment, one payment per channel trade, one
+//! refund per tenant + request key, and a payment's open refunds never above its amount (a
+//! running total under a CHECK); each wallet carries a version for the optimistic deduct. The service's bookkeeping table is
 //! `mideng_pay_migrations`, apart from the toolkit's.
 
 use mideng::store::sql::versioned_migrator;
@@ -37,6 +38,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "wallet version",
                 include_str!("../../migrations/postgres/0003_wallet_version.sql"),
             ),
+            (
+                4,
+                "refunds",
+                include_str!("../../migrations/postgres/0004_refunds.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -66,6 +72,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "wallet version",
                 include_str!("../../migrations/mysql/0003_wallet_version.sql"),
             ),
+            (
+                4,
+                "refunds",
+                include_str!("../../migrations/mysql/0004_refunds.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -90,6 +101,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 3,
                 "wallet version",
                 include_str!("../../migrations/sqlite/0003_wallet_version.sql"),
+            ),
+            (
+                4,
+                "refunds",
+                include_str!("../../migrations/sqlite/0004_refunds.sql"),
             ),
         ],
     )

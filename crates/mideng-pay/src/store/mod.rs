@@ -6,6 +6,7 @@
 //! | [`tenants`] | [`Tenants`] | tenants by the digest of their API key |
 //! | [`orders`] | [`Orders`] | orders: one per order id, moved by compare-and-set |
 //! | [`payments`] | [`Payments`] | payment attempts: one PENDING and at most one PAID per order; the success flow |
+//! | [`refunds`] | [`Refunds`] | refunds: one per request key, never more than the payment's amount together |
 //! | [`notifies`] | [`Notifies`] | channel notifies applied once per notify id, with their effect |
 //! | [`wallets`] | [`Wallets`] | credits and deducts, each with its record and stored answer |
 //! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
@@ -31,6 +32,7 @@ pub mod migrate;
 pub mod notifies;
 pub mod orders;
 pub mod payments;
+pub mod refunds;
 pub mod sql;
 pub mod tenants;
 pub mod wallets;
@@ -45,9 +47,10 @@ pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
 pub use orders::{OrderInsert, OrderTransition, Orders};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
+pub use refunds::{NewRefund, OpenRefund, Refunds, SettledRefund};
 pub use sql::{Backend, SqlPay};
 pub use tenants::Tenants;
-pub use wallets::{Answered, Render, WalletRecord, Wallets};
+pub use wallets::{Answered, Render, ReverseOutcome, WalletRecord, Wallets};
 
 /// Every storage port, on one database.
 #[derive(Clone)]
@@ -60,6 +63,8 @@ pub struct Store {
     pub orders: Arc<dyn Orders>,
     /// Payment attempts.
     pub payments: Arc<dyn Payments>,
+    /// Refunds.
+    pub refunds: Arc<dyn Refunds>,
     /// Channel notifies.
     pub notifies: Arc<dyn Notifies>,
     /// Wallets.
@@ -79,6 +84,7 @@ impl Store {
             tenants: sql.clone(),
             orders: sql.clone(),
             payments: sql.clone(),
+            refunds: sql.clone(),
             notifies: sql.clone(),
             wallets: sql.clone(),
             grants: sql.clone(),

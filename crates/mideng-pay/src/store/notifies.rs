@@ -11,10 +11,13 @@ use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{Dialect, SqlStore};
 use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
+use mideng_channel::adapter::RefundState;
 
 use super::payments::{self, SuccessOutcome};
+use super::refunds::{self, SettledRefund};
 use super::sql::SqlPay;
 use crate::domain::payment::PaymentStatus;
+use crate::domain::refund::RefundStatus;
 use crate::limits::{NOTIFY_LEASE, NOTIFY_RETENTION};
 
 /// A channel's notify, verified, as the store applies it.
@@ -50,7 +53,14 @@ pub enum NotifyEvent {
     },
     /// Closed unpaid at the channel.
     Closed,
-    /// Anything else: acknowledged, no change (refunds are out of scope here).
+    /// A refund of the payment changed state at the channel.
+    Refund {
+        /// Our refund number.
+        out_refund_no: String,
+        /// Its state there.
+        state: mideng_channel::adapter::RefundState,
+    },
+    /// Anything else: acknowledged, no change.
     Other,
 }
 
@@ -73,6 +83,9 @@ pub enum NotifyOutcome {
     /// The same notify id is being processed right now elsewhere: answer failure, the channel
     /// resends.
     Busy,
+    /// A refund notify, applied: the status the refund moved to, or `None` when it was there
+    /// already (or the notify said nothing final).
+    Refund(Option<RefundStatus>),
 }
 
 /// What applying a notify did, and to which tenant's payment (for the logs).
@@ -121,6 +134,31 @@ async fn notify_on<D: Dialect>(
     if payment.amount_fen != notify.amount_fen {
         return applied(NotifyOutcome::Rejected("amount_mismatch"));
     }
+    // A refund notify speaks only for a refund of this payment, for the refund's own amount.
+    let refund_move = match &notify.event {
+        NotifyEvent::Refund {
+            out_refund_no,
+            state,
+        } => {
+            let Some(refund) = refunds::find_refund::<D>(connection, out_refund_no, true).await?
+            else {
+                return applied(NotifyOutcome::Rejected("unknown_refund"));
+            };
+            if refund.payment_no != notify.payment_no {
+                return applied(NotifyOutcome::Rejected("refund_mismatch"));
+            }
+            match state {
+                RefundState::Succeeded(done) if done.refund_fen != refund.amount_fen => {
+                    return applied(NotifyOutcome::Rejected("refund_amount_mismatch"));
+                }
+                RefundState::Succeeded(done) => Some((RefundStatus::Success, Some(done))),
+                RefundState::Closed => Some((RefundStatus::Closed, None)),
+                RefundState::Abnormal => Some((RefundStatus::Abnormal, None)),
+                RefundState::Processing | RefundState::NotFound => None,
+            }
+        }
+        _ => None,
+    };
     let scope = Scope::new(&payment.tenant_id, notify.operation)?;
     let key = dedup_key(&notify.notify_id);
     let fingerprint = Fingerprint::of_parts(&[notify.payment_no.as_bytes()]);
@@ -159,18 +197,31 @@ async fn notify_on<D: Dialect>(
             NotifyOutcome::Applied(Some(success))
         }
         NotifyEvent::Closed => {
-            if payment.status == PaymentStatus::Pending {
-                payments::transition_payment::<D>(
+            if payment.status == PaymentStatus::Pending
+                && payments::transition_payment::<D>(
                     connection,
                     &notify.payment_no,
                     PaymentStatus::Pending,
                     PaymentStatus::Closed,
                     now_ms,
                 )
-                .await?;
+                .await?
+            {
+                payments::closed_event::<D>(connection, &payment, now_ms).await?;
             }
             NotifyOutcome::Applied(None)
         }
+        NotifyEvent::Refund { out_refund_no, .. } => match refund_move {
+            Some((to, done)) => {
+                match refunds::settle_on::<D>(connection, out_refund_no, to, done, now_ms).await? {
+                    SettledRefund::Moved(_) => NotifyOutcome::Refund(Some(to)),
+                    SettledRefund::Unchanged(_) | SettledRefund::Unknown => {
+                        NotifyOutcome::Refund(None)
+                    }
+                }
+            }
+            None => NotifyOutcome::Refund(None),
+        },
         NotifyEvent::Other => NotifyOutcome::Applied(None),
     };
     let stored = StoredResponse {

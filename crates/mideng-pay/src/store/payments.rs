@@ -9,7 +9,8 @@
 //! Invariants held here: at most one PENDING and at most one PAID payment per order (partial
 //! unique indexes; generated flags under unique indexes on MySQL), whatever races the
 //! application loses; a payment and its order reach PAID in one transaction with the
-//! `payment.succeeded` event (the outbox).
+//! `payment.succeeded` event (the outbox), and a payment closed unpaid writes `payment.closed`
+//! with its move.
 
 use async_trait::async_trait;
 use mideng::sqlx::Database;
@@ -19,7 +20,9 @@ use mideng::{StoreError, clock, dialect_sql};
 
 use super::orders;
 use super::sql::SqlPay;
-use crate::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
+use crate::domain::events::{
+    GrantedItem, PAYMENT_CLOSED, PAYMENT_SUCCEEDED, PaymentClosed, PaymentSucceeded,
+};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
 
@@ -524,14 +527,17 @@ async fn close_on<D: Dialect>(
     };
     Ok(match payment.status {
         PaymentStatus::Pending => {
-            transition_payment::<D>(
+            if transition_payment::<D>(
                 connection,
                 payment_no,
                 PaymentStatus::Pending,
                 PaymentStatus::Closed,
                 now_ms,
             )
-            .await?;
+            .await?
+            {
+                closed_event::<D>(connection, &payment, now_ms).await?;
+            }
             LocalClose::Closed(Box::new(Payment {
                 status: PaymentStatus::Closed,
                 ..payment
@@ -541,6 +547,27 @@ async fn close_on<D: Dialect>(
         PaymentStatus::Paid => LocalClose::Paid(Box::new(payment)),
         PaymentStatus::Failed => LocalClose::Failed(Box::new(payment)),
     })
+}
+
+/// Writes `payment.closed` for `payment`, which this transaction just moved PENDING → CLOSED:
+/// one event per closed payment, with its move.
+pub(super) async fn closed_event<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment: &Payment,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let event = PaymentClosed {
+        tenant_id: payment.tenant_id.clone(),
+        payment_no: payment.payment_no.clone(),
+        order_id: payment.order_id.clone(),
+        channel: payment.channel.clone(),
+        closed_at_ms: now_ms,
+    };
+    let payload = serde_json::to_vec(&event)
+        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
+    mideng::outbox::sql::enqueue_in::<D>(connection, PAYMENT_CLOSED, &payment.payment_no, &payload)
+        .await?;
+    Ok(())
 }
 
 /// Payment attempts: opened under the order's row lock, settled by compare-and-set.

@@ -21,7 +21,9 @@
 //!
 //! Every balance change bumps the wallet's `version`, whatever the strategy, so that instances
 //! configured differently (during a change of strategy) still see each other's writes.
-//! Credits always lock the row: they never race for a balance condition.
+//! Credits always lock the row: they never race for a balance condition. A deduction is put
+//! back at most once ([`reverse`]): its reversal is a credit whose reference names the
+//! deduction, so the one-credit-per-reference unique index holds it.
 
 use async_trait::async_trait;
 use mideng::key::{Fingerprint, IdempotencyKey, Scope};
@@ -277,6 +279,97 @@ pub async fn find_debit<D: Dialect>(
 ) -> Result<Option<Debit>, StoreError> {
     let statement = ENTRY_SELECT_DEBIT.get::<D>();
     find_entry::<D>(connection, statement, tenant_id, user_id, order_id).await
+}
+
+/// The user's debit by its entry number, with its order.
+const ENTRY_SELECT_DEBIT_BY_NO: PerDialect<&str> = dialect_sql!(
+    "SELECT amount, order_id FROM pay_wallet_entries WHERE tenant_id = " ? " AND user_id = " ?
+    " AND entry_no = " ? " AND kind = 'DEBIT'"
+);
+
+/// The reference of a deduction's reversal: a credit's business key, so the
+/// one-credit-per-reference unique index allows one reversal per deduction.
+pub fn reversal_reference(deduction_no: &str) -> String {
+    format!("{REVERSAL_REFERENCE_PREFIX}{deduction_no}")
+}
+
+/// The prefix of reversal references; a client's own credit reference may not start with it.
+pub const REVERSAL_REFERENCE_PREFIX: &str = "reversal-";
+
+/// What putting a deduction back came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReverseOutcome {
+    /// This call put it back: the reversal's entry (a credit).
+    Reversed(LedgerEntry),
+    /// It was put back before: that reversal.
+    AlreadyReversed(LedgerEntry),
+    /// The user has no deduction with this number.
+    NoDeduction,
+    /// Putting it back would take the balance over its bound.
+    TooLarge,
+}
+
+/// Puts the deduction `deduction_no` back into the user's wallet once: a credit entry whose
+/// reference is [`reversal_reference`] and whose order is the deduction's, under the wallet's
+/// row lock; the one-credit-per-reference unique index holds "one reversal per deduction"
+/// against any race the lock misses.
+pub async fn reverse<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    deduction_no: &str,
+    entry_no: &str,
+    now_ms: i64,
+) -> Result<ReverseOutcome, StoreError> {
+    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    let Some(row) = connection
+        .row(
+            ENTRY_SELECT_DEBIT_BY_NO.get::<D>(),
+            &[
+                Arg::Text(tenant_id),
+                Arg::Text(user_id),
+                Arg::Text(deduction_no),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?
+    else {
+        return Ok(ReverseOutcome::NoDeduction);
+    };
+    let stored = row.int(0).map_err(read)?;
+    let order_id = row.opt_text(1).map_err(read)?;
+    let amount = Amount::new(stored)
+        .map_err(|_| StoreError::Corrupt(format!("debit amount {stored} out of bounds")))?;
+    let reference = reversal_reference(deduction_no);
+    if let Some(existing) = find_credit::<D>(connection, tenant_id, user_id, &reference).await? {
+        return Ok(ReverseOutcome::AlreadyReversed(existing));
+    }
+    let Ok(after) = balance.credit(amount) else {
+        return Ok(ReverseOutcome::TooLarge);
+    };
+    let entry = Entry {
+        entry_no,
+        tenant_id,
+        user_id,
+        kind: "CREDIT",
+        amount,
+        reference: &reference,
+        order_id: order_id.as_deref(),
+        balance_after: after,
+        now_ms,
+    };
+    if !insert_entry::<D>(connection, &entry).await? {
+        return Err(StoreError::Conflict(
+            "entry number or reversal key taken".to_owned(),
+        ));
+    }
+    set_balance::<D>(connection, tenant_id, user_id, after, now_ms).await?;
+    Ok(ReverseOutcome::Reversed(LedgerEntry {
+        entry_no: entry_no.to_owned(),
+        amount_fen: amount.fen(),
+        balance_after_fen: after.fen(),
+        created_at_ms: now_ms,
+    }))
 }
 
 /// A deduct to make: whose wallet, for which order, how much, under which entry number.
@@ -799,6 +892,14 @@ pub trait Wallets: Send + Sync {
     ) -> Result<Answered<DeductOutcome>, StoreError>;
     /// The wallet's balance and latest entries.
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
+    /// Puts a deduction back once, in one transaction ([`reverse`]).
+    async fn reverse(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        deduction_no: &str,
+        entry_no: &str,
+    ) -> Result<ReverseOutcome, StoreError>;
 }
 
 /// Begins the request's record in the operation's transaction: the lease to complete (none
@@ -938,6 +1039,27 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                     let outcome = deduct::<D>(transaction, strategy, &request).await?;
                     answered(store, transaction, lease.as_ref(), render, outcome).await
                 })
+            })
+            .await
+    }
+
+    async fn reverse(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        deduction_no: &str,
+        entry_no: &str,
+    ) -> Result<ReverseOutcome, StoreError> {
+        self.store
+            .write(|transaction| {
+                Box::pin(reverse::<D>(
+                    transaction,
+                    tenant_id,
+                    user_id,
+                    deduction_no,
+                    entry_no,
+                    clock::now_ms(),
+                ))
             })
             .await
     }

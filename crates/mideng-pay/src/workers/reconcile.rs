@@ -14,6 +14,10 @@
 //! | closed | close locally and cancel the order |
 //! | no definite answer | leave it and ask again next round, never guess |
 //!
+//! Then it walks through every refund PROCESSING for longer than the same threshold and asks
+//! the channel about it ([`crate::flows::refund::reconcile`]): a final state settles it, and a
+//! refund the channel never received is asked again under the same number.
+//!
 //! The table is [`crate::flows::payment::settle`](mod@crate::flows::payment::settle), shared with the close route and creation.
 //! "Expired" means past the payment's expiry plus the grace for clock skew
 //! ([`crate::flows::PaymentSettings::expiry_grace`], one setting). One owner per payment
@@ -75,6 +79,11 @@ pub struct ReconcileReport {
     pub unknown: u32,
     /// Handled by another reconciler at the same moment.
     pub busy: u32,
+    /// PROCESSING refunds examined.
+    pub refunds_examined: u32,
+    /// Refunds this round settled (SUCCESS, CLOSED or ABNORMAL), or asked again of a channel
+    /// that had never received them.
+    pub refunds_settled: u32,
 }
 
 /// What happened to one payment.
@@ -125,10 +134,63 @@ pub async fn reconcile_once(
             break;
         }
     }
-    if report.examined > 0 {
+    reconcile_refunds(ports, settings, created_before, &mut report).await?;
+    if report.examined > 0 || report.refunds_examined > 0 {
         tracing::info!(?report, "reconciliation round");
     }
     Ok(report)
+}
+
+/// Every refund PROCESSING for longer than `min_age` (the channel's answer was lost, or it is
+/// slow, or its notify was lost), oldest first, in pages: the channel's state settles it, and a
+/// refund the channel never received is asked again under the same number. Every change is a
+/// compare-and-set, so a notify or another reconciler racing this one changes nothing twice.
+async fn reconcile_refunds(
+    ports: &Ports,
+    settings: &ReconcileSettings,
+    created_before: i64,
+    report: &mut ReconcileReport,
+) -> Result<(), StoreError> {
+    let batch = settings.batch.max(1);
+    let mut after: Option<(i64, String)> = None;
+    loop {
+        let page = ports
+            .store
+            .refunds
+            .processing_before(
+                created_before,
+                after.as_ref().map(|(at, number)| (*at, number.as_str())),
+                batch,
+            )
+            .await?;
+        let full = page.len() >= usize::try_from(batch).unwrap_or(usize::MAX);
+        after = page
+            .last()
+            .map(|last| (last.created_at_ms, last.refund_no.clone()));
+        for refund in page {
+            if settings
+                .tenant
+                .as_deref()
+                .is_some_and(|tenant| tenant != refund.tenant_id)
+            {
+                continue;
+            }
+            report.refunds_examined += 1;
+            let number = refund.refund_no.clone();
+            match crate::flows::refund::reconcile(ports, refund).await {
+                Ok(after) if after.status != crate::domain::refund::RefundStatus::Processing => {
+                    report.refunds_settled += 1;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, refund_no = %number, "reconciling a refund failed; next round");
+                }
+            }
+        }
+        if !full {
+            return Ok(());
+        }
+    }
 }
 
 async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileReport) {

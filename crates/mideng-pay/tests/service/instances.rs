@@ -126,7 +126,10 @@ pub(crate) async fn two_instances_one_effect(backend: Backend) {
     // retry reaches the second node, whose adapter names its own notify URL. The channel takes
     // that as the same request (a refusal here would fail an attempt the channel holds), and
     // the trade's notify still reaches the first node.
-    for (channel, method) in [("alipay", "alipay.trade.precreate"), ("wechat", "wechat.native")] {
+    for (channel, method) in [
+        ("alipay", "alipay.trade.precreate"),
+        ("wechat", "wechat.native"),
+    ] {
         let order_id = unique("o");
         first.create_order(&order_id, "u-2", 2_345).await;
         first

@@ -9,6 +9,7 @@ mod instances;
 mod payments;
 mod purge;
 mod reconcile;
+mod refunds;
 mod transport;
 mod wallets;
 
@@ -45,10 +46,14 @@ backend_suite!(
     crate::reconcile::a_late_success_for_a_closed_payment_is_recorded => a_late_success_for_a_closed_payment_is_recorded,
     crate::reconcile::unpaid_payments_never_hide_a_lost_notify => unpaid_payments_never_hide_a_lost_notify,
     crate::events::a_paid_order_is_granted_once => a_paid_order_is_granted_once,
+    crate::refunds::partial_and_full_refunds_move_money_once => partial_and_full_refunds_move_money_once,
+    crate::refunds::concurrent_refunds_never_exceed_the_payment => concurrent_refunds_never_exceed_the_payment,
+    crate::refunds::a_lost_refund_answer_is_settled_once => a_lost_refund_answer_is_settled_once,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,
     crate::wallets::one_reference_credits_once_whatever_the_key => one_reference_credits_once_whatever_the_key,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,
+    crate::wallets::a_deduction_is_put_back_once => a_deduction_is_put_back_once,
     crate::wallets::distinct_keys_for_one_order_debit_once => distinct_keys_for_one_order_debit_once,
     crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,

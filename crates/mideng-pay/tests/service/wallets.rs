@@ -384,3 +384,92 @@ pub(crate) async fn without_the_machinery_the_constraint_still_refuses(backend: 
         .await;
     assert_eq!(created.status, 201, "{}", created.json());
 }
+
+/// Twenty concurrent reversals of one deduction put it back once: one reversal entry, the
+/// balance restored once, every answer naming the same reversal.
+pub(crate) async fn a_deduction_is_put_back_once(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    credit(&service, &user, 5_000).await;
+    let deducted = service
+        .post(
+            &format!("/v1/wallets/{user}/deduct"),
+            json!({"order_id": "o-rev", "amount": 1_800}),
+            &[("Idempotency-Key", &unique("deduct"))],
+        )
+        .await;
+    assert_eq!(deducted.status, 200, "{}", deducted.json());
+    let deduction = deducted.json()["deduction_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    let answers = race(20, |_| {
+        let (service, user, deduction) = (service.clone(), user.clone(), deduction.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/deductions/{deduction}/reverse"),
+                    json!({}),
+                    &[],
+                )
+                .await
+        }
+    })
+    .await;
+    let reversals: std::collections::BTreeSet<String> = answers
+        .iter()
+        .map(|answer| {
+            assert_eq!(answer.status, 200, "{}", answer.json());
+            assert_eq!(answer.json()["amount"], 1_800);
+            answer.json()["reversal_no"]
+                .as_str()
+                .expect("number")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reversals.len(), 1, "one reversal named by every answer");
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|answer| answer.header("idempotent-replayed").is_none())
+            .count(),
+        1,
+        "one call made it"
+    );
+    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+    assert_eq!(wallet["balance"], 5_000, "{wallet}");
+    assert_eq!(
+        wallet["entries"].as_array().map(Vec::len),
+        Some(3),
+        "credit, debit, one reversal: {wallet}"
+    );
+
+    // Nothing to put back, and the reversal's reference is not a client's to take.
+    let unknown = service
+        .post(
+            &format!("/v1/wallets/{user}/deductions/D-no-such/reverse"),
+            json!({}),
+            &[],
+        )
+        .await;
+    assert_eq!(unknown.status, 404);
+    let other = service
+        .post(
+            &format!("/v1/wallets/{}/deductions/{deduction}/reverse", unique("u")),
+            json!({}),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        other.status, 404,
+        "another user's wallet has no such deduction"
+    );
+    let squatted = service
+        .post(
+            &format!("/v1/wallets/{user}/credit"),
+            json!({"amount": 1, "reference": format!("reversal-{deduction}")}),
+            &[("Idempotency-Key", &unique("credit"))],
+        )
+        .await;
+    assert_eq!(squatted.status, 422, "{}", squatted.json());
+}

@@ -17,7 +17,7 @@ use crate::limits::ORDER_LOCK_TTL;
 /// Takes the order's lock, waiting up to the configured wait. `None` when the wait ran out;
 /// `Some(None)` when the flow goes on without a lock: the lock store itself failed (the
 /// database still decides; the degradation is logged and counted), or the layer is off.
-async fn lock_order(
+pub(in crate::flows) async fn lock_order(
     ports: &Ports,
     operation: &'static str,
     tenant: &str,
@@ -51,7 +51,7 @@ async fn lock_order(
     }
 }
 
-async fn unlock(ports: &Ports, guard: Option<LockGuard>) {
+pub(in crate::flows) async fn unlock(ports: &Ports, guard: Option<LockGuard>) {
     if let Some(guard) = guard
         && let Err(error) = ports.locks.release(&guard).await
     {

@@ -1,0 +1,147 @@
+//! Refunds of a paid payment, and their state machine.
+//!
+//! ```text
+//! PROCESSING ─► SUCCESS
+//!     ├───────► CLOSED
+//!     └───────► ABNORMAL ─► SUCCESS | CLOSED
+//! ```
+//!
+//! A refund's number is its idempotency key at the channel (Alipay `out_request_no`, WeChat
+//! `out_refund_no`): however often it is asked (a retry, a lost answer, reconciliation), the
+//! channel refunds it once. A payment's refunds that are not CLOSED never add up to more than
+//! its amount: the database holds a running total under a CHECK and reserves each refund's
+//! amount in the transaction that creates it, before the channel is asked.
+
+use mideng::state::StateMachine;
+use serde::{Deserialize, Serialize};
+
+/// Longest refund reason, in characters (WeChat's `reason` limit; Alipay allows more).
+pub const REASON_CHARS_MAX: usize = 80;
+
+/// A refund's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefundStatus {
+    /// Reserved here and asked of the channel (or about to be); the money is not back yet.
+    Processing,
+    /// The money went back to the buyer.
+    Success,
+    /// The channel refused or closed it: no money moved, and its amount is free again.
+    Closed,
+    /// The channel could not pay it back (the buyer's account is frozen or closed): a person
+    /// must look. Its amount stays reserved.
+    Abnormal,
+}
+
+impl RefundStatus {
+    /// Whether the refund's amount counts against the payment (every status but CLOSED).
+    pub fn holds_amount(self) -> bool {
+        self != RefundStatus::Closed
+    }
+
+    /// Whether nothing will change it any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, RefundStatus::Success | RefundStatus::Closed)
+    }
+}
+
+impl StateMachine for RefundStatus {
+    const KIND: &'static str = "refund";
+    const TRANSITIONS: &'static [(Self, Self)] = &[
+        (RefundStatus::Processing, RefundStatus::Success),
+        (RefundStatus::Processing, RefundStatus::Closed),
+        (RefundStatus::Processing, RefundStatus::Abnormal),
+        // WeChat lets the merchant settle an abnormal refund (to another account, or not).
+        (RefundStatus::Abnormal, RefundStatus::Success),
+        (RefundStatus::Abnormal, RefundStatus::Closed),
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            RefundStatus::Processing => "PROCESSING",
+            RefundStatus::Success => "SUCCESS",
+            RefundStatus::Closed => "CLOSED",
+            RefundStatus::Abnormal => "ABNORMAL",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [
+            RefundStatus::Processing,
+            RefundStatus::Success,
+            RefundStatus::Closed,
+            RefundStatus::Abnormal,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+}
+
+/// A refund.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refund {
+    /// The refund number (the channel's `out_request_no` / `out_refund_no`).
+    pub refund_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The payment it refunds.
+    pub payment_no: String,
+    /// The payment's order.
+    pub order_id: String,
+    /// `alipay` or `wechat`.
+    pub channel: String,
+    /// Amount in fen.
+    pub amount_fen: i64,
+    /// Why, as the buyer sees it.
+    pub reason: String,
+    /// Status.
+    pub status: RefundStatus,
+    /// The channel's number for it, once it succeeded.
+    pub channel_refund_no: Option<String>,
+    /// When the money went back (Unix ms).
+    pub refunded_at_ms: Option<i64>,
+    /// When it was created (Unix ms).
+    pub created_at_ms: i64,
+}
+
+/// A refund's reason, checked: at most [`REASON_CHARS_MAX`] characters, no control characters.
+pub fn checked_reason(text: &str) -> Option<&str> {
+    (text.chars().count() <= REASON_CHARS_MAX && !text.chars().any(char::is_control))
+        .then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refund_settles_once_and_only_an_abnormal_one_moves_again() {
+        use RefundStatus::*;
+        let all = [Processing, Success, Closed, Abnormal];
+        for to in [Success, Closed, Abnormal] {
+            assert!(RefundStatus::allows(Processing, to));
+        }
+        for to in [Success, Closed] {
+            assert!(RefundStatus::allows(Abnormal, to));
+        }
+        for from in [Success, Closed] {
+            assert!(from.is_final());
+            for to in all {
+                assert!(!RefundStatus::allows(from, to), "{from:?} -> {to:?}");
+            }
+        }
+        assert!(!Closed.holds_amount());
+        assert!(Processing.holds_amount() && Abnormal.holds_amount() && Success.holds_amount());
+        for status in all {
+            assert_eq!(RefundStatus::parse(status.as_str()), Some(status));
+        }
+    }
+
+    #[test]
+    fn a_reason_is_short_text() {
+        assert_eq!(checked_reason("七天无理由退货"), Some("七天无理由退货"));
+        assert_eq!(checked_reason(""), Some(""));
+        assert!(checked_reason(&"x".repeat(REASON_CHARS_MAX + 1)).is_none());
+        assert!(checked_reason("a\nb").is_none());
+    }
+}

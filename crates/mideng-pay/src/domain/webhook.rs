@@ -1,0 +1,249 @@
+//! Merchant notifications (webhooks) after the Standard Webhooks specification: the events an
+//! endpoint may subscribe to, its signing secret, the signature, the message body and the
+//! retry schedule. Pure rules, no I/O.
+//!
+//! A message is signed as `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`, where the
+//! key is the bytes behind the endpoint's `whsec_<base64>` secret, and is sent with the headers
+//! `webhook-id` (the same on every retry and every manual redelivery, so a receiver
+//! deduplicates on it), `webhook-timestamp` (Unix seconds of this attempt) and
+//! `webhook-signature`.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+
+use super::events::{PAYMENT_CLOSED, PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
+
+/// Event types an endpoint may subscribe to.
+pub const EVENT_TYPES: [&str; 3] = [PAYMENT_SUCCEEDED, PAYMENT_CLOSED, REFUND_SUCCEEDED];
+
+/// The prefix of a signing secret.
+pub const SECRET_PREFIX: &str = "whsec_";
+
+/// Bytes of a generated signing key (192 bits).
+const SECRET_KEY_BYTES: usize = 24;
+
+/// Longest endpoint URL, in bytes.
+pub const URL_BYTES_MAX: usize = 2048;
+
+/// Most endpoints per tenant.
+pub const ENDPOINTS_PER_TENANT_MAX: usize = 20;
+
+/// The retry schedule of the specification's recommendation: the first attempt at once, then
+/// after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h — eight attempts over about 27.6 hours.
+pub const SCHEDULE: [Duration; 8] = [
+    Duration::ZERO,
+    Duration::from_secs(5),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 60 * 60),
+    Duration::from_secs(5 * 60 * 60),
+    Duration::from_secs(10 * 60 * 60),
+    Duration::from_secs(10 * 60 * 60),
+];
+
+/// A fresh signing secret: `whsec_` and the base64 of 24 random bytes.
+pub fn generate_secret() -> String {
+    let mut key = [0_u8; SECRET_KEY_BYTES];
+    getrandom::fill(&mut key).expect("the OS random number generator is available");
+    format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
+}
+
+/// The key bytes behind a `whsec_` secret; `None` for anything else.
+pub fn secret_key(secret: &str) -> Option<Vec<u8>> {
+    let encoded = secret.strip_prefix(SECRET_PREFIX)?;
+    let key = STANDARD.decode(encoded).ok()?;
+    (!key.is_empty()).then_some(key)
+}
+
+/// The `webhook-signature` value of one message: `v1,` and the base64 HMAC-SHA256 of
+/// `{id}.{timestamp}.{body}` under `key`.
+pub fn signature(key: &[u8], id: &str, timestamp_secs: i64, body: &[u8]) -> String {
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp_secs.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+/// The body of a message: the event's type, its time and its data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `payment.succeeded`, `payment.closed` or `refund.succeeded`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// When the event happened (RFC 3339).
+    pub timestamp: String,
+    /// The event itself.
+    pub data: serde_json::Value,
+}
+
+/// When the next attempt is due after `attempts` failed ones, counted from the last: `None`
+/// when the schedule is exhausted. `schedule[0]` is the delay of the first attempt.
+pub fn next_delay(schedule: &[Duration], attempts: usize) -> Option<Duration> {
+    schedule.get(attempts).copied()
+}
+
+/// Why an endpoint was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// Not an absolute http(s) URL of at most [`URL_BYTES_MAX`] bytes, with a host and
+    /// without credentials or a fragment.
+    #[error(
+        "url must be an absolute http or https URL of at most 2048 bytes, without user info or fragment"
+    )]
+    Url,
+    /// The URL names a loopback, private, link-local or unspecified address (or `localhost`),
+    /// and this service does not deliver there.
+    #[error("url names a private or local address; this service delivers to public hosts only")]
+    PrivateTarget,
+    /// An event type that does not exist, or none at all.
+    #[error("events must name one or more of payment.succeeded, payment.closed, refund.succeeded")]
+    Events,
+}
+
+/// Checks an endpoint's URL; with `allow_private` false, a loopback, private, link-local or
+/// unspecified IP literal and `localhost` are refused (names that resolve to such addresses
+/// are not: the resolver is the network's to trust).
+pub fn checked_url(text: &str, allow_private: bool) -> Result<reqwest::Url, EndpointError> {
+    if text.len() > URL_BYTES_MAX {
+        return Err(EndpointError::Url);
+    }
+    let url = reqwest::Url::parse(text).map_err(|_| EndpointError::Url)?;
+    if !matches!(url.scheme(), "http" | "https")
+        || !url.username().is_empty()
+        || url.password().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(EndpointError::Url);
+    }
+    let host = url.host_str().ok_or(EndpointError::Url)?;
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host);
+    let private = match literal.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(address)) => {
+            address.is_loopback()
+                || address.is_private()
+                || address.is_link_local()
+                || address.is_unspecified()
+                || address.is_broadcast()
+        }
+        Ok(std::net::IpAddr::V6(address)) => {
+            address.is_loopback()
+                || address.is_unspecified()
+                || address.is_unique_local()
+                || address.is_unicast_link_local()
+                || address
+                    .to_ipv4_mapped()
+                    .is_some_and(|mapped| mapped.is_loopback() || mapped.is_private())
+        }
+        Err(_) => {
+            host.eq_ignore_ascii_case("localhost")
+                || host.to_ascii_lowercase().ends_with(".localhost")
+        }
+    };
+    if private && !allow_private {
+        return Err(EndpointError::PrivateTarget);
+    }
+    Ok(url)
+}
+
+/// Checks the subscribed event types: one or more known ones, each once, in a stable order.
+pub fn checked_events(events: &[String]) -> Result<Vec<String>, EndpointError> {
+    if events.is_empty()
+        || events
+            .iter()
+            .any(|event| !EVENT_TYPES.contains(&event.as_str()))
+    {
+        return Err(EndpointError::Events);
+    }
+    Ok(EVENT_TYPES
+        .iter()
+        .filter(|known| events.iter().any(|event| event == *known))
+        .map(|known| (*known).to_owned())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_follows_the_specification() {
+        // The specification's own example: secret, id, timestamp, body and signature.
+        let key = secret_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("a secret");
+        let body = br#"{"test": 2432232314}"#;
+        assert_eq!(
+            signature(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        let secret = generate_secret();
+        assert!(secret.starts_with(SECRET_PREFIX));
+        assert_eq!(
+            secret_key(&secret).map(|key| key.len()),
+            Some(SECRET_KEY_BYTES)
+        );
+        assert_eq!(secret_key("sk_abc"), None);
+        assert_eq!(secret_key("whsec_!!"), None);
+    }
+
+    #[test]
+    fn the_schedule_spans_more_than_a_day() {
+        let total: Duration = SCHEDULE.iter().sum();
+        assert!(total > Duration::from_secs(24 * 60 * 60), "{total:?}");
+        assert_eq!(next_delay(&SCHEDULE, 0), Some(Duration::ZERO));
+        assert_eq!(next_delay(&SCHEDULE, 8), None);
+    }
+
+    #[test]
+    fn endpoints_are_public_http_urls_with_known_events() {
+        assert!(checked_url("https://merchant.example/hooks", false).is_ok());
+        for local in [
+            "http://127.0.0.1:8080/h",
+            "http://localhost/h",
+            "http://10.1.2.3/h",
+            "http://169.254.169.254/latest",
+            "http://[::1]/h",
+            "http://0.0.0.0/h",
+        ] {
+            assert_eq!(
+                checked_url(local, false),
+                Err(EndpointError::PrivateTarget),
+                "{local}"
+            );
+            assert!(checked_url(local, true).is_ok(), "{local}");
+        }
+        for bad in [
+            "ftp://merchant.example/",
+            "https://user:pw@merchant.example/",
+            "https://merchant.example/#f",
+            "/relative",
+            "",
+        ] {
+            assert_eq!(checked_url(bad, true), Err(EndpointError::Url), "{bad}");
+        }
+        assert_eq!(
+            checked_events(&[
+                "refund.succeeded".to_owned(),
+                "payment.succeeded".to_owned()
+            ]),
+            Ok(vec![
+                "payment.succeeded".to_owned(),
+                "refund.succeeded".to_owned()
+            ])
+        );
+        assert_eq!(checked_events(&[]), Err(EndpointError::Events));
+        assert_eq!(
+            checked_events(&["payment.created".to_owned()]),
+            Err(EndpointError::Events)
+        );
+    }
+}
