@@ -341,6 +341,13 @@ impl Application {
                 Err(error) => tracing::error!(%error, "no entitlement consumer runs"),
             }
         }
+        if let Some(settings) = events.webhooks.clone() {
+            workers.push(tokio::spawn(crate::workers::webhooks::run(
+                self.state.ports.store.webhooks.clone(),
+                settings,
+                stopped.clone(),
+            )));
+        }
         if let Some(listener) = self.metrics_listener {
             let mut metrics_stop = stopped.clone();
             let metrics = transport::serve(

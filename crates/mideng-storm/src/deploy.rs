@@ -559,5 +559,6 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>) -> EventSettings {
         broker,
         relay: options.events.then_some(fast),
         consumer: options.events.then_some(consumer),
+        webhooks: None,
     }
 }

@@ -72,6 +72,8 @@ pub enum Code {
     PaymentNotRefundable,
     /// 409: the refund is more than is left to refund of the payment.
     RefundExceedsPayment,
+    /// 409: the tenant has as many webhook endpoints as it may.
+    TooManyEndpoints,
     /// 415: the body is not declared as JSON.
     UnsupportedMediaType,
     /// 422: a field is not valid.
@@ -130,6 +132,7 @@ impl Code {
             Code::PaymentNotRefundable => "payment-not-refundable",
             Code::RefundExceedsPayment => "refund-exceeds-payment",
             Code::RefundKeyReused => "refund-key-reused",
+            Code::TooManyEndpoints => "too-many-endpoints",
             Code::UnsupportedMediaType => "unsupported-media-type",
             Code::InvalidRequest => "invalid-request",
             Code::InvalidAmount => "invalid-amount",
@@ -166,7 +169,8 @@ impl Code {
             | Code::AlreadyDeducted
             | Code::AlreadyCredited
             | Code::PaymentNotRefundable
-            | Code::RefundExceedsPayment => StatusCode::CONFLICT,
+            | Code::RefundExceedsPayment
+            | Code::TooManyEndpoints => StatusCode::CONFLICT,
             Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Code::InvalidRequest
             | Code::InvalidAmount

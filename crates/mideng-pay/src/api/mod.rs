@@ -21,6 +21,7 @@ mod orders;
 mod payments;
 pub mod tenants;
 mod wallets;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -236,6 +237,15 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
         .route("/v1/entitlements", get(entitlements::list))
+        .route(
+            "/v1/webhook-endpoints",
+            post(webhooks::create_endpoint).get(webhooks::list_endpoints),
+        )
+        .route("/v1/webhook-deliveries", get(webhooks::list_deliveries))
+        .route(
+            "/v1/webhook-deliveries/{delivery_id}/redeliver",
+            post(webhooks::redeliver),
+        )
         .route("/v1/idempotency-keys/{key}", get(ops::inspect_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
 

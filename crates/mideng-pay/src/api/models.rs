@@ -11,18 +11,7 @@ use crate::domain::wallet::WalletEntry;
 
 pub use super::fields::AmountField;
 
-/// RFC 3339 (UTC, milliseconds) for a Unix-ms instant.
-pub fn rfc3339(unix_ms: i64) -> String {
-    let nanos = i128::from(unix_ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|moment| {
-            moment
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
-}
+pub use crate::domain::rfc3339;
 
 /// `POST /v1/orders`.
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
@@ -152,6 +141,78 @@ pub struct PaymentView {
     /// Its refunds, oldest first (at most 100); shown by `GET /v1/payments/{payment_no}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refunds: Option<Vec<RefundView>>,
+}
+
+/// `POST /v1/webhook-endpoints`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// Where messages are posted: an absolute http(s) URL of at most 2048 bytes.
+    #[schema(max_length = 2048)]
+    pub url: String,
+    /// Event types: `payment.succeeded`, `payment.closed`, `refund.succeeded`.
+    #[schema(min_items = 1, max_items = 3)]
+    pub events: Vec<String>,
+}
+
+/// A webhook endpoint, with its signing secret.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct EndpointView {
+    /// Its id.
+    pub endpoint_id: String,
+    /// Where messages are posted.
+    pub url: String,
+    /// Subscribed event types.
+    pub events: Vec<String>,
+    /// The signing secret (`whsec_` + base64 key), for verifying `webhook-signature`.
+    pub secret: String,
+    /// ENABLED, or DISABLED after a delivery exhausted its schedule (a redelivery by hand
+    /// enables it again).
+    pub status: String,
+    /// When it was registered.
+    pub created_at: String,
+}
+
+/// One attempt of a delivery.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct AttemptView {
+    /// 1, 2, …
+    pub attempt: i64,
+    /// When.
+    pub at: String,
+    /// The endpoint's HTTP status, when it answered.
+    pub status_code: Option<i64>,
+    /// Why it did not count (a non-2xx, a timeout, a refused connection).
+    pub error: Option<String>,
+    /// How long it took, ms.
+    pub duration_ms: i64,
+}
+
+/// One event for one endpoint, with its attempts.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+pub struct DeliveryView {
+    /// Its id.
+    pub delivery_id: String,
+    /// The message's `webhook-id`: the event's id, the same on every attempt.
+    pub webhook_id: String,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// PENDING, DELIVERED or FAILED.
+    pub status: String,
+    /// When the next attempt is due (PENDING only).
+    pub next_attempt_at: Option<String>,
+    /// Every attempt, oldest first (at most 100).
+    pub attempts: Vec<AttemptView>,
+}
+
+/// `GET /v1/webhook-deliveries` query.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesQuery {
+    /// Only the deliveries of this event (its `webhook-id`); without it, the latest 100.
+    pub event_id: Option<String>,
 }
 
 /// A deduction put back.

@@ -19,7 +19,7 @@ use super::{ApiError, AppState, operation};
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, refunds, channel callbacks, wallets."),
+    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, refunds, channel callbacks, wallets, merchant webhooks."),
     paths(
         issue_token, inspect_key, healthz, readyz,
         super::orders::create, super::orders::show, super::orders::transition,
@@ -29,6 +29,8 @@ use super::{ApiError, AppState, operation};
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
         super::wallets::reverse,
         super::entitlements::list,
+        super::webhooks::create_endpoint, super::webhooks::list_endpoints,
+        super::webhooks::list_deliveries, super::webhooks::redeliver,
     ),
     modifiers(&Contract)
 )]

@@ -72,7 +72,7 @@ pub use channels::{
 pub use sections::{
     BrokerKind, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
     PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
-    WalletConfig,
+    WalletConfig, WebhooksConfig,
 };
 
 use figment::Figment;
@@ -84,6 +84,7 @@ use crate::flows::PaymentSettings;
 use crate::transport::TransportSettings;
 use crate::workers::purge::PurgeSettings;
 use crate::workers::reconcile::ReconcileSettings;
+use crate::workers::webhooks::WebhookSettings;
 use crate::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
@@ -123,6 +124,8 @@ pub struct ServeConfig {
     pub purge: PurgeConfig,
     /// The outbox relay, the broker and the entitlement consumer.
     pub events: EventsConfig,
+    /// The merchants' webhook dispatcher.
+    pub webhooks: WebhooksConfig,
 }
 
 impl Default for ServeConfig {
@@ -143,6 +146,7 @@ impl Default for ServeConfig {
             reconcile: ReconcileConfig::default(),
             purge: PurgeConfig::default(),
             events: EventsConfig::default(),
+            webhooks: WebhooksConfig::default(),
         }
     }
 }
@@ -246,6 +250,9 @@ impl ServeConfig {
         if self.payments.lock_wait_ms > 10_000 {
             return invalid("payments.lock_wait_ms must be at most 10000");
         }
+        if !(1..=30).contains(&self.webhooks.timeout_secs) {
+            return invalid("webhooks.timeout_secs must be 1 to 30");
+        }
         if !(1..=1_000).contains(&self.database.connections_max) {
             return invalid("database.connections_max must be 1 to 1000");
         }
@@ -328,6 +335,7 @@ impl ServeConfig {
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             wallet_strategy: self.wallet.strategy,
+            webhook_private_targets: self.webhooks.allow_private_targets,
             ..PaymentSettings::default()
         }
     }
@@ -384,6 +392,10 @@ impl ServeConfig {
             consumer: events.consumer.then(|| ConsumerSettings {
                 group: events.consumer_group.clone(),
                 ..ConsumerSettings::default()
+            }),
+            webhooks: self.webhooks.enabled.then(|| WebhookSettings {
+                timeout: Duration::from_secs(self.webhooks.timeout_secs),
+                ..WebhookSettings::default()
             }),
         }
     }

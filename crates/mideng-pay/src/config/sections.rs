@@ -304,6 +304,29 @@ pub struct WalletConfig {
     pub strategy: crate::domain::wallet::WalletStrategy,
 }
 
+/// `[webhooks]`: the merchants' webhook dispatcher.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// Run the dispatcher on this instance (default true; every instance may).
+    pub enabled: bool,
+    /// Whole-attempt timeout, 1 to 30 s (default 10).
+    pub timeout_secs: u64,
+    /// Let tenants register loopback, private and link-local addresses (default false: a
+    /// tenant must not make the service post into its own network). On for a laptop demo.
+    pub allow_private_targets: bool,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            timeout_secs: 10,
+            allow_private_targets: false,
+        }
+    }
+}
+
 /// `[demo]`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]

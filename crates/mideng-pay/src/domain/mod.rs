@@ -17,3 +17,16 @@ pub mod payment;
 pub mod refund;
 pub mod wallet;
 pub mod webhook;
+
+/// RFC 3339 (UTC, milliseconds) for a Unix-ms instant.
+pub fn rfc3339(unix_ms: i64) -> String {
+    let nanos = i128::from(unix_ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|moment| {
+            moment
+                .format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}

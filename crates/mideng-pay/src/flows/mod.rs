@@ -11,6 +11,7 @@
 //! | [`payment::settle`](mod@payment::settle) | the one table "the channel says X → do Y", used by creation, close and reconciliation |
 //! | [`refund`] | one refund per request key, within the paid amount, asked of the channel under its own number |
 //! | [`notify`] | verify a channel notify, then apply it once per notify id |
+//! | [`webhook`] | register a merchant endpoint (checked URL, fresh secret), show deliveries, redeliver by hand |
 //! | [`wallet`] | credit and deduct, each with its stored answer in one transaction; a deduction put back once |
 //!
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
@@ -20,6 +21,7 @@ pub mod order;
 pub mod payment;
 pub mod refund;
 pub mod wallet;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +99,9 @@ pub struct PaymentSettings {
     /// How deducts race on one wallet (default
     /// [`WalletStrategy::ConditionalUpdate`](crate::domain::wallet::WalletStrategy)).
     pub wallet_strategy: crate::domain::wallet::WalletStrategy,
+    /// Whether tenants may register webhook endpoints on loopback, private and link-local
+    /// addresses (default false).
+    pub webhook_private_targets: bool,
 }
 
 /// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
@@ -134,6 +139,7 @@ impl Default for PaymentSettings {
             replay_cache_ttl: Duration::from_secs(10 * 60),
             tenant_cache: Duration::from_secs(5),
             wallet_strategy: crate::domain::wallet::WalletStrategy::default(),
+            webhook_private_targets: false,
         }
     }
 }

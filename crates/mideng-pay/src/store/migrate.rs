@@ -43,6 +43,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "refunds",
                 include_str!("../../migrations/postgres/0004_refunds.sql"),
             ),
+            (
+                5,
+                "webhooks",
+                include_str!("../../migrations/postgres/0005_webhooks.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -77,6 +82,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "refunds",
                 include_str!("../../migrations/mysql/0004_refunds.sql"),
             ),
+            (
+                5,
+                "webhooks",
+                include_str!("../../migrations/mysql/0005_webhooks.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -106,6 +116,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 4,
                 "refunds",
                 include_str!("../../migrations/sqlite/0004_refunds.sql"),
+            ),
+            (
+                5,
+                "webhooks",
+                include_str!("../../migrations/sqlite/0005_webhooks.sql"),
             ),
         ],
     )

@@ -10,6 +10,7 @@
 //! | [`notifies`] | [`Notifies`] | channel notifies applied once per notify id, with their effect |
 //! | [`wallets`] | [`Wallets`] | credits and deducts, each with its record and stored answer |
 //! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
+//! | [`webhooks`] | [`Webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
 //! | [`events`] | [`Events`] | the outbox and the in-database queue |
 //! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
 //! | [`migrate`] | — | the schema per dialect |
@@ -36,6 +37,7 @@ pub mod refunds;
 pub mod sql;
 pub mod tenants;
 pub mod wallets;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -51,6 +53,7 @@ pub use refunds::{NewRefund, OpenRefund, Refunds, SettledRefund};
 pub use sql::{Backend, SqlPay};
 pub use tenants::Tenants;
 pub use wallets::{Answered, Render, ReverseOutcome, WalletRecord, Wallets};
+pub use webhooks::Webhooks;
 
 /// Every storage port, on one database.
 #[derive(Clone)]
@@ -73,6 +76,8 @@ pub struct Store {
     pub grants: Arc<dyn Grants>,
     /// The outbox and the in-database queue.
     pub events: Arc<dyn Events>,
+    /// Merchant webhooks.
+    pub webhooks: Arc<dyn Webhooks>,
 }
 
 impl Store {
@@ -88,7 +93,8 @@ impl Store {
             notifies: sql.clone(),
             wallets: sql.clone(),
             grants: sql.clone(),
-            events: sql,
+            events: sql.clone(),
+            webhooks: sql,
         }
     }
 }

@@ -276,9 +276,17 @@ pub async fn apply_success<D: Dialect>(
     };
     let payload = serde_json::to_vec(&event)
         .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
-    // Same transaction: the event exists if and only if the payment is PAID.
-    mideng::outbox::sql::enqueue_in::<D>(connection, PAYMENT_SUCCEEDED, payment_no, &payload)
-        .await?;
+    // Same transaction: the event (and its webhook deliveries) exists if and only if the
+    // payment is PAID.
+    super::webhooks::publish_in::<D>(
+        connection,
+        &payment.tenant_id,
+        PAYMENT_SUCCEEDED,
+        payment_no,
+        &payload,
+        now_ms,
+    )
+    .await?;
     Ok(SuccessOutcome::Paid { order_moved })
 }
 
@@ -565,9 +573,15 @@ pub(super) async fn closed_event<D: Dialect>(
     };
     let payload = serde_json::to_vec(&event)
         .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
-    mideng::outbox::sql::enqueue_in::<D>(connection, PAYMENT_CLOSED, &payment.payment_no, &payload)
-        .await?;
-    Ok(())
+    super::webhooks::publish_in::<D>(
+        connection,
+        &payment.tenant_id,
+        PAYMENT_CLOSED,
+        &payment.payment_no,
+        &payload,
+        now_ms,
+    )
+    .await
 }
 
 /// Payment attempts: opened under the order's row lock, settled by compare-and-set.

@@ -426,9 +426,15 @@ async fn succeeded_on<D: Dialect>(
     };
     let payload = serde_json::to_vec(&event)
         .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
-    mideng::outbox::sql::enqueue_in::<D>(connection, REFUND_SUCCEEDED, &refund.refund_no, &payload)
-        .await?;
-    Ok(())
+    super::webhooks::publish_in::<D>(
+        connection,
+        &refund.tenant_id,
+        REFUND_SUCCEEDED,
+        &refund.refund_no,
+        &payload,
+        now_ms,
+    )
+    .await
 }
 
 /// Refunds: opened under the payment's row lock, settled by compare-and-set.

@@ -3,16 +3,19 @@
 //! - [`relay`] — drains the outbox into the broker (publish, confirm, mark sent);
 //! - [`consumer`] — consumes `payment.succeeded` and grants entitlements exactly once;
 //! - [`reconcile`] — asks the channels about payments that stayed PENDING;
-//! - [`purge`] — deletes what is past its retention.
+//! - [`purge`] — deletes what is past its retention;
+//! - [`webhooks`] — posts the merchants' webhook deliveries, signed, with retries.
 //!
 //! Every worker is safe to run on every instance at once: the relay claims rows with
 //! `SKIP LOCKED` and leases, consumers dedup in the grant's own transaction, reconcilers take a
-//! per-payment lock and change state by compare-and-set, purges delete disjoint batches.
+//! per-payment lock and change state by compare-and-set, purges delete disjoint batches,
+//! dispatchers claim each webhook delivery by compare-and-set.
 
 pub mod consumer;
 pub mod purge;
 pub mod reconcile;
 pub mod relay;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,6 +140,8 @@ pub struct EventSettings {
     pub relay: Option<RelayWorkerSettings>,
     /// The entitlement consumer; `None`: none on this instance.
     pub consumer: Option<ConsumerSettings>,
+    /// The webhook dispatcher; `None`: none on this instance.
+    pub webhooks: Option<webhooks::WebhookSettings>,
 }
 
 impl EventSettings {
@@ -146,6 +151,7 @@ impl EventSettings {
             broker,
             relay: Some(RelayWorkerSettings::default()),
             consumer: Some(ConsumerSettings::default()),
+            webhooks: Some(webhooks::WebhookSettings::default()),
         }
     }
 }

@@ -39,7 +39,9 @@ fn wechat_success(
     let (config, _) = sim_identity();
     let transaction = json!({
         "mchid": config.wechat_mchid, "appid": config.wechat_appid, "out_trade_no": out_trade_no,
-        "transaction_id": "4200000000202611300000000001", "trade_state": "SUCCESS",
+        // A channel's transaction number is unique for good (one payment per channel trade):
+        // a fresh one per notify, as the channel's would be.
+        "transaction_id": unique("4200"), "trade_state": "SUCCESS",
         "success_time": wechat::format_rfc3339(signed_at_secs * 1000),
         "amount": {"total": amount_fen, "payer_total": amount_fen, "currency": "CNY"},
     });
@@ -126,13 +128,14 @@ pub(crate) async fn hostile_notifies_move_no_money(backend: Backend) {
             .await
             .json(),
     );
+    let genuine_trade_no = unique("2026113022001400");
     let genuine_fields = [
         ("app_id", app_id),
         ("notify_id", "genuine-notify-1"),
         ("notify_time", "2026-11-30 10:00:00"),
         ("out_trade_no", own.as_str()),
         ("total_amount", "0.01"),
-        ("trade_no", "2026113022001400000000012345"),
+        ("trade_no", genuine_trade_no.as_str()),
         ("trade_status", "TRADE_SUCCESS"),
     ];
     let genuine = alipay_notify(&fixture_channel_key(), &genuine_fields);

@@ -279,6 +279,7 @@ pub(crate) async fn a_relay_killed_after_publishing_grants_once(
         broker: broker.clone(),
         relay: None,
         consumer: None,
+        webhooks: None,
     })
     .await;
     let user = unique("u");
@@ -367,6 +368,7 @@ pub(crate) async fn a_broker_outage_loses_nothing(broker: fn(u16) -> Broker, por
             group: unique("group"),
             ..ConsumerSettings::default()
         }),
+        webhooks: None,
     })
     .await;
     let user = unique("u");
@@ -426,6 +428,7 @@ pub(crate) async fn two_relays_and_two_consumers_one_effect_each(
         broker: broker.clone(),
         relay: None,
         consumer: None,
+        webhooks: None,
     })
     .await;
     let user = unique("u");

@@ -262,7 +262,11 @@ impl Service {
                 id: tenant.clone(),
                 api_key: api_key.clone(),
             }],
-            payments,
+            // The tests' webhook receivers listen on loopback.
+            payments: PaymentSettings {
+                webhook_private_targets: true,
+                ..payments
+            },
             // Tests run rounds themselves, when they choose.
             reconcile: None,
             events,
@@ -518,6 +522,21 @@ pub(crate) fn queue_events() -> EventSettings {
             visibility: Duration::from_secs(3),
             ..ConsumerSettings::default()
         }),
+        webhooks: Some(fast_webhooks()),
+    }
+}
+
+/// The webhook dispatcher on a schedule of milliseconds (at once, then 100, 200 and 300 ms:
+/// four attempts), with a one-second timeout.
+pub(crate) fn fast_webhooks() -> mideng_pay::workers::webhooks::WebhookSettings {
+    mideng_pay::workers::webhooks::WebhookSettings {
+        schedule: [0, 100, 200, 300]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+        timeout: Duration::from_secs(1),
+        interval: Duration::from_millis(50),
+        ..mideng_pay::workers::webhooks::WebhookSettings::default()
     }
 }
 

@@ -1,0 +1,67 @@
+//! Merchant webhooks: registering an endpoint (a checked URL, known event types, a fresh
+//! signing secret), reading deliveries with their attempts, redelivering by hand. The
+//! deliveries themselves are written with their events ([`crate::store::webhooks`]) and sent
+//! by the dispatcher ([`crate::workers::webhooks`]).
+
+use mideng::StoreError;
+
+use crate::domain::ids::new_number;
+use crate::domain::webhook::{EndpointError, checked_events, checked_url, generate_secret};
+use crate::flows::{Ports, decision};
+use crate::store::webhooks::{Attempt, Delivery, NewEndpoint, Registered};
+
+/// Operation name of webhook decisions in logs and counters.
+pub const OPERATION: &str = "webhook.redeliver";
+
+/// Registers `url` for `events`, or answers the tenant's endpoint with this URL.
+pub async fn register(
+    ports: &Ports,
+    tenant: &str,
+    url: &str,
+    events: &[String],
+) -> Result<Result<Registered, EndpointError>, StoreError> {
+    let url = match checked_url(url, ports.settings.webhook_private_targets) {
+        Ok(url) => url,
+        Err(error) => return Ok(Err(error)),
+    };
+    let events = match checked_events(events) {
+        Ok(events) => events,
+        Err(error) => return Ok(Err(error)),
+    };
+    let secret = generate_secret();
+    let endpoint_id = new_number('E', ports.clock.now_ms());
+    ports
+        .store
+        .webhooks
+        .register(&NewEndpoint {
+            tenant_id: tenant,
+            url: url.as_str(),
+            events: &events,
+            secret: &secret,
+            endpoint_id: &endpoint_id,
+        })
+        .await
+        .map(Ok)
+}
+
+/// The tenant's deliveries of an event (or its latest), each with its attempts.
+pub async fn deliveries(
+    ports: &Ports,
+    tenant: &str,
+    event_id: Option<&str>,
+) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError> {
+    ports.store.webhooks.deliveries(tenant, event_id).await
+}
+
+/// Makes a delivery due now again, under the same `webhook-id`, and enables its endpoint.
+pub async fn redeliver(
+    ports: &Ports,
+    tenant: &str,
+    delivery_id: &str,
+) -> Result<Option<Delivery>, StoreError> {
+    let redelivered = ports.store.webhooks.redeliver(tenant, delivery_id).await?;
+    if redelivered.is_some() {
+        decision("dedup", OPERATION, tenant, delivery_id, "redelivery_queued");
+    }
+    Ok(redelivered)
+}
