@@ -110,12 +110,18 @@ fn settings(
         .map(|tenant| TenantSeed {
             tenant_id: tenant.id.clone(),
             api_key_sha256: tenant.api_key_sha256.to_ascii_lowercase(),
+            webhooks: tenant
+                .webhooks
+                .iter()
+                .map(|webhook| (webhook.url.clone(), webhook.events.clone()))
+                .collect(),
         })
         .collect();
     if let Some(key) = demo_key {
         tenants.push(TenantSeed {
             tenant_id: config.demo.tenant_id.clone(),
             api_key_sha256: api_key_hash(key),
+            webhooks: Vec::new(),
         });
     }
     Settings {

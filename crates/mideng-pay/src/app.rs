@@ -40,6 +40,8 @@ pub struct TenantSeed {
     pub tenant_id: String,
     /// `api::api_key_hash(key)`.
     pub api_key_sha256: String,
+    /// Webhook endpoints to register if missing: URL and event types.
+    pub webhooks: Vec<(String, Vec<String>)>,
 }
 
 /// Everything the service needs, already validated.
@@ -115,6 +117,9 @@ pub enum BuildError {
     /// The listener has no address.
     #[error("listener: {0}")]
     Listener(#[from] std::io::Error),
+    /// A configured webhook endpoint is refused.
+    #[error("tenants.webhooks: {0}")]
+    Webhook(crate::domain::webhook::EndpointError),
 }
 
 /// The process-wide Prometheus recorder, installed on first use. `None` when another recorder
@@ -189,6 +194,33 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
     }
 }
 
+/// Registers a configured webhook endpoint unless the tenant has one with its URL (the
+/// configuration was checked when it was read; a URL refused here names what is wrong).
+async fn seed_webhook(
+    store: &Store,
+    tenant_id: &str,
+    url: &str,
+    events: &[String],
+) -> Result<(), BuildError> {
+    use crate::domain::webhook::{checked_events, checked_url, generate_secret};
+    let refused = BuildError::Webhook;
+    let url = checked_url(url, true).map_err(refused)?;
+    let events = checked_events(events).map_err(refused)?;
+    let endpoint_id = crate::domain::ids::new_number('E', mideng::clock::now_ms());
+    store
+        .webhooks
+        .register(&crate::store::webhooks::NewEndpoint {
+            tenant_id,
+            url: url.as_str(),
+            events: &events,
+            secret: &generate_secret(),
+            endpoint_id: &endpoint_id,
+        })
+        .await
+        .map_err(BuildError::Database)?;
+    Ok(())
+}
+
 /// Connects and migrates the database, provisions the tenants and connects the token and lock
 /// stores: the state the API and the workers share (`mideng reconcile` uses it without the API).
 pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
@@ -199,6 +231,9 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
             .await
             .map_err(BuildError::Database)?;
+        for (url, events) in &seed.webhooks {
+            seed_webhook(&store, &seed.tenant_id, url, events).await?;
+        }
     }
     let (tokens, locks) = open_guards(settings).await?;
     let mut records = store.backend.records();

@@ -38,6 +38,10 @@
 //! id = "shop-1"
 //! api_key_sha256 = "…"            # `mideng api-key` prints a key and its hash
 //!
+//! [[tenants.webhooks]]            # registered at start if missing (its secret: GET /v1/webhook-endpoints)
+//! url = "https://shop.example/hooks"
+//! events = ["payment.succeeded", "refund.succeeded"]
+//!
 //! [channels.alipay]
 //! gateway_url = "https://openapi.alipay.com/gateway.do"
 //! api = "gateway"            # or "v3": OpenAPI v3 (/v3/alipay/trade/…) on the same host
@@ -72,7 +76,7 @@ pub use channels::{
 pub use sections::{
     BrokerKind, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
     PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
-    WalletConfig, WebhooksConfig,
+    TenantWebhookConfig, WalletConfig, WebhooksConfig,
 };
 
 use figment::Figment;
@@ -252,6 +256,19 @@ impl ServeConfig {
         }
         if !(1..=30).contains(&self.webhooks.timeout_secs) {
             return invalid("webhooks.timeout_secs must be 1 to 30");
+        }
+        for tenant in &self.tenants {
+            if tenant.webhooks.len() > crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX {
+                return invalid("tenants.webhooks: at most 20 per tenant");
+            }
+            for webhook in &tenant.webhooks {
+                let allow_private = self.webhooks.allow_private_targets;
+                if let Err(error) = crate::domain::webhook::checked_url(&webhook.url, allow_private)
+                    .and_then(|_| crate::domain::webhook::checked_events(&webhook.events))
+                {
+                    return Err(ConfigError::Invalid(format!("tenants.webhooks: {error}")));
+                }
+            }
         }
         if !(1..=1_000).contains(&self.database.connections_max) {
             return invalid("database.connections_max must be 1 to 1000");
@@ -569,6 +586,45 @@ mod tests {
         );
         assert!(matches!(alipay("api = \"v2\""), Err(ConfigError::Parse(_))));
         assert_eq!(AlipayApi::from(AlipayApiFile::V3), AlipayApi::V3);
+    }
+
+    #[test]
+    fn a_tenants_webhooks_are_checked_when_read() {
+        let tenant = |url: &str, events: &str, private: bool| {
+            let toml = format!(
+                "[webhooks]\nallow_private_targets = {private}\n\
+                 [[tenants]]\nid = \"shop-1\"\napi_key_sha256 = \"{}\"\n\
+                 [[tenants.webhooks]]\nurl = \"{url}\"\nevents = [{events}]\n",
+                "a".repeat(64)
+            );
+            parse(&toml, &Overrides::default())
+        };
+        let config = tenant(
+            "https://shop.example/hooks",
+            "\"payment.succeeded\", \"refund.succeeded\"",
+            false,
+        )
+        .expect("valid");
+        assert_eq!(
+            config.tenants[0].webhooks,
+            [TenantWebhookConfig {
+                url: "https://shop.example/hooks".to_owned(),
+                events: vec![
+                    "payment.succeeded".to_owned(),
+                    "refund.succeeded".to_owned()
+                ],
+            }]
+        );
+        let local = "http://127.0.0.1:9999/hooks";
+        assert!(matches!(
+            tenant(local, "\"payment.succeeded\"", false),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(tenant(local, "\"payment.succeeded\"", true).is_ok());
+        assert!(matches!(
+            tenant("https://shop.example/hooks", "\"payment.created\"", false),
+            Err(ConfigError::Invalid(_))
+        ));
     }
 
     #[test]

@@ -357,4 +357,18 @@ pub struct TenantConfig {
     pub id: String,
     /// SHA-256 (hex) of its API key.
     pub api_key_sha256: String,
+    /// Its webhook endpoints (`[[tenants.webhooks]]`), registered at start if missing (by URL;
+    /// the signing secret is made then and read with `GET /v1/webhook-endpoints`).
+    #[serde(default)]
+    pub webhooks: Vec<TenantWebhookConfig>,
+}
+
+/// `[[tenants.webhooks]]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantWebhookConfig {
+    /// Where messages are posted.
+    pub url: String,
+    /// Event types: `payment.succeeded`, `payment.closed`, `refund.succeeded`.
+    pub events: Vec<String>,
 }

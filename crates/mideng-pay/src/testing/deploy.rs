@@ -67,6 +67,7 @@ impl TenantAccess {
         TenantSeed {
             tenant_id: self.id.clone(),
             api_key_sha256: api_key_hash(&self.api_key),
+            webhooks: Vec::new(),
         }
     }
 }

@@ -49,6 +49,7 @@ async fn start(transport: TransportSettings) -> Running {
         tenants: vec![TenantSeed {
             tenant_id: unique("tenant"),
             api_key_sha256: api_key_hash(API_KEY),
+            webhooks: Vec::new(),
         }],
         reconcile: None,
         purge: None,
