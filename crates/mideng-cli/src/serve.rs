@@ -199,7 +199,7 @@ pub(crate) async fn reconcile(
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}; refunds examined {}, settled {}",
+        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}; refunds examined {}, settled {}; refund cases refunded {}",
         report.examined,
         report.paid,
         report.closed,
@@ -207,7 +207,8 @@ pub(crate) async fn reconcile(
         report.unknown,
         report.busy,
         report.refunds_examined,
-        report.refunds_settled
+        report.refunds_settled,
+        report.cases_refunded
     )?;
     out.flush()?;
     Ok(())

@@ -353,6 +353,7 @@ impl ServeConfig {
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             wallet_strategy: self.wallet.strategy,
             webhook_private_targets: self.webhooks.allow_private_targets,
+            automatic_refunds: self.payments.automatic_refunds,
             ..PaymentSettings::default()
         }
     }

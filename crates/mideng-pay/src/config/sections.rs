@@ -277,6 +277,10 @@ pub struct PaymentsConfig {
     /// How long an instance keeps a resolved API key, ms (0 ..= 60000; 0: none): the delay
     /// before a re-keyed key stops working there.
     pub tenant_cache_ms: u64,
+    /// Refund the refund cases by themselves (a payment PAID after its order was canceled, a
+    /// charge for an order already paid): default true; false records, counts and logs them
+    /// for a person.
+    pub automatic_refunds: bool,
 }
 
 impl Default for PaymentsConfig {
@@ -291,6 +295,7 @@ impl Default for PaymentsConfig {
             replay_cache_entries: defaults.replay_cache_entries,
             replay_cache_ttl_secs: defaults.replay_cache_ttl.as_secs(),
             tenant_cache_ms: u64::try_from(defaults.tenant_cache.as_millis()).unwrap_or(5_000),
+            automatic_refunds: defaults.automatic_refunds,
         }
     }
 }

@@ -102,6 +102,10 @@ pub struct PaymentSettings {
     /// Whether tenants may register webhook endpoints on loopback, private and link-local
     /// addresses (default false).
     pub webhook_private_targets: bool,
+    /// Whether reconciliation refunds the refund cases by itself — a payment PAID after its
+    /// order was canceled, a charge for an order already paid, a charge for a failed attempt
+    /// (default true); off, the cases are only recorded, counted and logged.
+    pub automatic_refunds: bool,
 }
 
 /// A layer the storm may turn off to show what it prevents, or that a deeper one holds.
@@ -140,6 +144,7 @@ impl Default for PaymentSettings {
             tenant_cache: Duration::from_secs(5),
             wallet_strategy: crate::domain::wallet::WalletStrategy::default(),
             webhook_private_targets: false,
+            automatic_refunds: true,
         }
     }
 }

@@ -85,7 +85,7 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
             tracing::warn!(
                 payment_no = subject,
-                "paid, but the order no longer waited for payment (canceled): refund case"
+                "paid, but the order no longer waited for payment (canceled): recorded as a refund case"
             );
             ("cas", "paid_order_not_created", NotifyVerdict::Accepted)
         }
@@ -105,9 +105,9 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         NotifyOutcome::LateSuccess(status) => {
             tracing::error!(
                 payment_no = subject, status = ?status,
-                "charged at the channel, but the order is paid by another payment (or the attempt failed): refund by hand; not acknowledged"
+                "charged at the channel, but the order is paid by another payment (or the attempt failed): recorded as a refund case"
             );
-            ("cas", "double_charge", NotifyVerdict::RetryLater)
+            ("cas", "double_charge", NotifyVerdict::Accepted)
         }
         NotifyOutcome::Busy => ("dedup", "busy", NotifyVerdict::RetryLater),
         NotifyOutcome::Refund(Some(_)) => ("cas", "refund_settled", NotifyVerdict::Accepted),

@@ -265,3 +265,38 @@ pub async fn own_refund(
         .await?
         .filter(|refund| refund.tenant_id == tenant))
 }
+
+/// Refunds a refund case (a charge this service will not keep) once: its one refund, under the
+/// request key `auto-<payment_no>`, asked of the channel like any other. `None` when the case
+/// is no longer open or cannot be refunded (counted and logged for a person).
+pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refund>, StoreError> {
+    let refund_no = crate::domain::ids::new_refund_no(ports.clock.now_ms());
+    match ports
+        .store
+        .refund_cases
+        .open_case_refund(payment_no, &refund_no)
+        .await?
+    {
+        OpenRefund::Created(refund) => {
+            decision(
+                "reconciliation",
+                operation::RECONCILE,
+                &refund.tenant_id,
+                payment_no,
+                "refund_case_refunded",
+            );
+            tracing::warn!(payment_no, refund_no = %refund.refund_no, fen = refund.amount_fen, "refunding a charge this service does not keep");
+            Ok(Some(ask(ports, *refund).await?))
+        }
+        OpenRefund::Existing(refund) => Ok(Some(*refund)),
+        OpenRefund::Exceeds { refundable_fen } => {
+            tracing::error!(
+                payment_no,
+                refundable_fen,
+                "a refund case cannot be refunded in full (refunds were made by hand?); left for a person"
+            );
+            Ok(None)
+        }
+        OpenRefund::KeyReused(_) | OpenRefund::NoPayment | OpenRefund::NotPaid(_) => Ok(None),
+    }
+}

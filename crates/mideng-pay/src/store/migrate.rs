@@ -48,6 +48,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "webhooks",
                 include_str!("../../migrations/postgres/0005_webhooks.sql"),
             ),
+            (
+                6,
+                "refund cases",
+                include_str!("../../migrations/postgres/0006_refund_cases.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -87,6 +92,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "webhooks",
                 include_str!("../../migrations/mysql/0005_webhooks.sql"),
             ),
+            (
+                6,
+                "refund cases",
+                include_str!("../../migrations/mysql/0006_refund_cases.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -121,6 +131,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 5,
                 "webhooks",
                 include_str!("../../migrations/sqlite/0005_webhooks.sql"),
+            ),
+            (
+                6,
+                "refund cases",
+                include_str!("../../migrations/sqlite/0006_refund_cases.sql"),
             ),
         ],
     )

@@ -49,7 +49,7 @@ pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
 pub use orders::{OrderInsert, OrderTransition, Orders};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
-pub use refunds::{NewRefund, OpenRefund, Refunds, SettledRefund};
+pub use refunds::{NewRefund, OpenRefund, RefundCases, Refunds, SettledRefund};
 pub use sql::{Backend, SqlPay};
 pub use tenants::Tenants;
 pub use wallets::{Answered, Render, ReverseOutcome, WalletRecord, Wallets};
@@ -68,6 +68,8 @@ pub struct Store {
     pub payments: Arc<dyn Payments>,
     /// Refunds.
     pub refunds: Arc<dyn Refunds>,
+    /// Refund cases: charges this service will not keep.
+    pub refund_cases: Arc<dyn RefundCases>,
     /// Channel notifies.
     pub notifies: Arc<dyn Notifies>,
     /// Wallets.
@@ -90,6 +92,7 @@ impl Store {
             orders: sql.clone(),
             payments: sql.clone(),
             refunds: sql.clone(),
+            refund_cases: sql.clone(),
             notifies: sql.clone(),
             wallets: sql.clone(),
             grants: sql.clone(),

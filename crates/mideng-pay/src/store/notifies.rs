@@ -75,10 +75,10 @@ pub enum NotifyOutcome {
     /// id reused for another trade (the label says which). Nothing changed; the channel is
     /// told the notify is refused.
     Rejected(&'static str),
-    /// A success that cannot be recorded: for an attempt that failed at creation, or for a
-    /// closed attempt of an order that another payment paid already (the buyer was charged
-    /// twice). Not acknowledged, so that the channel keeps telling; logged and counted for a
-    /// person to refund.
+    /// A success that cannot be kept: for an attempt that failed at creation, or for a closed
+    /// attempt of an order that another payment paid already (the buyer was charged twice).
+    /// Recorded as a refund case with the notify (the reconciler refunds it when automatic
+    /// refunds are on); logged and counted.
     LateSuccess(PaymentStatus),
     /// The same notify id is being processed right now elsewhere: answer failure, the channel
     /// resends.
@@ -191,10 +191,18 @@ async fn notify_on<D: Dialect>(
             )
             .await?;
             if let SuccessOutcome::NotPending(status) = success {
-                // Not recorded as processed: the resend must find the case again.
-                return applied(NotifyOutcome::LateSuccess(status));
+                // Charged at the channel, not kept here: a refund case, recorded with the
+                // notify, so the notify is processed and the money goes back once.
+                let kind = if status == PaymentStatus::Failed {
+                    refunds::CaseKind::FailedAttemptCharged
+                } else {
+                    refunds::CaseKind::DoubleCharge
+                };
+                refunds::record_case::<D>(connection, &payment, kind, now_ms).await?;
+                NotifyOutcome::LateSuccess(status)
+            } else {
+                NotifyOutcome::Applied(Some(success))
             }
-            NotifyOutcome::Applied(Some(success))
         }
         NotifyEvent::Closed => {
             if payment.status == PaymentStatus::Pending

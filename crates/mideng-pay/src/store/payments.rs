@@ -258,6 +258,16 @@ pub async fn apply_success<D: Dialect>(
     let order = orders::find_order::<D>(connection, &payment.tenant_id, &payment.order_id, false)
         .await?
         .ok_or_else(|| StoreError::Corrupt("a payment without its order".to_owned()))?;
+    if !order_moved {
+        // Paid after its order was canceled: the money goes back, recorded with the payment.
+        super::refunds::record_case::<D>(
+            connection,
+            &payment,
+            super::refunds::CaseKind::PaidAfterCancel,
+            now_ms,
+        )
+        .await?;
+    }
     let event = PaymentSucceeded {
         tenant_id: payment.tenant_id.clone(),
         payment_no: payment.payment_no.clone(),

@@ -538,3 +538,254 @@ impl<D: Dialect> Refunds for SqlPay<D> {
             .collect()
     }
 }
+
+/// Why the channel's money for a payment goes back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaseKind {
+    /// The payment became PAID after its order was canceled.
+    PaidAfterCancel,
+    /// A closed attempt was charged while another payment had paid the order.
+    DoubleCharge,
+    /// An attempt that failed at creation was charged.
+    FailedAttemptCharged,
+}
+
+impl CaseKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaseKind::PaidAfterCancel => "PAID_AFTER_CANCEL",
+            CaseKind::DoubleCharge => "DOUBLE_CHARGE",
+            CaseKind::FailedAttemptCharged => "FAILED_ATTEMPT_CHARGED",
+        }
+    }
+}
+
+/// A refund case: money the channel took that this service will not keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundCase {
+    /// The charged payment.
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Why.
+    pub kind: String,
+    /// Fen the channel took.
+    pub amount_fen: i64,
+    /// When it was found (Unix ms).
+    pub created_at_ms: i64,
+}
+
+/// The request key of a case's refund: one automatic refund per payment, held by the refunds'
+/// unique tenant + key.
+pub fn case_request_key(payment_no: &str) -> String {
+    format!("auto-{payment_no}")
+}
+
+const CASE_INSERT: PerDialect<&str> = dialect_sql!(
+    insert_ignore " pay_refund_cases (payment_no, tenant_id, order_id, kind, amount, status, refund_no, created_at, updated_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", 'OPEN', NULL, " ? ", " ? ")" on_conflict_ignore
+);
+
+const CASES_OPEN: PerDialect<&str> = dialect_sql!(
+    "SELECT payment_no, tenant_id, kind, amount, created_at FROM pay_refund_cases WHERE status = 'OPEN'"
+    " ORDER BY created_at, payment_no LIMIT " ?
+);
+
+const CASE_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT payment_no, tenant_id, kind, amount, created_at FROM pay_refund_cases WHERE payment_no = "
+    ? " AND status = 'OPEN'" for_update
+);
+
+const CASE_ASKED: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_refund_cases SET status = 'REFUND_ASKED', refund_no = " ? ", updated_at = " ?
+    " WHERE payment_no = " ?
+);
+
+/// Reserves a case's amount on a charged payment (PAID, or CLOSED or FAILED here but charged
+/// at the channel), within its amount.
+const PAYMENT_RESERVE_CASE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_payments SET refunded = refunded + " ? ", updated_at = " ? " WHERE payment_no = " ?
+    " AND status <> 'PENDING' AND refunded + " ? " <= amount"
+);
+
+fn decode_case<R: SqlRow>(row: &R) -> Result<RefundCase, StoreError> {
+    Ok(RefundCase {
+        payment_no: row.text(0).map_err(read)?,
+        tenant_id: row.text(1).map_err(read)?,
+        kind: row.text(2).map_err(read)?,
+        amount_fen: row.int(3).map_err(read)?,
+        created_at_ms: row.int(4).map_err(read)?,
+    })
+}
+
+/// Records a refund case for `payment` in the caller's transaction (the one that found it);
+/// a payment has one case at most.
+pub(super) async fn record_case<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment: &Payment,
+    kind: CaseKind,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    connection
+        .run(
+            CASE_INSERT.get::<D>(),
+            &[
+                Arg::Text(&payment.payment_no),
+                Arg::Text(&payment.tenant_id),
+                Arg::Text(&payment.order_id),
+                Arg::Text(kind.as_str()),
+                Arg::Int(payment.amount_fen),
+                Arg::Int(now_ms),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(())
+}
+
+/// Turns an open case into its one refund: the payment's row lock, the case, the amount
+/// reserved, a PROCESSING refund under [`case_request_key`], the case marked asked — or the
+/// refund that key made before.
+async fn open_case_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    payment_no: &str,
+    refund_no: &str,
+    now_ms: i64,
+) -> Result<OpenRefund, StoreError> {
+    let Some(payment) = find_payment::<D>(connection, payment_no, true).await? else {
+        return Ok(OpenRefund::NoPayment);
+    };
+    let key = case_request_key(payment_no);
+    if let Some(row) = connection
+        .row(
+            REFUND_SELECT_BY_KEY.get::<D>(),
+            &[Arg::Text(&payment.tenant_id), Arg::Text(&key)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+    {
+        return Ok(OpenRefund::Existing(Box::new(decode_refund(&row)?)));
+    }
+    let Some(case) = connection
+        .row(CASE_SELECT_LOCKED.get::<D>(), &[Arg::Text(payment_no)])
+        .await
+        .map_err(store_error::<D>)?
+        .as_ref()
+        .map(decode_case)
+        .transpose()?
+    else {
+        return Ok(OpenRefund::NoPayment);
+    };
+    let reserved = connection
+        .run(
+            PAYMENT_RESERVE_CASE.get::<D>(),
+            &[
+                Arg::Int(case.amount_fen),
+                Arg::Int(now_ms),
+                Arg::Text(payment_no),
+                Arg::Int(case.amount_fen),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if reserved != 1 {
+        return Ok(OpenRefund::Exceeds {
+            refundable_fen: refundable::<D>(connection, &payment).await?,
+        });
+    }
+    let reason = "automatic refund";
+    let inserted = connection
+        .run(
+            REFUND_INSERT.get::<D>(),
+            &[
+                Arg::Text(refund_no),
+                Arg::Text(&payment.tenant_id),
+                Arg::Text(&payment.payment_no),
+                Arg::Text(&payment.order_id),
+                Arg::Text(&payment.channel),
+                Arg::Int(case.amount_fen),
+                Arg::Text(reason),
+                Arg::Int(now_ms),
+                Arg::Text(&key),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if inserted != 1 {
+        return Err(StoreError::Conflict(
+            "a refund with this key or number appeared".to_owned(),
+        ));
+    }
+    connection
+        .run(
+            CASE_ASKED.get::<D>(),
+            &[
+                Arg::Text(refund_no),
+                Arg::Int(now_ms),
+                Arg::Text(payment_no),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(OpenRefund::Created(Box::new(Refund {
+        refund_no: refund_no.to_owned(),
+        tenant_id: payment.tenant_id.clone(),
+        payment_no: payment.payment_no.clone(),
+        order_id: payment.order_id.clone(),
+        channel: payment.channel.clone(),
+        amount_fen: case.amount_fen,
+        reason: reason.to_owned(),
+        status: RefundStatus::Processing,
+        channel_refund_no: None,
+        refunded_at_ms: None,
+        created_at_ms: now_ms,
+    })))
+}
+
+/// Refund cases: recorded where they are found, each refunded once.
+#[async_trait]
+pub trait RefundCases: Send + Sync {
+    /// Open cases, oldest first, at most `limit`.
+    async fn open_cases(&self, limit: u32) -> Result<Vec<RefundCase>, StoreError>;
+    /// Turns an open case into its one refund (or finds it).
+    async fn open_case_refund(
+        &self,
+        payment_no: &str,
+        refund_no: &str,
+    ) -> Result<OpenRefund, StoreError>;
+}
+
+#[async_trait]
+impl<D: Dialect> RefundCases for SqlPay<D> {
+    async fn open_cases(&self, limit: u32) -> Result<Vec<RefundCase>, StoreError> {
+        let mut connection = self.connection().await?;
+        connection
+            .rows(CASES_OPEN.get::<D>(), &[Arg::Int(i64::from(limit))])
+            .await
+            .map_err(store_error::<D>)?
+            .iter()
+            .map(decode_case)
+            .collect()
+    }
+
+    async fn open_case_refund(
+        &self,
+        payment_no: &str,
+        refund_no: &str,
+    ) -> Result<OpenRefund, StoreError> {
+        let now_ms = clock::now_ms();
+        self.store
+            .write(|transaction| {
+                Box::pin(open_case_on::<D>(
+                    transaction,
+                    payment_no,
+                    refund_no,
+                    now_ms,
+                ))
+            })
+            .await
+    }
+}

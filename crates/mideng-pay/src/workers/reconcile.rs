@@ -16,7 +16,9 @@
 //!
 //! Then it walks through every refund PROCESSING for longer than the same threshold and asks
 //! the channel about it ([`crate::flows::refund::reconcile`]): a final state settles it, and a
-//! refund the channel never received is asked again under the same number.
+//! refund the channel never received is asked again under the same number. Last, with
+//! automatic refunds on ([`crate::flows::PaymentSettings::automatic_refunds`]), every open
+//! refund case (a charge this service will not keep) gets its one refund.
 //!
 //! The table is [`crate::flows::payment::settle`](mod@crate::flows::payment::settle), shared with the close route and creation.
 //! "Expired" means past the payment's expiry plus the grace for clock skew
@@ -84,6 +86,8 @@ pub struct ReconcileReport {
     /// Refunds this round settled (SUCCESS, CLOSED or ABNORMAL), or asked again of a channel
     /// that had never received them.
     pub refunds_settled: u32,
+    /// Refund cases this round refunded (automatic refunds on).
+    pub cases_refunded: u32,
 }
 
 /// What happened to one payment.
@@ -135,6 +139,9 @@ pub async fn reconcile_once(
         }
     }
     reconcile_refunds(ports, settings, created_before, &mut report).await?;
+    if ports.settings.automatic_refunds {
+        refund_cases(ports, settings, &mut report).await?;
+    }
     if report.examined > 0 || report.refunds_examined > 0 {
         tracing::info!(?report, "reconciliation round");
     }
@@ -191,6 +198,36 @@ async fn reconcile_refunds(
             return Ok(());
         }
     }
+}
+
+/// Every open refund case (oldest first, one page of `batch` per round) gets its one refund.
+async fn refund_cases(
+    ports: &Ports,
+    settings: &ReconcileSettings,
+    report: &mut ReconcileReport,
+) -> Result<(), StoreError> {
+    let cases = ports
+        .store
+        .refund_cases
+        .open_cases(settings.batch.max(1))
+        .await?;
+    for case in cases {
+        if settings
+            .tenant
+            .as_deref()
+            .is_some_and(|tenant| tenant != case.tenant_id)
+        {
+            continue;
+        }
+        match crate::flows::refund::refund_case(ports, &case.payment_no).await {
+            Ok(Some(_)) => report.cases_refunded += 1,
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, payment_no = %case.payment_no, "refunding a refund case failed; next round");
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileReport) {

@@ -50,6 +50,7 @@ backend_suite!(
     crate::refunds::partial_and_full_refunds_move_money_once => partial_and_full_refunds_move_money_once,
     crate::refunds::concurrent_refunds_never_exceed_the_payment => concurrent_refunds_never_exceed_the_payment,
     crate::refunds::a_lost_refund_answer_is_settled_once => a_lost_refund_answer_is_settled_once,
+    crate::refunds::a_payment_after_cancel_is_refunded_once => a_payment_after_cancel_is_refunded_once,
     crate::webhooks::webhooks_retry_under_one_id_until_acknowledged => webhooks_retry_under_one_id_until_acknowledged,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,

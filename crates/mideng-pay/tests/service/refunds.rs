@@ -218,3 +218,84 @@ pub(crate) async fn a_lost_refund_answer_is_settled_once(backend: Backend) {
         assert_eq!(ledger_refunded(&service, &number).await, 2_000);
     }
 }
+
+/// A payment paid after its order was canceled is a refund case: two reconcilers at once
+/// refund it once, under its own request key; with automatic refunds off it is only recorded.
+pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
+    let service = Service::start(backend).await;
+    let paid_after_cancel = |channel: &'static str| {
+        let service = &service;
+        async move {
+            let order_id = unique("o");
+            service.create_order(&order_id, "u-c", 3_300).await;
+            let created = service.create_payment(&order_id, channel).await;
+            let number = created.json()["payment_no"]
+                .as_str()
+                .expect("number")
+                .to_owned();
+            let canceled = service
+                .post(
+                    &format!("/v1/orders/{order_id}/transitions"),
+                    json!({"to": "CANCELED"}),
+                    &[],
+                )
+                .await;
+            assert_eq!(canceled.status, 200, "{}", canceled.json());
+            assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
+            service.settled_trade(&number).await;
+            let order = service.order(&order_id).await;
+            assert_eq!(order["status"], "CANCELED", "{order}");
+            assert_eq!(order["payments"][0]["status"], "PAID", "{order}");
+            number
+        }
+    };
+    let settings = ReconcileSettings {
+        min_age: Duration::ZERO,
+        tenant: Some(service.tenant.clone()),
+        ..ReconcileSettings::default()
+    };
+
+    // Off: recorded, not refunded.
+    let mut off = service.state.ports.clone();
+    off.settings.automatic_refunds = false;
+    let kept = paid_after_cancel("alipay").await;
+    let round = reconcile_once(&off, &settings).await.expect("round");
+    assert_eq!(round.cases_refunded, 0);
+    assert_eq!(ledger_refunded(&service, &kept).await, 0);
+
+    // On: two rounds at once, one refund each.
+    let wechat = paid_after_cancel("wechat").await;
+    let ports = service.state.ports.clone();
+    let (first, second) = tokio::join!(
+        reconcile_once(&ports, &settings),
+        reconcile_once(&ports, &settings)
+    );
+    let (first, second) = (first.expect("round"), second.expect("round"));
+    assert!(
+        first.cases_refunded + second.cases_refunded >= 2,
+        "{first:?} {second:?}"
+    );
+    for number in [&kept, &wechat] {
+        let started = Instant::now();
+        loop {
+            let view = service.get(&format!("/v1/payments/{number}")).await.json();
+            let refunds = view["refunds"].as_array().cloned().unwrap_or_default();
+            assert_eq!(refunds.len(), 1, "one automatic refund: {view}");
+            if refunds[0]["status"] == "SUCCESS" {
+                assert_eq!(refunds[0]["amount"], 3_300);
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "{view}");
+            reconcile_once(&ports, &settings).await.expect("round");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            ledger_refunded(&service, number).await,
+            3_300,
+            "refunded once"
+        );
+    }
+    // Later rounds find nothing more to do.
+    let round = reconcile_once(&ports, &settings).await.expect("round");
+    assert_eq!(round.cases_refunded, 0, "{round:?}");
+}

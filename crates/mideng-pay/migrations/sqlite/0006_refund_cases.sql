@@ -1,0 +1,17 @@
+-- Refund cases: money the channel took that this service will not keep — a payment PAID after
+-- its order was canceled, a charge for an order another payment had paid already, a charge for
+-- an attempt that failed at creation. One case per
+-- payment (the primary key), recorded in the transaction that finds it; the automatic refund
+-- worker turns each into one refund (request key auto-<payment_no>), or a person does.
+CREATE TABLE IF NOT EXISTS pay_refund_cases (
+    payment_no       TEXT PRIMARY KEY,
+    tenant_id        TEXT NOT NULL,
+    order_id         TEXT NOT NULL,
+    kind             TEXT NOT NULL CHECK (kind IN ('PAID_AFTER_CANCEL', 'DOUBLE_CHARGE', 'FAILED_ATTEMPT_CHARGED')),
+    amount           INTEGER      NOT NULL CHECK (amount > 0),
+    status           TEXT NOT NULL CHECK (status IN ('OPEN', 'REFUND_ASKED')),
+    refund_no        TEXT,
+    created_at       INTEGER      NOT NULL,
+    updated_at       INTEGER      NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pay_refund_cases_open ON pay_refund_cases (status, created_at);
