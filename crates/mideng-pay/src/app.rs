@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 
 use crate::api::tenants::TenantCache;
 use crate::api::{self, AppState};
-use crate::domain::events::PAYMENT_SUCCEEDED;
+use crate::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
 use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
 use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
@@ -370,10 +370,29 @@ impl Application {
                 Ok(subscriber) => workers.push(tokio::spawn(consumer::run(
                     store.grants.clone(),
                     subscriber,
-                    settings,
+                    settings.clone(),
                     stopped.clone(),
                 ))),
                 Err(error) => tracing::error!(%error, "no entitlement consumer runs"),
+            }
+            if settings.revoke_on_refund {
+                let revocations = crate::workers::ConsumerSettings {
+                    group: format!("{}-revocations", settings.group),
+                    ..settings.clone()
+                };
+                match events.broker.subscriber(
+                    store.events.as_ref(),
+                    REFUND_SUCCEEDED,
+                    &revocations,
+                ) {
+                    Ok(subscriber) => workers.push(tokio::spawn(consumer::run_revocations(
+                        store.grants.clone(),
+                        subscriber,
+                        revocations,
+                        stopped.clone(),
+                    ))),
+                    Err(error) => tracing::error!(%error, "no revocation consumer runs"),
+                }
             }
         }
         if let Some(settings) = events.webhooks.clone() {

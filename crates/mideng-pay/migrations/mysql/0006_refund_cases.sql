@@ -15,3 +15,7 @@ CREATE TABLE IF NOT EXISTS pay_refund_cases (
     updated_at BIGINT      NOT NULL,
     KEY pay_refund_cases_open (status, created_at)
 ) ENGINE = InnoDB;
+
+-- A grant revoked when its payment was refunded in full (the revocation consumer, when on):
+-- set once, by compare-and-set on a NULL.
+ALTER TABLE pay_grants ADD COLUMN revoked_at BIGINT NULL;

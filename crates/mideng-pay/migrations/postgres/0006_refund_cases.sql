@@ -15,3 +15,7 @@ CREATE TABLE IF NOT EXISTS pay_refund_cases (
     updated_at       BIGINT      NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pay_refund_cases_open ON pay_refund_cases (status, created_at);
+
+-- A grant revoked when its payment was refunded in full (the revocation consumer, when on):
+-- set once, by compare-and-set on a NULL.
+ALTER TABLE pay_grants ADD COLUMN revoked_at BIGINT NULL;

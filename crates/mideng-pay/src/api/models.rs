@@ -466,6 +466,8 @@ pub struct GrantView {
     pub quantity: i64,
     /// When it was granted.
     pub created_at: String,
+    /// When it was revoked (its payment refunded in full), if it was.
+    pub revoked_at: Option<String>,
 }
 
 impl GrantView {
@@ -479,6 +481,7 @@ impl GrantView {
             sku: grant.sku.clone(),
             quantity: grant.quantity,
             created_at: rfc3339(grant.created_at_ms),
+            revoked_at: grant.revoked_at_ms.map(rfc3339),
         }
     }
 }

@@ -409,6 +409,7 @@ impl ServeConfig {
             }),
             consumer: events.consumer.then(|| ConsumerSettings {
                 group: events.consumer_group.clone(),
+                revoke_on_refund: events.revoke_on_refund,
                 ..ConsumerSettings::default()
             }),
             webhooks: self.webhooks.enabled.then(|| WebhookSettings {

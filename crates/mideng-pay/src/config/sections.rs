@@ -37,6 +37,8 @@ pub struct EventsConfig {
     pub relay: bool,
     /// Run the entitlement consumer on this instance.
     pub consumer: bool,
+    /// With the consumer, also revoke the grant of a payment refunded in full (default true).
+    pub revoke_on_refund: bool,
     /// Outbox rows per relay round (1 ..= 1000).
     pub relay_batch: u32,
     /// Pause after a relay round that found less than a full batch, ms (10 ..= 60000).
@@ -65,6 +67,7 @@ impl Default for EventsConfig {
             broker: BrokerKind::Queue,
             relay: true,
             consumer: true,
+            revoke_on_refund: true,
             relay_batch: relay.batch,
             relay_interval_ms: u64::try_from(worker.interval.as_millis()).unwrap_or(200),
             claim_lease_secs: relay.claim_lease.as_secs(),

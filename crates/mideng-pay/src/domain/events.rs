@@ -65,6 +65,9 @@ pub struct RefundSucceeded {
 /// Dedup kind of entitlement grants: one grant per payment number.
 pub const GRANT_KIND: &str = "entitlement.grant";
 
+/// Dedup kind of grant revocations: one per refund number.
+pub const REVOKE_KIND: &str = "entitlement.revoke";
+
 /// What a paid order grants.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantedItem {
@@ -138,6 +141,8 @@ pub struct Grant {
     pub quantity: i64,
     /// When (Unix ms).
     pub created_at_ms: i64,
+    /// When it was revoked (its payment refunded in full), if it was.
+    pub revoked_at_ms: Option<i64>,
 }
 
 #[cfg(test)]

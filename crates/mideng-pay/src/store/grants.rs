@@ -2,6 +2,10 @@
 //! payment number) and by a unique payment number — the last guards behind the consumer's
 //! dedup claim.
 //!
+//! A grant is revoked at most once, when its payment is refunded in full (the revocation
+//! consumer of `refund.succeeded`: a dedup claim per refund and a compare-and-set on
+//! `revoked_at`).
+//!
 //! Invariant held here: one grant per paid order, however often `payment.succeeded` is
 //! delivered (the dedup claim commits with the grant; the unique payment number is the guard
 //! behind it).
@@ -14,7 +18,7 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, st
 use mideng::{StoreError, clock, dialect_sql};
 
 use super::sql::SqlPay;
-use crate::domain::events::{GRANT_KIND, Grant, PaymentSucceeded};
+use crate::domain::events::{GRANT_KIND, Grant, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
 use crate::limits::{GRANT_LEASE, GRANT_RETENTION};
 
 /// Inserts a grant; a second grant for the payment (primary key or unique payment number)
@@ -55,7 +59,7 @@ pub async fn insert_grant<D: Dialect>(
 
 /// The user's grants, newest first, bounded.
 const GRANTS_SELECT_BY_USER: PerDialect<&str> = dialect_sql!(
-    "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at FROM pay_grants"
+    "SELECT grant_no, tenant_id, user_id, payment_no, order_id, sku, quantity, created_at, revoked_at FROM pay_grants"
     " WHERE tenant_id = " ? " AND user_id = " ? " ORDER BY created_at DESC, grant_no LIMIT 100"
 );
 
@@ -85,6 +89,7 @@ pub async fn grants_for_user<D: Dialect>(
                 sku: row.text(5).map_err(read)?,
                 quantity: row.int(6).map_err(read)?,
                 created_at_ms: row.int(7).map_err(read)?,
+                revoked_at_ms: row.opt_int(8).map_err(read)?,
             })
         })
         .collect()
@@ -160,6 +165,77 @@ async fn grant_on<D: Dialect>(
     Ok(outcome)
 }
 
+/// Revokes the grant of a payment refunded in full, if it is not revoked yet.
+const GRANT_REVOKE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_grants SET revoked_at = " ? " WHERE tenant_id = " ? " AND payment_no = " ?
+    " AND revoked_at IS NULL"
+);
+
+/// What a `refund.succeeded` delivery did to the payment's grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    /// The grant was revoked now.
+    Revoked,
+    /// Nothing to revoke: a partial refund, no grant, or revoked already (the compare-and-set
+    /// found it set).
+    NothingToRevoke,
+    /// Processed before: a redelivery.
+    Duplicate,
+    /// Another consumer holds the claim right now: deliver again later.
+    Busy,
+}
+
+/// The revocation consumer's transaction: dedup claim (kind `entitlement.revoke`, key the
+/// refund number), the revocation by compare-and-set, the claim completed.
+async fn revoke_on<D: Dialect>(
+    store: &SqlStore<D>,
+    connection: &mut <D::Db as Database>::Connection,
+    event: &RefundSucceeded,
+    now_ms: i64,
+) -> Result<RevokeOutcome, StoreError> {
+    let (scope, key, fingerprint) =
+        DedupTable::<SqlStore<D>>::identity(REVOKE_KIND, &event.refund_no)?;
+    let policy = RecordPolicy::new(GRANT_LEASE, GRANT_RETENTION)?;
+    let lease = match store
+        .begin_in(connection, &scope, &key, &fingerprint, &policy)
+        .await?
+    {
+        Decision::Proceed(lease) => lease,
+        Decision::Replay(_) => return Ok(RevokeOutcome::Duplicate),
+        Decision::InFlight { .. } => return Ok(RevokeOutcome::Busy),
+        Decision::Mismatch => {
+            return Err(StoreError::Corrupt(
+                "a dedup entry has a foreign fingerprint".to_owned(),
+            ));
+        }
+    };
+    let outcome = if event.payment_refunded
+        && connection
+            .run(
+                GRANT_REVOKE.get::<D>(),
+                &[
+                    Arg::Int(now_ms),
+                    Arg::Text(&event.tenant_id),
+                    Arg::Text(&event.payment_no),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            == 1
+    {
+        RevokeOutcome::Revoked
+    } else {
+        RevokeOutcome::NothingToRevoke
+    };
+    let processed = StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    store.complete_in(connection, &lease, &processed).await?;
+    Ok(outcome)
+}
+
 /// Entitlement grants: one per paid order, claimed in the dedup table in the grant's transaction.
 #[async_trait]
 pub trait Grants: Send + Sync {
@@ -172,6 +248,9 @@ pub trait Grants: Send + Sync {
     ) -> Result<GrantOutcome, StoreError>;
     /// The user's grants, newest first (at most 100).
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError>;
+    /// Revokes the grant of a payment that `event` refunded in full, claimed in the dedup
+    /// table (kind `entitlement.revoke`, key the refund number) in the same transaction.
+    async fn revoke(&self, event: &RefundSucceeded) -> Result<RevokeOutcome, StoreError>;
 }
 
 #[async_trait]
@@ -191,5 +270,13 @@ impl<D: Dialect> Grants for SqlPay<D> {
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError> {
         let mut connection = self.connection().await?;
         grants_for_user::<D>(&mut connection, tenant_id, user_id).await
+    }
+
+    async fn revoke(&self, event: &RefundSucceeded) -> Result<RevokeOutcome, StoreError> {
+        let now_ms = clock::now_ms();
+        let store = &self.store;
+        self.store
+            .write(|transaction| Box::pin(revoke_on::<D>(store, transaction, event, now_ms)))
+            .await
     }
 }

@@ -50,7 +50,7 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
             ),
             (
                 6,
-                "refund cases",
+                "refund cases, grant revocation",
                 include_str!("../../migrations/postgres/0006_refund_cases.sql"),
             ),
         ],
@@ -94,7 +94,7 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
             ),
             (
                 6,
-                "refund cases",
+                "refund cases, grant revocation",
                 include_str!("../../migrations/mysql/0006_refund_cases.sql"),
             ),
         ],
@@ -134,7 +134,7 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
             ),
             (
                 6,
-                "refund cases",
+                "refund cases, grant revocation",
                 include_str!("../../migrations/sqlite/0006_refund_cases.sql"),
             ),
         ],

@@ -10,14 +10,20 @@
 //! crash between the commit and the ack leaves a grant and a done entry, so the redelivery is a
 //! duplicate. A payload that cannot be read is logged as an error, counted and acknowledged:
 //! it would fail the same way forever.
+//!
+//! Beside it, when [`ConsumerSettings::revoke_on_refund`] is on, the revocation consumer of
+//! `refund.succeeded` ([`run_revocations`]) revokes the grant of a payment refunded in full,
+//! once: a dedup claim per refund number and a compare-and-set on the grant, in one
+//! transaction, before the ack.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use mideng::outbox::{Delivery, Subscriber};
 
-use crate::domain::events::{GRANT_KIND, PaymentSucceeded};
+use crate::domain::events::{GRANT_KIND, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
 use crate::flows::decision;
+use crate::store::grants::RevokeOutcome;
 use crate::store::{GrantOutcome, Grants};
 use crate::workers::{ConsumerSettings, pause_or_stop};
 
@@ -100,10 +106,94 @@ pub async fn handle(
 /// Consumes from `subscriber` until `stop` turns true.
 pub async fn run(
     grants: Arc<dyn Grants>,
-    mut subscriber: Box<dyn Subscriber>,
+    subscriber: Box<dyn Subscriber>,
     settings: ConsumerSettings,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let handler = |delivery| {
+        let (grants, settings) = (grants.clone(), settings.clone());
+        async move { handle(grants.as_ref(), delivery, &settings).await }
+    };
+    drive(subscriber, settings.retry_after, stop, handler).await;
+}
+
+/// Handles one `refund.succeeded` delivery: when the payment is refunded in full, its grant is
+/// revoked (deduplicated by the refund number, by compare-and-set on the grant), then the
+/// delivery is acknowledged; or redelivery is asked for.
+pub async fn handle_refund(
+    grants: &dyn Grants,
+    delivery: Delivery,
+    settings: &ConsumerSettings,
+) -> Handled {
+    let id = delivery.message.id.clone();
+    let event: RefundSucceeded = match serde_json::from_slice(&delivery.message.payload) {
+        Ok(event) => event,
+        Err(error) => {
+            tracing::error!(%id, %error, "unreadable refund.succeeded; acknowledged and dropped");
+            decision("dedup", REVOKE_KIND, "-", &id, "malformed");
+            if let Err(error) = delivery.ack().await {
+                tracing::warn!(%id, %error, "ack failed");
+            }
+            return Handled::Malformed;
+        }
+    };
+    let label = match grants.revoke(&event).await {
+        Ok(RevokeOutcome::Revoked) => "revoked",
+        Ok(RevokeOutcome::NothingToRevoke) => "nothing_to_revoke",
+        Ok(RevokeOutcome::Duplicate) => "duplicate",
+        Ok(RevokeOutcome::Busy) | Err(_) => {
+            decision(
+                "dedup",
+                REVOKE_KIND,
+                &event.tenant_id,
+                &event.refund_no,
+                "busy",
+            );
+            if let Err(error) = delivery.retry(settings.retry_after).await {
+                tracing::warn!(%id, %error, "retry request failed; the broker redelivers after its own timeout");
+            }
+            return Handled::Retried;
+        }
+    };
+    decision(
+        "dedup",
+        REVOKE_KIND,
+        &event.tenant_id,
+        &event.refund_no,
+        label,
+    );
+    if let Err(error) = delivery.ack().await {
+        tracing::warn!(%id, %error, "ack failed after the revocation committed");
+    }
+    Handled::Processed(GrantOutcome::NothingToGrant)
+}
+
+/// The revocation consumer: `refund.succeeded` → the grant of a payment refunded in full is
+/// revoked once. Runs until `stop` turns true.
+pub async fn run_revocations(
+    grants: Arc<dyn Grants>,
+    subscriber: Box<dyn Subscriber>,
+    settings: ConsumerSettings,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let handler = |delivery| {
+        let (grants, settings) = (grants.clone(), settings.clone());
+        async move { handle_refund(grants.as_ref(), delivery, &settings).await }
+    };
+    drive(subscriber, settings.retry_after, stop, handler).await;
+}
+
+/// The consuming loop: one delivery at a time to `handler`, a pause after a delivery it asked
+/// to see again and after broker errors (growing, bounded), until `stop` turns true.
+async fn drive<F, Fut>(
+    mut subscriber: Box<dyn Subscriber>,
+    retry_after: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    handler: F,
+) where
+    F: Fn(Delivery) -> Fut,
+    Fut: std::future::Future<Output = Handled>,
+{
     let mut failures = 0_u32;
     loop {
         if *stop.borrow() {
@@ -112,8 +202,8 @@ pub async fn run(
         match subscriber.next(POLL_WAIT).await {
             Ok(Some(delivery)) => {
                 failures = 0;
-                if handle(grants.as_ref(), delivery, &settings).await == Handled::Retried
-                    && pause_or_stop(settings.retry_after, &mut stop).await
+                if handler(delivery).await == Handled::Retried
+                    && pause_or_stop(retry_after, &mut stop).await
                 {
                     return;
                 }

@@ -1,7 +1,8 @@
 //! What runs beside the API, each a loop that a stop signal ends between rounds:
 //!
 //! - [`relay`] — drains the outbox into the broker (publish, confirm, mark sent);
-//! - [`consumer`] — consumes `payment.succeeded` and grants entitlements exactly once;
+//! - [`consumer`] — consumes `payment.succeeded` and grants entitlements exactly once, and
+//!   `refund.succeeded` to revoke the grant of a payment refunded in full;
 //! - [`reconcile`] — asks the channels about payments that stayed PENDING;
 //! - [`purge`] — deletes what is past its retention;
 //! - [`webhooks`] — posts the merchants' webhook deliveries, signed, with retries.
@@ -117,6 +118,9 @@ pub struct ConsumerSettings {
     pub retry_after: Duration,
     /// Claim each event in the dedup table (off only as the storm's test switch).
     pub dedup: bool,
+    /// Also run the revocation consumer: the grant of a payment refunded in full is revoked
+    /// (default true).
+    pub revoke_on_refund: bool,
 }
 
 impl Default for ConsumerSettings {
@@ -127,6 +131,7 @@ impl Default for ConsumerSettings {
             visibility: Duration::from_secs(30),
             retry_after: Duration::from_secs(1),
             dedup: true,
+            revoke_on_refund: true,
         }
     }
 }

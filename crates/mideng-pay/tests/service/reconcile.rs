@@ -218,8 +218,9 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
                     .any(|delivery| delivery["status"].is_number())
             });
         if answered {
+            // Recorded as a refund case with the notify: acknowledged.
             assert_eq!(
-                trade["notifies"][0]["deliveries"][0]["acknowledged"], false,
+                trade["notifies"][0]["deliveries"][0]["acknowledged"], true,
                 "{trade}"
             );
             break;
@@ -243,6 +244,27 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
         1,
         "{statuses:?}"
     );
+    // The second charge (and b's payment, paid after its order was canceled) go back, once
+    // each, however many rounds run.
+    for _ in 0..2 {
+        let round = reconcile_once(&at_once(&service), &now(&service))
+            .await
+            .expect("round");
+        assert!(round.cases_refunded <= 2, "{round:?}");
+    }
+    let stale_view = service.get(&format!("/v1/payments/{stale}")).await.json();
+    assert_eq!(stale_view["status"], "CLOSED", "{stale_view}");
+    assert_eq!(
+        stale_view["refunds"].as_array().map(Vec::len),
+        Some(1),
+        "{stale_view}"
+    );
+    assert_eq!(
+        stale_view["refunds"][0]["status"], "SUCCESS",
+        "{stale_view}"
+    );
+    assert_eq!(service.sim_trade(&stale).await["refunded_fen"], 150);
+    assert_eq!(service.sim_trade(&paying).await["refunded_fen"], 0);
     // Grants: the order paid after a local close (a) and the order paid once (c); not the
     // refund case (b), whose order stayed canceled, and not the refused second charge.
     let grants = service.settled_grants("u-9", 2).await;

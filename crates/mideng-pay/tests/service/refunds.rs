@@ -131,6 +131,30 @@ pub(crate) async fn partial_and_full_refunds_move_money_once(backend: Backend) {
         assert_eq!(view["refundable"], 0, "{view}");
         assert_eq!(view["refunds"].as_array().map(Vec::len), Some(2), "{view}");
         assert_eq!(service.order(&order_id).await["status"], "REFUNDED");
+        // Refunded in full: the order's entitlement is revoked, once.
+        let started = Instant::now();
+        loop {
+            let grants = service.get("/v1/entitlements?user_id=u-r").await.json();
+            let grant = grants["grants"]
+                .as_array()
+                .and_then(|grants| {
+                    grants
+                        .iter()
+                        .find(|grant| grant["order_id"] == order_id.as_str())
+                })
+                .cloned();
+            if grant
+                .as_ref()
+                .is_some_and(|grant| grant["revoked_at"].is_string())
+            {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the grant is never revoked: {grants}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         assert_eq!(
             ledger_refunded(&service, &number).await,
             10_000,
