@@ -231,31 +231,63 @@ async fn open_on<D: Dialect>(
     if payment.status != PaymentStatus::Paid {
         return Ok(OpenRefund::NotPaid(payment.status));
     }
+    reserve_and_insert::<D>(
+        connection,
+        PAYMENT_RESERVE_REFUND.get::<D>(),
+        &payment,
+        &Opening {
+            refund_no: new.refund_no,
+            request_key: new.request_key,
+            amount_fen: new.amount_fen,
+            reason: new.reason,
+        },
+        now_ms,
+    )
+    .await
+}
+
+/// A refund to open on a locked payment.
+struct Opening<'a> {
+    refund_no: &'a str,
+    request_key: &'a str,
+    amount_fen: i64,
+    reason: &'a str,
+}
+
+/// Reserves the refund's amount on the locked payment by `reserve` (one row only when it fits)
+/// and inserts the PROCESSING refund; a taken key or number is a conflict, retried whole.
+async fn reserve_and_insert<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    reserve: &'static str,
+    payment: &Payment,
+    opening: &Opening<'_>,
+    now_ms: i64,
+) -> Result<OpenRefund, StoreError> {
     let reserved = connection
         .run(
-            PAYMENT_RESERVE_REFUND.get::<D>(),
+            reserve,
             &[
-                Arg::Int(new.amount_fen),
+                Arg::Int(opening.amount_fen),
                 Arg::Int(now_ms),
-                Arg::Text(new.payment_no),
-                Arg::Int(new.amount_fen),
+                Arg::Text(&payment.payment_no),
+                Arg::Int(opening.amount_fen),
             ],
         )
         .await
         .map_err(store_error::<D>)?;
     if reserved != 1 {
         return Ok(OpenRefund::Exceeds {
-            refundable_fen: refundable::<D>(connection, &payment).await?,
+            refundable_fen: refundable::<D>(connection, payment).await?,
         });
     }
     let refund = Refund {
-        refund_no: new.refund_no.to_owned(),
+        refund_no: opening.refund_no.to_owned(),
         tenant_id: payment.tenant_id.clone(),
         payment_no: payment.payment_no.clone(),
         order_id: payment.order_id.clone(),
         channel: payment.channel.clone(),
-        amount_fen: new.amount_fen,
-        reason: new.reason.to_owned(),
+        amount_fen: opening.amount_fen,
+        reason: opening.reason.to_owned(),
         status: RefundStatus::Processing,
         channel_refund_no: None,
         refunded_at_ms: None,
@@ -273,7 +305,7 @@ async fn open_on<D: Dialect>(
                 Arg::Int(refund.amount_fen),
                 Arg::Text(&refund.reason),
                 Arg::Int(now_ms),
-                Arg::Text(new.request_key),
+                Arg::Text(opening.request_key),
                 Arg::Int(now_ms),
             ],
         )
@@ -678,71 +710,33 @@ async fn open_case_on<D: Dialect>(
     else {
         return Ok(OpenRefund::NoPayment);
     };
-    let reserved = connection
-        .run(
-            PAYMENT_RESERVE_CASE.get::<D>(),
-            &[
-                Arg::Int(case.amount_fen),
-                Arg::Int(now_ms),
-                Arg::Text(payment_no),
-                Arg::Int(case.amount_fen),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    if reserved != 1 {
-        return Ok(OpenRefund::Exceeds {
-            refundable_fen: refundable::<D>(connection, &payment).await?,
-        });
+    let opened = reserve_and_insert::<D>(
+        connection,
+        PAYMENT_RESERVE_CASE.get::<D>(),
+        &payment,
+        &Opening {
+            refund_no,
+            request_key: &key,
+            amount_fen: case.amount_fen,
+            reason: "automatic refund",
+        },
+        now_ms,
+    )
+    .await?;
+    if matches!(opened, OpenRefund::Created(_)) {
+        connection
+            .run(
+                CASE_ASKED.get::<D>(),
+                &[
+                    Arg::Text(refund_no),
+                    Arg::Int(now_ms),
+                    Arg::Text(payment_no),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?;
     }
-    let reason = "automatic refund";
-    let inserted = connection
-        .run(
-            REFUND_INSERT.get::<D>(),
-            &[
-                Arg::Text(refund_no),
-                Arg::Text(&payment.tenant_id),
-                Arg::Text(&payment.payment_no),
-                Arg::Text(&payment.order_id),
-                Arg::Text(&payment.channel),
-                Arg::Int(case.amount_fen),
-                Arg::Text(reason),
-                Arg::Int(now_ms),
-                Arg::Text(&key),
-                Arg::Int(now_ms),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    if inserted != 1 {
-        return Err(StoreError::Conflict(
-            "a refund with this key or number appeared".to_owned(),
-        ));
-    }
-    connection
-        .run(
-            CASE_ASKED.get::<D>(),
-            &[
-                Arg::Text(refund_no),
-                Arg::Int(now_ms),
-                Arg::Text(payment_no),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?;
-    Ok(OpenRefund::Created(Box::new(Refund {
-        refund_no: refund_no.to_owned(),
-        tenant_id: payment.tenant_id.clone(),
-        payment_no: payment.payment_no.clone(),
-        order_id: payment.order_id.clone(),
-        channel: payment.channel.clone(),
-        amount_fen: case.amount_fen,
-        reason: reason.to_owned(),
-        status: RefundStatus::Processing,
-        channel_refund_no: None,
-        refunded_at_ms: None,
-        created_at_ms: now_ms,
-    })))
+    Ok(opened)
 }
 
 /// Refund cases: recorded where they are found, each refunded once.
