@@ -1,6 +1,7 @@
 //! The CI-sized storm: seconds of duplicates, faults and attacks, then the audit must find
-//! nothing, every source of duplicates must actually have occurred, and the attacker must have
-//! sent every kind of hostile notify without one being accepted.
+//! nothing, every source of duplicates must actually have occurred (refunds and reversals
+//! included), and the attacker must have sent every kind of hostile notify without one being
+//! accepted.
 
 mod support;
 
@@ -19,6 +20,18 @@ fn assert_clean(report: &StormReport) {
     assert!(report.audit.paid > 0, "nothing was paid: {table}");
     assert!(report.audit.grants > 0, "nothing was granted: {table}");
     assert!(report.audit.deducts > 0, "nothing was deducted: {table}");
+    assert!(
+        report.audit.refunds_succeeded > 0,
+        "nothing was refunded: {table}"
+    );
+    assert!(report.audit.reversals > 0, "nothing was reversed: {table}");
+    let refund_duplicates: u64 = report
+        .duplicates
+        .iter()
+        .filter(|(source, _)| source.contains("refund"))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(refund_duplicates > 0, "no refund was duplicated: {table}");
     for source in ["double click", "manual replay", "replayed byte for byte"] {
         assert!(
             report.duplicates.get(source).copied().unwrap_or(0) > 0,

@@ -2,11 +2,12 @@
 //! what they sent and were told) and the scripts they run, each producing its sources of
 //! duplicates: double clicks, retries after a timeout, manual replays, a second request key
 //! for one business key, keyless checkouts from two tabs, and the simulator's notify policies.
+//! The refund and reversal scripts are in `refunds`; they send through [`keyed_at`] too.
 //!
 //! A keyed request is sent until it has a final answer; the first final answer for a key is
 //! kept, and every later one must repeat it byte for byte.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,8 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::faults::FaultClock;
+use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
 use crate::attacker::{self, AttackLog, Victim};
-use crate::audit::ClientFacts;
+use crate::audit::{AnsweredRefund, ClientFacts};
 use crate::deploy::TenantAccess;
 
 /// An answer the client can use, or not.
@@ -55,6 +57,9 @@ pub(crate) struct Log {
     pub(crate) victims: Vec<Victim>,
     /// What the attacker sent.
     pub(crate) attacks: AttackLog,
+    /// Payments the buyer paid, waiting for the refund script (at most
+    /// [`REFUND_CANDIDATES_MAX`]).
+    pub(super) refund_candidates: VecDeque<RefundCandidate>,
 }
 
 /// A keyed request that had no final answer when its client gave up; quiescence finishes it.
@@ -81,6 +86,24 @@ pub(crate) enum PendingKind {
         order: String,
         amount: i64,
     },
+    /// A refund; its request key is the refund's business key.
+    Refund {
+        payment_no: String,
+        amount: i64,
+    },
+    /// A deduction put back. It carries no `Idempotency-Key`: one reversal per deduction is
+    /// the service's own rule.
+    Reversal {
+        user: String,
+        deduction_no: String,
+    },
+}
+
+impl PendingKind {
+    /// Whether the request carries its key as `Idempotency-Key`.
+    fn sends_key(&self) -> bool {
+        !matches!(self, PendingKind::Reversal { .. })
+    }
 }
 
 pub(crate) struct Shared {
@@ -106,14 +129,14 @@ impl Shared {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn count(&self, source: &str) {
+    pub(super) fn count(&self, source: &str) {
         *self.log().duplicates.entry(source.to_owned()).or_default() += 1;
     }
 
     /// One request to instance `instance`; `None` when no answer came (connection refused,
     /// reset, timed out).
     #[allow(clippy::too_many_arguments)] // the parts of one HTTP request, each used once
-    async fn send(
+    pub(super) async fn send(
         &self,
         instance: usize,
         tenant: usize,
@@ -251,11 +274,34 @@ pub(crate) async fn keyed(
     shared: &Shared,
     rng: &mut fastrand::Rng,
     pending: Pending,
-    mut token: Option<String>,
+    token: Option<String>,
     first_timeout: Duration,
     attempts: usize,
 ) -> (Option<Answer>, Option<String>) {
-    let mut instance = rng.usize(..shared.bases.len());
+    let instance = rng.usize(..shared.bases.len());
+    keyed_at(
+        shared,
+        rng,
+        pending,
+        token,
+        first_timeout,
+        attempts,
+        instance,
+    )
+    .await
+}
+
+/// [`keyed`], first to instance `instance` (modulo their number): two copies started at
+/// neighbouring instances reach two instances when there are several.
+pub(super) async fn keyed_at(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    pending: Pending,
+    mut token: Option<String>,
+    first_timeout: Duration,
+    attempts: usize,
+    mut instance: usize,
+) -> (Option<Answer>, Option<String>) {
     for attempt in 0..attempts {
         if pending.token_needed && token.is_none() {
             token = issue_token(shared, pending.tenant, instance).await;
@@ -265,7 +311,10 @@ pub(crate) async fn keyed(
                 continue;
             }
         }
-        let mut headers = vec![("Idempotency-Key", pending.key.as_str())];
+        let mut headers = Vec::new();
+        if pending.kind.sends_key() {
+            headers.push(("Idempotency-Key", pending.key.as_str()));
+        }
         if let Some(token) = &token {
             headers.push(("Idempotency-Token", token.as_str()));
         }
@@ -430,6 +479,47 @@ fn record(shared: &Shared, pending: &Pending, answer: &Answer) {
                 log.payments.insert(number.to_owned());
             }
         }
+        PendingKind::Refund { payment_no, amount } if matches!(answer.status, 200 | 201) => {
+            let view = answer.json();
+            let answered = log
+                .client
+                .refunds
+                .entry((tenant, pending.key.clone()))
+                .or_insert_with(|| AnsweredRefund {
+                    payment_no: payment_no.clone(),
+                    ..AnsweredRefund::default()
+                });
+            // The amount asked and the amount answered: two of them name a wrong answer.
+            answered.amounts.insert(*amount);
+            answered.amounts.extend(
+                view["amount"]
+                    .as_i64()
+                    .filter(|answered| answered != amount),
+            );
+            answered.refund_nos.insert(
+                view["refund_no"]
+                    .as_str()
+                    .unwrap_or("(an answer without a refund number)")
+                    .to_owned(),
+            );
+        }
+        PendingKind::Reversal { user, deduction_no } if answer.status == 200 => {
+            let view = answer.json();
+            let answered = log
+                .client
+                .reversals
+                .entry((tenant, user.clone(), deduction_no.clone()))
+                .or_default();
+            answered.reversal_nos.insert(
+                view["reversal_no"]
+                    .as_str()
+                    .unwrap_or("(an answer without a reversal number)")
+                    .to_owned(),
+            );
+            answered
+                .amounts
+                .insert(view["amount"].as_i64().unwrap_or(0));
+        }
         _ => {}
     }
 }
@@ -452,7 +542,14 @@ pub(super) async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tena
             amount,
         },
     };
-    keyed_with_duplicates(shared, rng, pending.clone()).await;
+    let (answer, _) = keyed_with_duplicates(shared, rng, pending.clone()).await;
+    if let Some(answer) = answer
+        && answer.status == 200
+        && let Some(deduction) = answer.json()["deduction_no"].as_str()
+        && rng.u8(..10) < 2
+    {
+        refunds::reverse_script(shared, rng, tenant, &shared.hot(), deduction).await;
+    }
     if rng.u8(..10) == 0 {
         // The same order under a new request key: the business key refuses a second debit.
         shared.count("same order, new key");
@@ -565,6 +662,18 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
             let _ = tokio::join!(pay, close);
         } else {
             pay.await;
+            if rng.u8(..10) < 4 {
+                // Refunded later, once the service has it PAID (the refund script looks).
+                let mut log = shared.log();
+                if log.refund_candidates.len() < REFUND_CANDIDATES_MAX {
+                    log.refund_candidates.push_back(RefundCandidate {
+                        tenant,
+                        payment_no: number.clone(),
+                        amount_fen: amount,
+                        looks: 0,
+                    });
+                }
+            }
         }
     } else {
         // The buyer never pays and nobody closes it: nothing legitimate changes this payment

@@ -1,6 +1,7 @@
 //! The facts the audit and the report are made of, collected after quiescence: the database's
-//! snapshot of this run, the channel's side of each payment (its ledger and trades), what the
-//! clients were told, and the service's own decision counters for the layer table.
+//! snapshot of this run, the channel's side of each payment (its ledger's charges and refunds,
+//! its trade and the trade's refund book), what the clients were told, and the service's own
+//! decision counters for the layer table.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -12,7 +13,9 @@ use mideng::store::sql::sqlite::SqliteStore;
 use serde_json::Value;
 
 use super::clients::Shared;
-use crate::audit::{self, AuditFigures, ChannelFacts, ClientFacts, TradeFact, Violation};
+use crate::audit::{
+    self, AuditFigures, ChannelFacts, ChannelRefundFact, ClientFacts, TradeFact, Violation,
+};
 
 /// Reads the database and the channel and checks every invariant, over this run's own ids.
 pub(super) async fn audit_now(
@@ -69,17 +72,20 @@ async fn channel_facts(
     );
     let mut facts = ChannelFacts::default();
     for entry in ledger["entries"].as_array().into_iter().flatten() {
-        if entry["kind"] == "charge"
-            && let (Some(number), Some(amount)) =
-                (entry["out_trade_no"].as_str(), entry["amount_fen"].as_i64())
-            && ours.contains(number)
-        {
-            facts
-                .charges
-                .entry(number.to_owned())
-                .or_default()
-                .push(amount);
+        let (Some(number), Some(amount)) =
+            (entry["out_trade_no"].as_str(), entry["amount_fen"].as_i64())
+        else {
+            continue;
+        };
+        if !ours.contains(number) {
+            continue;
         }
+        let movements = match entry["kind"].as_str() {
+            Some("charge") => &mut facts.charges,
+            Some("refund") => &mut facts.refunded,
+            _ => continue,
+        };
+        movements.entry(number.to_owned()).or_default().push(amount);
     }
     for payment in &snapshot.payments {
         let trade = shared
@@ -91,11 +97,26 @@ async fn channel_facts(
             .await
             .unwrap_or(Value::Null);
         if let Some(status) = trade["status"].as_str() {
+            let refunds = trade["refunds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|refund| ChannelRefundFact {
+                    out_refund_no: refund["out_refund_no"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    amount: refund["amount_fen"].as_i64().unwrap_or(0),
+                    status: refund["status"].as_str().unwrap_or_default().to_owned(),
+                })
+                .collect();
             facts.trades.insert(
                 payment.payment_no.clone(),
                 TradeFact {
                     status: status.to_owned(),
                     exists: trade["exists_at_channel"].as_bool().unwrap_or(true),
+                    refunded_fen: trade["refunded_fen"].as_i64().unwrap_or(0),
+                    refunds,
                 },
             );
         }
@@ -104,7 +125,7 @@ async fn channel_facts(
 }
 
 /// Outcomes that are a first arrival let through, not a duplicate caught.
-const FIRST_ARRIVALS: [&str; 15] = [
+const FIRST_ARRIVALS: [&str; 22] = [
     "off",
     "proceed",
     "no_key",
@@ -120,6 +141,15 @@ const FIRST_ARRIVALS: [&str; 15] = [
     "paid",
     "closed",
     "acknowledged",
+    // A refund's amount reserved on its payment, and its first move (by the channel's answer,
+    // its notify or reconciliation); a deduction's first reversal.
+    "reserved",
+    "refund_success",
+    "refund_closed",
+    "refund_abnormal",
+    "refund_processing",
+    "refund_settled",
+    "reversed",
 ];
 
 /// The service's decision counters, by layer: what each layer caught in this process.

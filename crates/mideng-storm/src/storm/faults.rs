@@ -1,9 +1,10 @@
 //! The fault schedule's faults, and the clock that excuses a 5xx while one is active.
 //!
 //! A fault is held for a moment and then undone. The embedded stack has only the instance crash
-//! and the lost channel answer; the servers stack adds Redis and the broker cut off and every
-//! database connection terminated; a deployment the storm did not start gets the simulator's
-//! fault only.
+//! and the simulator's faults, armed together (a trade's creation and a refund applied with
+//! their answers lost, a WeChat Pay refund that ends CLOSED or ABNORMAL); the servers stack adds
+//! Redis and the broker cut off and every database connection terminated; a deployment the
+//! storm did not start gets the simulator's faults only.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,6 +45,21 @@ impl FaultClock {
     }
 }
 
+/// Kinds of fault in the schedule, all stacks together; it starts at a seeded one of them.
+pub(super) const FAULT_KINDS: u64 = 5;
+
+/// Kinds the embedded stack has (the first ones): the crash and the simulator's faults.
+const EMBEDDED_KINDS: u64 = 2;
+
+/// The simulator's faults, armed together (each is consumed by the next call it names): the
+/// next trade creation and the next refund applied with their answers lost, and the next
+/// WeChat Pay refund ending CLOSED or ABNORMAL.
+const SIMULATOR_FAULTS: [&str; 3] = [
+    "channel answer lost after applying",
+    "refund answer lost after applying",
+    "WeChat refund closed or abnormal",
+];
+
 /// The channel applies the next creation but its answer is lost.
 async fn lose_next_channel_answer(shared: &Shared, rng: &mut fastrand::Rng) {
     let method = if rng.bool() {
@@ -60,53 +76,95 @@ async fn lose_next_channel_answer(shared: &Shared, rng: &mut fastrand::Rng) {
         .await;
 }
 
-/// One fault, held for a moment, then undone; its name.
+/// The channel applies the next refund but its answer is lost: the service's refund stays
+/// PROCESSING (or is settled by the query it makes after a refusal) until the refund's notify
+/// or reconciliation, which asks under the same refund number, settles it.
+async fn lose_next_refund_answer(shared: &Shared, rng: &mut fastrand::Rng) {
+    let method = if rng.bool() {
+        "alipay.trade.refund"
+    } else {
+        "wechat.refund"
+    };
+    shared
+        .sim(
+            reqwest::Method::POST,
+            "/sim/fail-next",
+            json!({"method": method, "apply_anyway": true}),
+        )
+        .await;
+}
+
+/// The next WeChat Pay refund a merchant asks for is accepted and then ends CLOSED (nothing
+/// moved) or ABNORMAL (the buyer's account cannot take it; its amount stays held), with its
+/// notify: the service must end it the same way, from the notify or by reconciliation.
+async fn end_next_refund_unsuccessfully(shared: &Shared, rng: &mut fastrand::Rng) {
+    let outcome = if rng.bool() { "closed" } else { "abnormal" };
+    shared
+        .sim(
+            reqwest::Method::POST,
+            "/sim/refund-outcome",
+            json!({"outcome": outcome}),
+        )
+        .await;
+}
+
+/// Arms the simulator's faults ([`SIMULATOR_FAULTS`]).
+async fn arm_simulator_faults(shared: &Shared, rng: &mut fastrand::Rng) {
+    lose_next_channel_answer(shared, rng).await;
+    lose_next_refund_answer(shared, rng).await;
+    end_next_refund_unsuccessfully(shared, rng).await;
+}
+
+/// One fault of the schedule, held for a moment, then undone; the names of what it did.
 pub(super) async fn inject(
     deployment: Option<&mut Deployment>,
     shared: &Shared,
     rng: &mut fastrand::Rng,
     cycle: u64,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<&'static [&'static str]> {
     // A deployment the storm did not start gets the simulator's faults only.
     let Some(deployment) = deployment else {
         let window = shared.faults.open();
-        lose_next_channel_answer(shared, rng).await;
+        arm_simulator_faults(shared, rng).await;
         shared.faults.close(window);
-        return Ok("channel answer lost after applying");
+        return Ok(&SIMULATOR_FAULTS);
     };
-    let kinds: u8 = if deployment.has_servers() { 5 } else { 2 };
-    let choice = u8::try_from(cycle % u64::from(kinds)).unwrap_or(0);
+    let kinds = if deployment.has_servers() {
+        FAULT_KINDS
+    } else {
+        EMBEDDED_KINDS
+    };
     let hold = Duration::from_millis(rng.u64(500..2000));
     let window = shared.faults.open();
-    let kind = match choice {
+    let done: &'static [&'static str] = match cycle % kinds {
         0 => {
             let index = rng.usize(..deployment.instance_count());
             deployment.crash(index);
             tokio::time::sleep(hold).await;
             deployment.restart(index).await?;
-            "instance killed mid-request"
+            &["instance killed mid-request"]
         }
         1 => {
-            lose_next_channel_answer(shared, rng).await;
-            "channel answer lost after applying"
+            arm_simulator_faults(shared, rng).await;
+            &SIMULATOR_FAULTS
         }
         2 => {
             deployment.cut_redis();
             tokio::time::sleep(hold).await;
             deployment.restore_redis();
-            "Redis cut off"
+            &["Redis cut off"]
         }
         3 => {
             deployment.cut_broker();
             tokio::time::sleep(hold).await;
             deployment.restore_broker();
-            "broker cut off"
+            &["broker cut off"]
         }
         _ => {
             deployment.kill_database_connections().await?;
-            "database connections killed"
+            &["database connections killed"]
         }
     };
     shared.faults.close(window);
-    Ok(kind)
+    Ok(done)
 }

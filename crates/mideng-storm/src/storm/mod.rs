@@ -10,16 +10,25 @@
 //! - **manual replay**: a request sent again long after its answer, which must come back byte
 //!   for byte;
 //! - **same business key, new request key**: a second deduct for an order already debited;
+//! - **refunds**: the same refund twice at once to two instances, retried after a client
+//!   timeout, replayed on another instance; partial refunds racing under distinct keys past
+//!   the payment's amount; the whole amount asked after a partial refund; a key reused with
+//!   another amount;
+//! - **reversals**: the same deduction put back twice at once, to two instances, and again
+//!   long after;
 //! - **callbacks**: per trade, the simulator's notify policy is normal, duplicate, concurrent,
 //!   delayed, reordered or dropped (then only reconciliation finds the payment);
 //! - **reconciliation overlapping callbacks**: every instance runs its reconciler every 5 s over
-//!   payments pending for 3 s, and rounds by hand run at the end;
+//!   payments pending (and refunds processing) for 3 s, and rounds by hand run at the end,
+//!   until no refund is PROCESSING;
 //! - **broker redelivery**: a relay or consumer killed with its instance, a broker cut off.
 //!
-//! Faults (servers stack; the embedded stack has the crash only): an instance crashed
-//! mid-request and restarted, Redis cut off and back, the broker cut off and back, every
-//! database connection terminated, and channel answers lost after the channel applied them
-//! (`/sim/fail-next` with `apply_anyway`).
+//! Faults (servers stack; the embedded stack has the crash and the simulator's faults only): an
+//! instance crashed mid-request and restarted, Redis cut off and back, the broker cut off and
+//! back, every database connection terminated, and the simulator's faults, armed together:
+//! channel answers lost after the channel applied them (`/sim/fail-next` with `apply_anyway`:
+//! the next trade creation and the next refund) and the next WeChat Pay refund ending CLOSED or
+//! ABNORMAL at the channel (`/sim/refund-outcome`).
 //!
 //! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
 //! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
@@ -36,6 +45,7 @@
 //!   reconciliation rounds, events drained), then audits;
 //! - `clients` — the state the clients share and the scripts they run, which send every
 //!   source of duplicates and log what they were told;
+//! - `refunds` — the refund and reversal scripts;
 //! - `faults` — the faults of the schedule and the clock that excuses a 5xx during one;
 //! - `facts` — the database's snapshot, the channel's side and the decision counters, which
 //!   [`crate::audit`] checks;
@@ -45,6 +55,7 @@ mod args;
 mod clients;
 mod facts;
 mod faults;
+mod refunds;
 mod report;
 
 use std::collections::BTreeMap;
@@ -63,7 +74,8 @@ pub use self::args::{BreakLayer, StormArgs};
 use self::clients::{Log, credit, deduct_script, order_script};
 pub(crate) use self::clients::{Pending, PendingKind, Shared, create_order, keyed};
 use self::facts::{audit_now, layers};
-use self::faults::{FaultClock, inject};
+use self::faults::{FAULT_KINDS, FaultClock, inject};
+use self::refunds::refund_script;
 pub use self::report::StormReport;
 use crate::attacker::{self, AttackerKeys};
 pub use crate::deploy::StackKind;
@@ -211,7 +223,13 @@ pub async fn run(
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let tenant = rng.usize(..shared.tenants.len());
                 match rng.u8(..100) {
-                    0..60 => order_script(&shared, &mut rng, tenant, n).await,
+                    0..52 => order_script(&shared, &mut rng, tenant, n).await,
+                    // A paid payment's refunds, when one is PAID by now; else an order.
+                    52..60 => {
+                        if !refund_script(&shared, &mut rng, n).await {
+                            order_script(&shared, &mut rng, tenant, n).await;
+                        }
+                    }
                     60..85 => deduct_script(&shared, &mut rng, tenant, n).await,
                     _ => {
                         let user = format!("{}-u{}", shared.run, rng.u16(..200));
@@ -238,7 +256,7 @@ pub async fn run(
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut fault_rng = fastrand::Rng::with_seed(seed.rotate_left(17));
     // Every kind in turn, from a seeded start: a short storm still meets each one.
-    let mut fault_cycle = fault_rng.u64(..5);
+    let mut fault_cycle = fault_rng.u64(..FAULT_KINDS);
     let started = Instant::now();
     while Instant::now() < deadline {
         bar.set_position(started.elapsed().as_secs().min(args.duration_secs));
@@ -258,9 +276,11 @@ pub async fn run(
         if Instant::now() >= deadline {
             break;
         }
-        let kind = inject(deployment.as_mut(), &shared, &mut fault_rng, fault_cycle).await?;
+        let done = inject(deployment.as_mut(), &shared, &mut fault_rng, fault_cycle).await?;
         fault_cycle += 1;
-        *faults.entry(kind.to_owned()).or_default() += 1;
+        for kind in done {
+            *faults.entry((*kind).to_owned()).or_default() += 1;
+        }
     }
     for client in clients {
         let _ = client.await;
@@ -289,9 +309,17 @@ pub async fn run(
             interval: Duration::from_secs(1),
             tenant: None,
         };
-        for _ in 0..20 {
+        // Payments: until a round changes nothing (20 rounds at most: an unscanned code stays
+        // unknown). Refunds: until none is PROCESSING (a WeChat refund takes 5 s of channel
+        // time; a lost answer is asked again), for at most a minute — the audit reports any
+        // left.
+        let refunds_until = Instant::now() + Duration::from_secs(60);
+        for round_number in 1.. {
             let round = reconcile_once(&operator.ports, &everything).await?;
-            if round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0 {
+            let payments_settled = round_number >= 20
+                || round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0;
+            let refunds_settled = round.refunds_examined == 0 || Instant::now() >= refunds_until;
+            if payments_settled && refunds_settled {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -417,8 +445,10 @@ async fn settle_notifies(shared: &Shared, payments: &[String]) {
     }
 }
 
-/// Waits until the outbox is empty and the in-database queue drained, then a moment for the
-/// consumers' last acknowledgements.
+/// Waits until the outbox is empty (every event relayed, whatever its topic) and the
+/// in-database queue of `payment.succeeded` drained, then a moment for the consumers' last
+/// acknowledgements. The other topics (`payment.closed`, `refund.succeeded`) have no consumer
+/// in the storm's deployment, so their queues are not waited for.
 async fn drain_events(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

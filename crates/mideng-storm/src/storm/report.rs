@@ -128,14 +128,17 @@ impl StormReport {
         let audit = &self.audit;
         let _ = writeln!(
             out,
-            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} ledger entries, {} deducts, {} attacked payments",
+            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} attacked payments",
             audit.payments,
             audit.paid,
             audit.charged,
             audit.grants,
             audit.refund_cases,
+            audit.refunds,
+            audit.refunds_succeeded,
             audit.ledger_entries,
             audit.deducts,
+            audit.reversals,
             audit.attacked
         );
         if let Some(layer) = self.broken_layer {

@@ -1,6 +1,7 @@
 //! The audit: every invariant of `docs/design.md` §5, checked after quiescence against the
 //! service's database (read-only), the simulator's ledger and trades, and what the storm's
-//! clients were answered. [`check`] is pure; [`snapshot`] is the only I/O.
+//! clients were answered. [`check`] is pure (the rules for refunds and reversals are in
+//! `refunds`); [`snapshot`] is the only I/O.
 //!
 //! | invariant | from |
 //! |---|---|
@@ -15,12 +16,23 @@
 //! | no 5xx except while a fault was active | client answers |
 //! | every attack refused (a replay acknowledged as a duplicate) | the attacker's answers |
 //! | an attacked payment changes only through the workload | attacker's victims + database + trades |
+//! | one refund per request key; every answered refund stored under its key | database + client answers |
+//! | a payment's refunds not CLOSED within its amount, and equal to its running total | database |
+//! | no refund PROCESSING after quiescence | database |
+//! | a payment's successful refunds here = what the channel refunded for its trade | database + trades + ledger |
+//! | every refund here that is not CLOSED is at the channel in the same state, and every refund at the channel is known here | database + trades |
+//! | a payment refunded in full ⇔ its order REFUNDED | database |
+//! | a deduction reversed at most once, by its own amount; every answered reversal in the ledger, none unanswered | database + client answers |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use mideng::StoreError;
 use mideng::store::sql::{Dialect, SqlConn, SqlRow, SqlStore, store_error};
 use serde::Serialize;
+
+mod refunds;
+
+use self::refunds::{REVERSAL_REFERENCE_PREFIX, check_refunds, check_reversals};
 
 /// A payment as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +51,27 @@ pub struct PaymentFact {
     pub expires_at_ms: i64,
     /// Its last change, Unix ms.
     pub updated_at_ms: i64,
+    /// The running total of its refunds that are not CLOSED, fen.
+    pub refunded: i64,
+}
+
+/// A refund as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundFact {
+    /// Number (the channel's `out_refund_no` / `out_request_no`).
+    pub refund_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The client's `Idempotency-Key`: the refund's business key.
+    pub request_key: String,
+    /// The refunded payment.
+    pub payment_no: String,
+    /// The payment's order.
+    pub order_id: String,
+    /// Fen.
+    pub amount: i64,
+    /// PROCESSING, SUCCESS, CLOSED or ABNORMAL.
+    pub status: String,
 }
 
 /// An order as stored.
@@ -79,6 +112,8 @@ pub struct WalletFact {
 /// A ledger entry as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryFact {
+    /// Its number (a deduction's `deduction_no`, a reversal's `reversal_no`).
+    pub entry_no: String,
     /// Tenant.
     pub tenant_id: String,
     /// Owner.
@@ -106,6 +141,8 @@ pub struct Snapshot {
     pub wallets: Vec<WalletFact>,
     /// Ledger entries.
     pub entries: Vec<EntryFact>,
+    /// Refunds.
+    pub refunds: Vec<RefundFact>,
 }
 
 impl Snapshot {
@@ -139,17 +176,37 @@ impl Snapshot {
                 .into_iter()
                 .filter(|entry| ours(&entry.tenant_id, &entry.user_id))
                 .collect(),
+            refunds: self
+                .refunds
+                .into_iter()
+                .filter(|refund| ours(&refund.tenant_id, &refund.order_id))
+                .collect(),
         }
     }
 }
 
 /// A trade as the channel sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TradeFact {
     /// PENDING, PAID, FINISHED, CLOSED or REFUNDED.
     pub status: String,
     /// Whether the channel's query shows it (an unscanned Alipay code: no).
     pub exists: bool,
+    /// What went back to the buyer: its successful refunds' sum, fen.
+    pub refunded_fen: i64,
+    /// Its refunds.
+    pub refunds: Vec<ChannelRefundFact>,
+}
+
+/// A refund in a trade's refund book at the channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelRefundFact {
+    /// The merchant's number (`out_refund_no`).
+    pub out_refund_no: String,
+    /// Fen.
+    pub amount: i64,
+    /// PROCESSING, SUCCESS, CLOSED or ABNORMAL.
+    pub status: String,
 }
 
 /// The channel's side: its ledger and its trades.
@@ -157,6 +214,8 @@ pub struct TradeFact {
 pub struct ChannelFacts {
     /// Charges per `out_trade_no` (amounts).
     pub charges: HashMap<String, Vec<i64>>,
+    /// Refunds per `out_trade_no` in the ledger (amounts).
+    pub refunded: HashMap<String, Vec<i64>>,
     /// Trades by `out_trade_no`; a number missing here was never created at the channel.
     pub trades: HashMap<String, TradeFact>,
 }
@@ -177,6 +236,31 @@ pub struct ClientFacts {
     pub attacked: BTreeSet<String>,
     /// Attacks that had to be refused and were acknowledged (description).
     pub accepted_attacks: Vec<String>,
+    /// Refunds answered 200 or 201, by (tenant, request key).
+    pub refunds: HashMap<(String, String), AnsweredRefund>,
+    /// Reversals answered 200, by (tenant, user, deduction number).
+    pub reversals: HashMap<(String, String, String), AnsweredReversal>,
+}
+
+/// What the answers to one refund request key said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnsweredRefund {
+    /// The payment asked to refund.
+    pub payment_no: String,
+    /// Every amount asked for under the key and named by an answer (one, unless a key made
+    /// two refunds or an answer was not the refund asked for).
+    pub amounts: BTreeSet<i64>,
+    /// Every refund number an answer named (one, unless a key made two refunds).
+    pub refund_nos: BTreeSet<String>,
+}
+
+/// What the answers to one deduction's reversal said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnsweredReversal {
+    /// Every reversal number an answer named (one, unless the deduction was put back twice).
+    pub reversal_nos: BTreeSet<String>,
+    /// Every amount an answer named.
+    pub amounts: BTreeSet<i64>,
 }
 
 /// One broken invariant.
@@ -207,6 +291,12 @@ pub struct AuditFigures {
     pub deducts: usize,
     /// Payments the attacker aimed at.
     pub attacked: usize,
+    /// Refunds in the database.
+    pub refunds: usize,
+    /// Of which SUCCESS.
+    pub refunds_succeeded: usize,
+    /// Deductions put back (reversal entries in the ledger).
+    pub reversals: usize,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -267,7 +357,19 @@ pub fn check(
         }
     }
 
-    // Charged at the channel ⇔ PAID here.
+    // Charged at the channel ⇔ PAID here — or, for a charge this service does not keep (a
+    // double charge, a failed attempt charged), given back in full by its automatic refund.
+    let given_back: std::collections::HashSet<&str> = snapshot
+        .refunds
+        .iter()
+        .filter(|refund| refund.status == "SUCCESS" && refund.request_key.starts_with("auto-"))
+        .filter(|refund| {
+            payments
+                .get(refund.payment_no.as_str())
+                .is_some_and(|payment| payment.amount == refund.amount)
+        })
+        .map(|refund| refund.payment_no.as_str())
+        .collect();
     for (number, charges) in &channel.charges {
         if charges.len() > 1 {
             violations.push(violation(
@@ -284,6 +386,7 @@ pub fn check(
                     ));
                 }
             }
+            Some(_) if given_back.contains(number.as_str()) => figures.refund_cases += 1,
             Some(payment) => violations.push(violation(
                 "every trade charged at the channel is PAID here",
                 format!("{number} is {} here", payment.status),
@@ -341,7 +444,13 @@ pub fn check(
             .get(grant.payment_no.as_str())
             .is_some_and(|payment| payment.status == "PAID");
         let order = orders.get(&(grant.tenant_id.as_str(), grant.order_id.as_str()));
-        if !paid || !order.is_some_and(|order| order.status == "PAID" && order.has_entitlement) {
+        // A grant stays when its order is refunded afterwards (taking it back is the
+        // merchant's business, not the service's).
+        if !paid
+            || !order.is_some_and(|order| {
+                matches!(order.status.as_str(), "PAID" | "REFUNDED") && order.has_entitlement
+            })
+        {
             violations.push(violation(
                 "a grant only for a paid order with an entitlement",
                 format!(
@@ -483,6 +592,10 @@ pub fn check(
         }
     }
     for (reference, credits) in &credits_per_reference {
+        if reference.2.starts_with(REVERSAL_REFERENCE_PREFIX) {
+            // A deduction put back: checked against its deduction below.
+            continue;
+        }
         let known = client.credits.contains_key(&(
             reference.0.to_owned(),
             reference.1.to_owned(),
@@ -495,6 +608,9 @@ pub fn check(
             ));
         }
     }
+
+    check_reversals(snapshot, client, &mut violations, &mut figures);
+    check_refunds(snapshot, channel, client, &mut violations, &mut figures);
 
     // The attacker: whatever it sent had to be refused, and what it aimed at must not have
     // moved. A victim's only legitimate change is a close after its expiry (the reconciler's)
@@ -551,8 +667,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     let mut snapshot = Snapshot::default();
     for row in connection
         .rows(
-            "SELECT payment_no, tenant_id, order_id, status, amount, expires_at, updated_at \
-             FROM pay_payments",
+            "SELECT payment_no, tenant_id, order_id, status, amount, expires_at, updated_at, \
+             refunded FROM pay_payments",
             &[],
         )
         .await
@@ -566,6 +682,7 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             amount: row.int(4).map_err(read)?,
             expires_at_ms: row.int(5).map_err(read)?,
             updated_at_ms: row.int(6).map_err(read)?,
+            refunded: row.int(7).map_err(read)?,
         });
     }
     for row in connection
@@ -610,7 +727,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     }
     for row in connection
         .rows(
-            "SELECT tenant_id, user_id, kind, amount, order_id, reference FROM pay_wallet_entries",
+            "SELECT tenant_id, user_id, kind, amount, order_id, reference, entry_no \
+             FROM pay_wallet_entries",
             &[],
         )
         .await
@@ -623,6 +741,26 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             amount: row.int(3).map_err(read)?,
             order_id: row.opt_text(4).map_err(read)?,
             reference: row.text(5).map_err(read)?,
+            entry_no: row.text(6).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT refund_no, tenant_id, request_key, payment_no, order_id, amount, status \
+             FROM pay_refunds",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.refunds.push(RefundFact {
+            refund_no: row.text(0).map_err(read)?,
+            tenant_id: row.text(1).map_err(read)?,
+            request_key: row.text(2).map_err(read)?,
+            payment_no: row.text(3).map_err(read)?,
+            order_id: row.text(4).map_err(read)?,
+            amount: row.int(5).map_err(read)?,
+            status: row.text(6).map_err(read)?,
         });
     }
     Ok(snapshot)
@@ -632,7 +770,7 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
 mod tests {
     use super::*;
 
-    fn payment(number: &str, order: &str, status: &str) -> PaymentFact {
+    pub(super) fn payment(number: &str, order: &str, status: &str) -> PaymentFact {
         PaymentFact {
             payment_no: number.to_owned(),
             tenant_id: "t".to_owned(),
@@ -641,10 +779,11 @@ mod tests {
             amount: 100,
             expires_at_ms: 1_000_000,
             updated_at_ms: 1_000,
+            refunded: 0,
         }
     }
 
-    fn order(id: &str, status: &str) -> OrderFact {
+    pub(super) fn order(id: &str, status: &str) -> OrderFact {
         OrderFact {
             tenant_id: "t".to_owned(),
             order_id: id.to_owned(),
@@ -653,13 +792,13 @@ mod tests {
         }
     }
 
-    fn charged(numbers: &[&str]) -> ChannelFacts {
+    pub(super) fn charged(numbers: &[&str]) -> ChannelFacts {
         ChannelFacts {
             charges: numbers
                 .iter()
                 .map(|number| ((*number).to_owned(), vec![100]))
                 .collect(),
-            trades: HashMap::new(),
+            ..ChannelFacts::default()
         }
     }
 
@@ -724,15 +863,16 @@ mod tests {
     #[test]
     fn a_victim_closed_before_its_expiry_is_a_violation_and_after_it_is_not() {
         let unscanned = ChannelFacts {
-            charges: HashMap::new(),
             trades: [(
                 "VICTIM".to_owned(),
                 TradeFact {
                     status: "PENDING".to_owned(),
                     exists: false,
+                    ..TradeFact::default()
                 },
             )]
             .into(),
+            ..ChannelFacts::default()
         };
         let client = ClientFacts {
             attacked: ["VICTIM".to_owned()].into(),
@@ -792,6 +932,7 @@ mod tests {
                 balance: 50,
             }],
             entries: vec![EntryFact {
+                entry_no: "C1".to_owned(),
                 tenant_id: "t".to_owned(),
                 user_id: "u".to_owned(),
                 kind: "CREDIT".to_owned(),
@@ -799,6 +940,7 @@ mod tests {
                 order_id: None,
                 reference: "k1".to_owned(),
             }],
+            refunds: Vec::new(),
         };
         let client = ClientFacts {
             credits: [(("t".to_owned(), "u".to_owned(), "k1".to_owned()), 100)].into(),
