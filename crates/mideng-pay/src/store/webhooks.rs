@@ -2,7 +2,7 @@
 //! attempt with its answer.
 //!
 //! Invariants held here:
-//! - an event's deliveries are written in the event's own transaction ([`fan_out`], beside
+//! - an event's deliveries are written in the event's own transaction (`fan_out`, beside
 //!   the outbox row), one per subscribed endpoint (a unique key on endpoint and event): an event
 //!   exists if and only if its deliveries do, and no retry of that transaction makes two;
 //! - a delivery is attempted by one dispatcher at a time: claiming it moves its due time
