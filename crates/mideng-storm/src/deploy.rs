@@ -23,6 +23,7 @@ use mideng_pay::flows::PaymentSettings;
 pub use mideng_pay::testing::TenantAccess;
 use mideng_pay::testing::{Blueprint, Proxy, create_database, start_simulator};
 use mideng_pay::workers::reconcile::ReconcileSettings;
+use mideng_pay::workers::webhooks::WebhookSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_pay::{Application, Settings};
 use mideng_sim::{MerchantKeys, SimConfig, Simulator};
@@ -559,6 +560,16 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>) -> EventSettings {
         broker,
         relay: options.events.then_some(fast),
         consumer: options.events.then_some(consumer),
-        webhooks: None,
+        // Webhooks on a schedule of milliseconds (eight attempts over 6 s) with a one-second
+        // attempt, so that a storm's retries happen within the run.
+        webhooks: options.events.then(|| WebhookSettings {
+            schedule: [0, 50, 100, 200, 400, 800, 1_600, 3_200]
+                .into_iter()
+                .map(Duration::from_millis)
+                .collect(),
+            timeout: Duration::from_secs(1),
+            interval: Duration::from_millis(50),
+            ..WebhookSettings::default()
+        }),
     }
 }

@@ -1,6 +1,6 @@
 //! The CI-sized storm: seconds of duplicates, faults and attacks, then the audit must find
-//! nothing, every source of duplicates must actually have occurred (refunds and reversals
-//! included), and the attacker must have sent every kind of hostile notify without one being
+//! nothing, every source of duplicates must actually have occurred (refunds, reversals and
+//! webhook retries included), and the attacker must have sent every kind of hostile notify without one being
 //! accepted.
 
 mod support;
@@ -25,6 +25,12 @@ fn assert_clean(report: &StormReport) {
         "nothing was refunded: {table}"
     );
     assert!(report.audit.reversals > 0, "nothing was reversed: {table}");
+    // The merchant fails some messages on purpose: some webhooks were sent more than once.
+    assert!(
+        report.audit.webhook_deliveries > 0
+            && report.audit.webhook_copies > report.audit.webhook_deliveries,
+        "no webhook retried: {table}"
+    );
     let refund_duplicates: u64 = report
         .duplicates
         .iter()

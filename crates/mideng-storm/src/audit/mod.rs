@@ -23,6 +23,7 @@
 //! | every refund here that is not CLOSED is at the channel in the same state, and every refund at the channel is known here | database + trades |
 //! | a payment refunded in full ⇔ its order REFUNDED | database |
 //! | a deduction reversed at most once, by its own amount; every answered reversal in the ledger, none unanswered | database + client answers |
+//! | every event of this run has its webhook delivery, every delivery DELIVERED, received by the merchant with a valid signature and applied once | database + the merchant |
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -31,6 +32,7 @@ use mideng::store::sql::{Dialect, SqlConn, SqlRow, SqlStore, store_error};
 use serde::Serialize;
 
 mod refunds;
+mod webhooks;
 
 use self::refunds::{REVERSAL_REFERENCE_PREFIX, check_refunds, check_reversals};
 
@@ -143,6 +145,42 @@ pub struct Snapshot {
     pub entries: Vec<EntryFact>,
     /// Refunds.
     pub refunds: Vec<RefundFact>,
+    /// Webhook deliveries.
+    pub deliveries: Vec<DeliveryFact>,
+    /// Outbox events of the types merchants subscribe to.
+    pub events: Vec<EventFact>,
+}
+
+/// A webhook delivery as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The event's id: the messages' `webhook-id`.
+    pub event_id: String,
+    /// PENDING, DELIVERED or FAILED.
+    pub status: String,
+}
+
+/// An outbox event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventFact {
+    /// Its id (the webhook-id of its deliveries).
+    pub id: String,
+    /// `payment.succeeded`, `payment.closed` or `refund.succeeded`.
+    pub topic: String,
+    /// The payment or refund number it is about.
+    pub key: String,
+}
+
+/// What the storm's merchant received.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WebhookFacts {
+    /// Per `webhook-id`: copies received with a valid signature, and how many the merchant
+    /// applied (its own dedup by `webhook-id`: one, or none when it never acknowledged one).
+    pub received: BTreeMap<String, (u32, u32)>,
+    /// Messages whose signature did not verify.
+    pub bad_signatures: u64,
 }
 
 impl Snapshot {
@@ -181,6 +219,13 @@ impl Snapshot {
                 .into_iter()
                 .filter(|refund| ours(&refund.tenant_id, &refund.order_id))
                 .collect(),
+            deliveries: self
+                .deliveries
+                .into_iter()
+                .filter(|delivery| tenants.contains(&delivery.tenant_id))
+                .collect(),
+            // Kept whole: the check keeps those about this run's payments and refunds.
+            events: self.events,
         }
     }
 }
@@ -240,6 +285,9 @@ pub struct ClientFacts {
     pub refunds: HashMap<(String, String), AnsweredRefund>,
     /// Reversals answered 200, by (tenant, user, deduction number).
     pub reversals: HashMap<(String, String, String), AnsweredReversal>,
+    /// What the storm's merchant received (`None`: no merchant, a deployment the storm did
+    /// not start).
+    pub webhooks: Option<WebhookFacts>,
 }
 
 /// What the answers to one refund request key said.
@@ -297,6 +345,10 @@ pub struct AuditFigures {
     pub refunds_succeeded: usize,
     /// Deductions put back (reversal entries in the ledger).
     pub reversals: usize,
+    /// Webhook deliveries (one per event and endpoint).
+    pub webhook_deliveries: usize,
+    /// Copies the merchant received (retries and redeliveries included).
+    pub webhook_copies: usize,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -651,6 +703,9 @@ pub fn check(
         }
     }
 
+    if let Some(received) = &client.webhooks {
+        webhooks::check(snapshot, received, &mut violations, &mut figures);
+    }
     for mismatch in &client.replay_mismatches {
         violations.push(violation("every replay byte-identical", mismatch.clone()));
     }
@@ -761,6 +816,35 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             order_id: row.text(4).map_err(read)?,
             amount: row.int(5).map_err(read)?,
             status: row.text(6).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT tenant_id, event_id, status FROM pay_webhook_deliveries",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.deliveries.push(DeliveryFact {
+            tenant_id: row.text(0).map_err(read)?,
+            event_id: row.text(1).map_err(read)?,
+            status: row.text(2).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT id, topic, message_key FROM mideng_outbox WHERE topic IN \
+             ('payment.succeeded', 'payment.closed', 'refund.succeeded')",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.events.push(EventFact {
+            id: row.text(0).map_err(read)?,
+            topic: row.text(1).map_err(read)?,
+            key: row.text(2).map_err(read)?,
         });
     }
     Ok(snapshot)
@@ -941,6 +1025,8 @@ mod tests {
                 reference: "k1".to_owned(),
             }],
             refunds: Vec::new(),
+            deliveries: Vec::new(),
+            events: Vec::new(),
         };
         let client = ClientFacts {
             credits: [(("t".to_owned(), "u".to_owned(), "k1".to_owned()), 100)].into(),

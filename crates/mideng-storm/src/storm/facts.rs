@@ -15,12 +15,14 @@ use serde_json::Value;
 use super::clients::Shared;
 use crate::audit::{
     self, AuditFigures, ChannelFacts, ChannelRefundFact, ClientFacts, TradeFact, Violation,
+    WebhookFacts,
 };
 
 /// Reads the database and the channel and checks every invariant, over this run's own ids.
 pub(super) async fn audit_now(
     shared: &Shared,
     database_url: &str,
+    webhooks: Option<WebhookFacts>,
 ) -> anyhow::Result<(Vec<Violation>, AuditFigures)> {
     let pool = PoolSettings {
         connections_max: 2,
@@ -46,6 +48,7 @@ pub(super) async fn audit_now(
         ClientFacts {
             attacked: log.attacks.victims().clone(),
             accepted_attacks: log.attacks.accepted.clone(),
+            webhooks,
             ..log.client.clone()
         }
     };

@@ -21,7 +21,9 @@
 //! - **reconciliation overlapping callbacks**: every instance runs its reconciler every 5 s over
 //!   payments pending (and refunds processing) for 3 s, and rounds by hand run at the end,
 //!   until no refund is PROCESSING;
-//! - **broker redelivery**: a relay or consumer killed with its instance, a broker cut off.
+//! - **broker redelivery**: a relay or consumer killed with its instance, a broker cut off;
+//! - **webhooks**: the merchant (`merchant`) answers some messages 500 and some after the
+//!   dispatcher's timeout, so the service sends them again under the same `webhook-id`.
 //!
 //! Faults (servers stack; the embedded stack has the crash and the simulator's faults only): an
 //! instance crashed mid-request and restarted, Redis cut off and back, the broker cut off and
@@ -46,6 +48,8 @@
 //! - `clients` — the state the clients share and the scripts they run, which send every
 //!   source of duplicates and log what they were told;
 //! - `refunds` — the refund and reversal scripts;
+//! - `merchant` — the webhook receiver every tenant registers, which fails some messages on
+//!   purpose and applies each `webhook-id` once;
 //! - `faults` — the faults of the schedule and the clock that excuses a 5xx during one;
 //! - `facts` — the database's snapshot, the channel's side and the decision counters, which
 //!   [`crate::audit`] checks;
@@ -55,6 +59,7 @@ mod args;
 mod clients;
 mod facts;
 mod faults;
+mod merchant;
 mod refunds;
 mod report;
 
@@ -137,6 +142,8 @@ pub async fn run(
             lock_wait: Duration::from_millis(500),
             duplicate_wait: Duration::from_millis(500),
             wallet_strategy: args.wallet_strategy,
+            // The merchant's webhook receiver listens on loopback.
+            webhook_private_targets: true,
             ..PaymentSettings::default()
         };
         if let Some(layer) = args.break_layer {
@@ -194,6 +201,16 @@ pub async fn run(
         bar
     } else {
         indicatif::ProgressBar::hidden()
+    };
+
+    // The merchant registers its webhook endpoints first (a deployment the storm started).
+    let merchant = match &deployment {
+        Some(_) => {
+            let merchant = merchant::Merchant::start().await?;
+            merchant.register(&shared).await?;
+            Some(merchant)
+        }
+        None => None,
     };
 
     // Every tenant's hot wallet gets money first.
@@ -325,6 +342,7 @@ pub async fn run(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         drain_events(&operator).await?;
+        drain_webhooks(&operator).await?;
     }
 
     // The audit; a deployment the storm did not start is given time for its own workers
@@ -332,7 +350,8 @@ pub async fn run(
     // time is up.
     let settle_until = Instant::now() + Duration::from_secs(args.settle_secs);
     let (violations, figures) = loop {
-        let audited = audit_now(&shared, &database_url).await?;
+        let webhooks = merchant.as_ref().map(merchant::Merchant::facts);
+        let audited = audit_now(&shared, &database_url, webhooks).await?;
         if deployment.is_some() || audited.0.is_empty() || Instant::now() >= settle_until {
             break audited;
         }
@@ -449,6 +468,27 @@ async fn settle_notifies(shared: &Shared, payments: &[String]) {
 /// in-database queue of `payment.succeeded` drained, then a moment for the consumers' last
 /// acknowledgements. The other topics (`payment.closed`, `refund.succeeded`) have no consumer
 /// in the storm's deployment, so their queues are not waited for.
+/// Waits until no webhook delivery is pending (the merchant fails some on purpose: they are
+/// retried within seconds on the storm's schedule).
+async fn drain_webhooks(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !operator
+        .ports
+        .store
+        .webhooks
+        .due(i64::MAX, 1)
+        .await?
+        .is_empty()
+    {
+        if Instant::now() > deadline {
+            // The audit names what is left.
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 async fn drain_events(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

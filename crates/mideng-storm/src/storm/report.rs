@@ -128,7 +128,7 @@ impl StormReport {
         let audit = &self.audit;
         let _ = writeln!(
             out,
-            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} attacked payments",
+            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments",
             audit.payments,
             audit.paid,
             audit.charged,
@@ -139,6 +139,8 @@ impl StormReport {
             audit.ledger_entries,
             audit.deducts,
             audit.reversals,
+            audit.webhook_deliveries,
+            audit.webhook_copies,
             audit.attacked
         );
         if let Some(layer) = self.broken_layer {

@@ -1,0 +1,156 @@
+//! The merchant's webhooks: every event of this run delivered at least once, applied once.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::{AuditFigures, Snapshot, Violation, WebhookFacts, violation};
+
+/// Checks the deliveries against the events and against what the merchant received.
+pub(super) fn check(
+    snapshot: &Snapshot,
+    received: &WebhookFacts,
+    violations: &mut Vec<Violation>,
+    figures: &mut AuditFigures,
+) {
+    // The run's events: those about its payments and refunds.
+    let ours: HashSet<&str> = snapshot
+        .payments
+        .iter()
+        .map(|payment| payment.payment_no.as_str())
+        .chain(
+            snapshot
+                .refunds
+                .iter()
+                .map(|refund| refund.refund_no.as_str()),
+        )
+        .collect();
+    let mut per_event: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for delivery in &snapshot.deliveries {
+        per_event
+            .entry(delivery.event_id.as_str())
+            .or_default()
+            .push(delivery.status.as_str());
+    }
+    for event in snapshot
+        .events
+        .iter()
+        .filter(|event| ours.contains(event.key.as_str()))
+    {
+        match per_event.get(event.id.as_str()).map(Vec::as_slice) {
+            None | Some([]) => violations.push(violation(
+                "every event has its webhook delivery",
+                format!("{} {} ({})", event.topic, event.key, event.id),
+            )),
+            Some([_]) => {}
+            Some(more) => violations.push(violation(
+                "one webhook delivery per event and endpoint",
+                format!("{} {}: {} deliveries", event.topic, event.key, more.len()),
+            )),
+        }
+    }
+    for delivery in &snapshot.deliveries {
+        figures.webhook_deliveries += 1;
+        if delivery.status != "DELIVERED" {
+            violations.push(violation(
+                "every webhook delivered at least once",
+                format!("{} is {}", delivery.event_id, delivery.status),
+            ));
+            continue;
+        }
+        match received.received.get(&delivery.event_id) {
+            Some((_, 1)) => {}
+            Some((copies, applied)) => violations.push(violation(
+                "every webhook applied once by the merchant",
+                format!(
+                    "{}: {copies} copies, applied {applied} times",
+                    delivery.event_id
+                ),
+            )),
+            None => violations.push(violation(
+                "every delivered webhook reached the merchant, signed",
+                delivery.event_id.clone(),
+            )),
+        }
+    }
+    figures.webhook_copies = received
+        .received
+        .values()
+        .map(|(copies, _)| usize::try_from(*copies).unwrap_or(usize::MAX))
+        .sum();
+    if received.bad_signatures > 0 {
+        violations.push(violation(
+            "every webhook signed with the endpoint's secret",
+            format!("{} messages did not verify", received.bad_signatures),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DeliveryFact, EventFact, PaymentFact};
+    use super::*;
+
+    fn world(status: &str, received: &[(&str, (u32, u32))]) -> Vec<&'static str> {
+        let snapshot = Snapshot {
+            payments: vec![PaymentFact {
+                payment_no: "P1".to_owned(),
+                tenant_id: "t".to_owned(),
+                order_id: "o1".to_owned(),
+                status: "PAID".to_owned(),
+                amount: 100,
+                expires_at_ms: 0,
+                updated_at_ms: 0,
+                refunded: 0,
+            }],
+            deliveries: vec![DeliveryFact {
+                tenant_id: "t".to_owned(),
+                event_id: "evt_1".to_owned(),
+                status: status.to_owned(),
+            }],
+            events: vec![
+                EventFact {
+                    id: "evt_1".to_owned(),
+                    topic: "payment.succeeded".to_owned(),
+                    key: "P1".to_owned(),
+                },
+                EventFact {
+                    id: "evt_other".to_owned(),
+                    topic: "payment.succeeded".to_owned(),
+                    key: "P-another-run".to_owned(),
+                },
+            ],
+            ..Snapshot::default()
+        };
+        let received = WebhookFacts {
+            received: received
+                .iter()
+                .map(|(id, counts)| ((*id).to_owned(), *counts))
+                .collect(),
+            bad_signatures: 0,
+        };
+        let mut violations = Vec::new();
+        check(
+            &snapshot,
+            &received,
+            &mut violations,
+            &mut AuditFigures::default(),
+        );
+        violations.iter().map(|v| v.invariant).collect()
+    }
+
+    #[test]
+    fn a_webhook_delivered_and_applied_once_passes_and_anything_else_is_named() {
+        assert!(world("DELIVERED", &[("evt_1", (3, 1))]).is_empty());
+        assert_eq!(
+            world("DELIVERED", &[("evt_1", (2, 2))]),
+            ["every webhook applied once by the merchant"]
+        );
+        assert_eq!(
+            world("FAILED", &[]),
+            ["every webhook delivered at least once"]
+        );
+        assert_eq!(
+            world("DELIVERED", &[]),
+            ["every delivered webhook reached the merchant, signed"]
+        );
+    }
+}
