@@ -683,6 +683,7 @@ fn wechat_refund_notifications_name_the_refund_and_its_end() {
         verified.state,
         NotifiedState::Refund {
             out_refund_no: "R1".to_owned(),
+            refund_fen: 20000,
             state: RefundState::Succeeded(Refund {
                 channel_refund_no: "50300000000000000000000001".to_owned(),
                 refund_fen: 20000,

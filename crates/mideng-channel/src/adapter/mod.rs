@@ -223,6 +223,9 @@ pub enum NotifiedState {
     Refund {
         /// The merchant's refund number (`out_refund_no`).
         out_refund_no: String,
+        /// The refund's amount, in fen, whatever its state: the merchant checks it against its
+        /// own refund before the state counts.
+        refund_fen: i64,
         /// What became of it.
         state: RefundState,
     },

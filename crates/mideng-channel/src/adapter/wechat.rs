@@ -567,6 +567,7 @@ impl WechatChannel {
             amount_fen: notice.amount.total,
             state: NotifiedState::Refund {
                 out_refund_no: notice.out_refund_no,
+                refund_fen: notice.amount.refund,
                 state,
             },
         })

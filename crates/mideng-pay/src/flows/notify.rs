@@ -39,9 +39,11 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         NotifiedState::Closed => NotifyEvent::Closed,
         NotifiedState::Refund {
             out_refund_no,
+            refund_fen,
             state,
         } => NotifyEvent::Refund {
             out_refund_no: out_refund_no.clone(),
+            refund_fen: *refund_fen,
             state: state.clone(),
         },
         NotifiedState::Other(_) => NotifyEvent::Other,

@@ -57,6 +57,8 @@ pub enum NotifyEvent {
     Refund {
         /// Our refund number.
         out_refund_no: String,
+        /// The refund's amount as the channel reports it.
+        refund_fen: i64,
         /// Its state there.
         state: mideng_channel::adapter::RefundState,
     },
@@ -138,6 +140,7 @@ async fn notify_on<D: Dialect>(
     let refund_move = match &notify.event {
         NotifyEvent::Refund {
             out_refund_no,
+            refund_fen,
             state,
         } => {
             let Some(refund) = refunds::find_refund::<D>(connection, out_refund_no, true).await?
@@ -147,10 +150,13 @@ async fn notify_on<D: Dialect>(
             if refund.payment_no != notify.payment_no {
                 return applied(NotifyOutcome::Rejected("refund_mismatch"));
             }
+            // Whatever the state it reports, a notify speaks for our refund only with our
+            // refund's amount.
+            let succeeded_other = matches!(state, RefundState::Succeeded(done) if done.refund_fen != refund.amount_fen);
+            if *refund_fen != refund.amount_fen || succeeded_other {
+                return applied(NotifyOutcome::Rejected("refund_amount_mismatch"));
+            }
             match state {
-                RefundState::Succeeded(done) if done.refund_fen != refund.amount_fen => {
-                    return applied(NotifyOutcome::Rejected("refund_amount_mismatch"));
-                }
                 RefundState::Succeeded(done) => Some((RefundStatus::Success, Some(done))),
                 RefundState::Closed => Some((RefundStatus::Closed, None)),
                 RefundState::Abnormal => Some((RefundStatus::Abnormal, None)),

@@ -45,22 +45,44 @@ fn wechat_success(
         "success_time": wechat::format_rfc3339(signed_at_secs * 1000),
         "amount": {"total": amount_fen, "payer_total": amount_fen, "currency": "CNY"},
     });
+    signed_wechat_notify(
+        "TRANSACTION.SUCCESS",
+        "transaction",
+        &transaction.to_string(),
+        signed_at_secs,
+        serial,
+        &fixture_channel_key(),
+    )
+}
+
+/// A WeChat Pay notification of `event_type` whose resource (`original_type` and associated
+/// data `resource_type`) encrypts `plaintext`, signed by `key` at `signed_at_secs` under
+/// `serial`.
+fn signed_wechat_notify(
+    event_type: &str,
+    resource_type: &str,
+    plaintext: &str,
+    signed_at_secs: i64,
+    serial: &str,
+    key: &mideng_channel::keys::PrivateKey,
+) -> (Vec<(String, String)>, String) {
+    let (config, _) = sim_identity();
     let ciphertext = aes_gcm_encrypt(
         config.wechat_api_v3_key.as_bytes(),
         b"abcdefghijkl",
-        b"transaction",
-        transaction.to_string().as_bytes(),
+        resource_type.as_bytes(),
+        plaintext.as_bytes(),
     )
     .expect("encrypt");
     let body = json!({
         "id": unique("EV"), "create_time": wechat::format_rfc3339(signed_at_secs * 1000),
-        "event_type": "TRANSACTION.SUCCESS", "resource_type": "encrypt-resource", "summary": "支付成功",
+        "event_type": event_type, "resource_type": "encrypt-resource", "summary": "通知",
         "resource": {"algorithm": "AEAD_AES_256_GCM", "ciphertext": ciphertext,
-                     "associated_data": "transaction", "nonce": "abcdefghijkl", "original_type": "transaction"},
+                     "associated_data": resource_type, "nonce": "abcdefghijkl", "original_type": resource_type},
     })
     .to_string();
     let timestamp = signed_at_secs.to_string();
-    let signature = fixture_channel_key()
+    let signature = key
         .sign(wechat::notify_message(&timestamp, "NONCE1", &body).as_bytes())
         .expect("sign");
     let headers = vec![
@@ -242,4 +264,118 @@ pub(crate) async fn hostile_notifies_move_no_money(backend: Backend) {
         victim.order(&victim_alipay_order).await["status"],
         "CREATED"
     );
+}
+
+/// Refund notifies an attacker can make: platform-signed ones that name a refund of another
+/// payment or another amount, one signed by someone else, one replayed a day later. Each is
+/// refused with a 4xx and the refund stays as it was; the genuine state still settles it.
+pub(crate) async fn hostile_refund_notifies_settle_nothing(backend: Backend) {
+    let service = Service::start(backend).await;
+    let (config, _) = sim_identity();
+    let serial = config.wechat_platform_serial.as_str();
+    let mut paid = Vec::new();
+    for _ in 0..2 {
+        let order_id = unique("o");
+        service.create_order(&order_id, "u-a", 2_000).await;
+        let number = payment_no(&service.create_payment(&order_id, "wechat").await.json());
+        service
+            .sim_put(
+                "/sim/notify-policy",
+                json!({"mode": "drop", "out_trade_no": number}),
+            )
+            .await;
+        service.pay_at_channel(&number).await;
+        service.settled_trade(&number).await;
+        let settings = mideng_pay::workers::reconcile::ReconcileSettings {
+            min_age: std::time::Duration::ZERO,
+            tenant: Some(service.tenant.clone()),
+            ..mideng_pay::workers::reconcile::ReconcileSettings::default()
+        };
+        mideng_pay::workers::reconcile::reconcile_once(&service.state.ports, &settings)
+            .await
+            .expect("round");
+        paid.push(number);
+    }
+    // A WeChat refund answers PROCESSING; its notify is dropped with the trade's.
+    let refund = service
+        .post(
+            &format!("/v1/payments/{}/refunds", paid[0]),
+            json!({"amount": 500}),
+            &[("Idempotency-Key", &unique("rk"))],
+        )
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.json());
+    assert_eq!(refund.json()["status"], "PROCESSING", "{}", refund.json());
+    let refund_no = refund.json()["refund_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    let notice = |out_trade_no: &str, refund: i64| {
+        serde_json::to_string(&wechat::RefundNotice {
+            mchid: config.wechat_mchid.clone(),
+            out_trade_no: out_trade_no.to_owned(),
+            transaction_id: None,
+            out_refund_no: refund_no.clone(),
+            refund_id: unique("5030"),
+            refund_status: "CLOSED".to_owned(),
+            success_time: None,
+            user_received_account: None,
+            amount: wechat::RefundAmount {
+                total: 2_000,
+                refund,
+                payer_total: None,
+                payer_refund: None,
+                currency: None,
+            },
+        })
+        .expect("json")
+    };
+    let closed = |plaintext: String, signed_at: i64, key: &mideng_channel::keys::PrivateKey| {
+        signed_wechat_notify(
+            wechat::EVENT_REFUND_CLOSED,
+            wechat::REFUND_ASSOCIATED_DATA,
+            &plaintext,
+            signed_at,
+            serial,
+            key,
+        )
+    };
+    let forger = mideng_channel::keys::PrivateKey::from_pem(include_str!(
+        "../../../mideng-channel/tests/fixtures/merchant-private.pem"
+    ))
+    .expect("key");
+    for (what, notify) in [
+        (
+            "the refund named under another payment",
+            closed(notice(&paid[1], 500), now_secs(), &fixture_channel_key()),
+        ),
+        (
+            "another amount",
+            closed(notice(&paid[0], 2_000), now_secs(), &fixture_channel_key()),
+        ),
+        (
+            "signed by someone else",
+            closed(notice(&paid[0], 500), now_secs(), &forger),
+        ),
+        (
+            "a day old",
+            closed(
+                notice(&paid[0], 500),
+                now_secs() - 86_400,
+                &fixture_channel_key(),
+            ),
+        ),
+    ] {
+        assert_eq!(post_wechat(&service, notify).await, 400, "{what}");
+        let shown = service
+            .get(&format!("/v1/refunds/{refund_no}"))
+            .await
+            .json();
+        assert_eq!(shown["status"], "PROCESSING", "{what}: {shown}");
+    }
+    let payment = service
+        .get(&format!("/v1/payments/{}", paid[0]))
+        .await
+        .json();
+    assert_eq!(payment["refundable"], 1_500, "nothing freed: {payment}");
 }

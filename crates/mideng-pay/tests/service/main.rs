@@ -40,6 +40,7 @@ backend_suite!(
     crate::payments::close_racing_payment_is_never_both => close_racing_payment_is_never_both,
     crate::payments::forged_callbacks_change_nothing => forged_callbacks_change_nothing,
     crate::attacks::hostile_notifies_move_no_money => hostile_notifies_move_no_money,
+    crate::attacks::hostile_refund_notifies_settle_nothing => hostile_refund_notifies_settle_nothing,
     crate::payments::a_lost_channel_answer_keeps_the_attempt => a_lost_channel_answer_keeps_the_attempt,
     crate::payments::a_close_before_the_scan_never_strands_a_payment => a_close_before_the_scan_never_strands_a_payment,
     crate::reconcile::lost_notifies_are_found_by_reconciliation => lost_notifies_are_found_by_reconciliation,

@@ -94,6 +94,7 @@ fn verified_refund_notify(channel: &dyn Channel, notify: &Received) -> (String, 
         NotifiedState::Refund {
             out_refund_no,
             state,
+            ..
         } => (out_refund_no, state),
         other => panic!("not a refund notify: {other:?}"),
     }
