@@ -17,8 +17,10 @@ use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
 use mideng::{StoreError, clock, dialect_sql};
 
+use super::orders;
 use super::sql::SqlPay;
 use crate::domain::events::{GRANT_KIND, Grant, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
+use crate::domain::order::OrderStatus;
 use crate::limits::{GRANT_LEASE, GRANT_RETENTION};
 
 /// Inserts a grant; a second grant for the payment (primary key or unique payment number)
@@ -37,6 +39,13 @@ pub async fn insert_grant<D: Dialect>(
     let Some(item) = event.grant() else {
         return Ok(false);
     };
+    // Events arrive unordered: the payment may have been refunded in full before its grant is
+    // made (its `refund.succeeded` handled first, with no grant to revoke). The order's row
+    // lock orders this grant against the last refund, which moves the order to REFUNDED; a
+    // grant made after that is made revoked.
+    let refunded = orders::find_order::<D>(connection, &event.tenant_id, &event.order_id, true)
+        .await?
+        .is_some_and(|order| order.status == OrderStatus::Refunded);
     let grant_no = event.grant_no();
     let inserted = connection
         .run(
@@ -54,6 +63,19 @@ pub async fn insert_grant<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
+    if inserted == 1 && refunded {
+        connection
+            .run(
+                GRANT_REVOKE.get::<D>(),
+                &[
+                    Arg::Int(now_ms),
+                    Arg::Text(&event.tenant_id),
+                    Arg::Text(&event.payment_no),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+    }
     Ok(inserted == 1)
 }
 
