@@ -169,6 +169,8 @@ async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
 async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dialect>(
     store: SqlStore<D>,
 ) {
+    // The channel's trade number is unique for good (a unique index): one per run.
+    let trade_no: &'static str = Box::leak(unique("T").into_boxed_str());
     let tenant = unique("t");
     let placed = order(&tenant, "o1");
     let attempt = payment(&tenant, "o1");
@@ -186,7 +188,7 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dia
             Box::pin(apply_success::<D>(
                 connection,
                 &attempt.payment_no,
-                "T",
+                trade_no,
                 1,
                 now_ms(),
                 now_ms(),
@@ -200,7 +202,7 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dia
             Box::pin(apply_success::<D>(
                 connection,
                 "P-none",
-                "T",
+                trade_no,
                 46000,
                 now_ms(),
                 now_ms(),
@@ -236,7 +238,7 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dia
             Box::pin(apply_success::<D>(
                 connection,
                 &attempt.payment_no,
-                "T",
+                trade_no,
                 46000,
                 now_ms(),
                 now_ms(),
