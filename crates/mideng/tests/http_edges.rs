@@ -877,7 +877,14 @@ mod handler_begins {
         Router,
     ) {
         let store = support::postgres_store().await;
-        mideng::sqlx::raw_sql("CREATE TABLE IF NOT EXISTS demo_begun_payments (payment_no TEXT PRIMARY KEY, tenant TEXT NOT NULL, idempotency_key TEXT NOT NULL)")
+        // Two test processes creating the table at once collide in PostgreSQL's catalog even
+        // with IF NOT EXISTS; a transaction-scoped advisory lock serialises them (a
+        // multi-statement simple query is one implicit transaction).
+        mideng::sqlx::raw_sql(
+            "SELECT pg_advisory_xact_lock(727001); \
+             CREATE TABLE IF NOT EXISTS demo_begun_payments (payment_no TEXT PRIMARY KEY, \
+             tenant TEXT NOT NULL, idempotency_key TEXT NOT NULL)",
+        )
             .execute(store.pool())
             .await
             .expect("table");
