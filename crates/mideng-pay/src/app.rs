@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use mideng::lock::LockStore;
 use mideng::store::cached::CachedRecords;
 use mideng::store::memory::MemoryStore;
@@ -124,13 +124,47 @@ pub enum BuildError {
 
 /// The process-wide Prometheus recorder, installed on first use. `None` when another recorder
 /// was installed first (the service then exports nothing itself).
+///
+/// The latency histograms (every metric named `…_seconds`) are exported as Prometheus
+/// histograms (`_bucket`, `_sum`, `_count`) with fixed buckets from 0.5 ms to 10 s, so that
+/// they can be summed over instances and turned into quantiles by the server. A thread of its
+/// own runs the recorder's upkeep every few seconds: it moves the samples recorded since into
+/// their buckets, which would otherwise pile up in memory between scrapes (for ever, if
+/// nothing scrapes).
 pub fn metrics_handle() -> Option<PrometheusHandle> {
+    /// Upper bounds of the latency buckets, in seconds: from a cached read to a stuck channel.
+    const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    /// How often samples are moved into their buckets.
+    const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_seconds".to_owned()),
+                    &LATENCY_BUCKETS_SECONDS,
+                )
+                .expect("the bucket list is not empty")
+                .build_recorder();
             let handle = recorder.handle();
-            metrics::set_global_recorder(recorder).ok().map(|()| handle)
+            metrics::set_global_recorder(recorder).ok()?;
+            let upkeep = handle.clone();
+            // A thread, not a task: the recorder outlives any one runtime (tests start many).
+            let spawned = std::thread::Builder::new()
+                .name("metrics-upkeep".to_owned())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                });
+            if let Err(error) = spawned {
+                // Each scrape still moves the samples into their buckets.
+                tracing::warn!(%error, "no metrics upkeep thread; samples wait for the next scrape");
+            }
+            Some(handle)
         })
         .clone()
 }

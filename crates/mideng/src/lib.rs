@@ -25,6 +25,8 @@
 //!   in-database queue, RabbitMQ and NATS JetStream adapters.
 //! - [`store`] — the adapters: memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis.
 //! - [`redact`] — connection URLs shown without their passwords, for logs and errors.
+//! - [`latency`] — every store and broker operation timed into the histogram
+//!   `mideng_store_duration_seconds{backend, op}`.
 //! - `http` (feature `axum`) — the tower/axum layer with the IETF `Idempotency-Key` semantics.
 //!
 //! ## How data flows
@@ -47,6 +49,7 @@ pub mod error;
 #[cfg(feature = "axum")]
 pub mod http;
 pub mod key;
+pub mod latency;
 pub mod limits;
 pub mod lock;
 pub mod outbox;

@@ -16,6 +16,7 @@ pub mod error;
 mod fields;
 pub mod models;
 mod notify;
+mod observe;
 mod ops;
 mod orders;
 mod payments;
@@ -259,6 +260,7 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn(boundary::contract))
+        .layer(middleware::from_fn(observe::request_duration))
         .with_state(state))
 }
 
@@ -269,5 +271,6 @@ pub fn metrics_router(state: AppState) -> Router {
         .route("/metrics", get(ops::metrics))
         .fallback(ops::not_found)
         .layer(middleware::from_fn(boundary::contract))
+        .layer(middleware::from_fn(observe::request_duration))
         .with_state(state)
 }

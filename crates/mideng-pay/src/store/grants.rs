@@ -282,6 +282,7 @@ impl<D: Dialect> Grants for SqlPay<D> {
         event: &PaymentSucceeded,
         dedup: bool,
     ) -> Result<GrantOutcome, StoreError> {
+        let _timer = self.timer("grants.grant");
         let now_ms = clock::now_ms();
         let store = &self.store;
         self.store
@@ -290,11 +291,13 @@ impl<D: Dialect> Grants for SqlPay<D> {
     }
 
     async fn grants(&self, tenant_id: &str, user_id: &str) -> Result<Vec<Grant>, StoreError> {
+        let _timer = self.timer("grants.grants");
         let mut connection = self.connection().await?;
         grants_for_user::<D>(&mut connection, tenant_id, user_id).await
     }
 
     async fn revoke(&self, event: &RefundSucceeded) -> Result<RevokeOutcome, StoreError> {
+        let _timer = self.timer("grants.revoke");
         let now_ms = clock::now_ms();
         let store = &self.store;
         self.store

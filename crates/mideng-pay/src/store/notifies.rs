@@ -260,6 +260,7 @@ pub trait Notifies: Send + Sync {
 #[async_trait]
 impl<D: Dialect> Notifies for SqlPay<D> {
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
+        let _timer = self.timer("notifies.apply_notify");
         let now_ms = clock::now_ms();
         let store = &self.store;
         self.store

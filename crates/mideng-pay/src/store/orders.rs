@@ -197,6 +197,7 @@ pub trait Orders: Send + Sync {
 #[async_trait]
 impl<D: Dialect> Orders for SqlPay<D> {
     async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
+        let _timer = self.timer("orders.create_order");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
@@ -208,6 +209,7 @@ impl<D: Dialect> Orders for SqlPay<D> {
         tenant_id: &str,
         order_id: &str,
     ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
+        let _timer = self.timer("orders.order");
         let mut connection = self.connection().await?;
         let Some(order) = find_order::<D>(&mut connection, tenant_id, order_id, false).await?
         else {
@@ -224,6 +226,7 @@ impl<D: Dialect> Orders for SqlPay<D> {
         order_id: &str,
         to: OrderStatus,
     ) -> Result<OrderTransition, StoreError> {
+        let _timer = self.timer("orders.transition_order");
         use mideng::state::StateMachine;
         let now_ms = clock::now_ms();
         self.store

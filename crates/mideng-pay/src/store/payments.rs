@@ -634,6 +634,7 @@ pub trait Payments: Send + Sync {
 #[async_trait]
 impl<D: Dialect> Payments for SqlPay<D> {
     async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError> {
+        let _timer = self.timer("payments.open_payment");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| Box::pin(open_on::<D>(transaction, payment, now_ms)))
@@ -641,6 +642,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
     }
 
     async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError> {
+        let _timer = self.timer("payments.set_pay_url");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -650,6 +652,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
     }
 
     async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError> {
+        let _timer = self.timer("payments.fail_payment");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -665,11 +668,13 @@ impl<D: Dialect> Payments for SqlPay<D> {
     }
 
     async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError> {
+        let _timer = self.timer("payments.payment");
         let mut connection = self.connection().await?;
         find_payment::<D>(&mut connection, payment_no, false).await
     }
 
     async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
+        let _timer = self.timer("payments.close_payment");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| Box::pin(close_on::<D>(transaction, payment_no, now_ms)))
@@ -683,6 +688,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<Payment>, StoreError> {
+        let _timer = self.timer("payments.pending_before");
         let mut connection = self.connection().await?;
         pending_before::<D>(
             &mut connection,
@@ -695,6 +701,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
     }
 
     async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
+        let _timer = self.timer("payments.expire_payment");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -725,6 +732,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         payment_no: &str,
         paid: &mideng_channel::adapter::Payment,
     ) -> Result<SuccessOutcome, StoreError> {
+        let _timer = self.timer("payments.apply_success");
         let now_ms = clock::now_ms();
         let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
         self.store

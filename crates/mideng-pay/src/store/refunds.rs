@@ -499,6 +499,7 @@ pub trait Refunds: Send + Sync {
 #[async_trait]
 impl<D: Dialect> Refunds for SqlPay<D> {
     async fn open_refund(&self, new: &NewRefund<'_>) -> Result<OpenRefund, StoreError> {
+        let _timer = self.timer("refunds.open_refund");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| Box::pin(open_on::<D>(transaction, new, now_ms)))
@@ -511,6 +512,7 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         to: RefundStatus,
         succeeded: Option<&mideng_channel::adapter::Refund>,
     ) -> Result<SettledRefund, StoreError> {
+        let _timer = self.timer("refunds.settle_refund");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -526,11 +528,13 @@ impl<D: Dialect> Refunds for SqlPay<D> {
     }
 
     async fn refund(&self, refund_no: &str) -> Result<Option<Refund>, StoreError> {
+        let _timer = self.timer("refunds.refund");
         let mut connection = self.connection().await?;
         find_refund::<D>(&mut connection, refund_no, false).await
     }
 
     async fn refunds_of(&self, payment_no: &str) -> Result<Vec<Refund>, StoreError> {
+        let _timer = self.timer("refunds.refunds_of");
         let mut connection = self.connection().await?;
         connection
             .rows(
@@ -550,6 +554,7 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<Refund>, StoreError> {
+        let _timer = self.timer("refunds.processing_before");
         let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
         let mut connection = self.connection().await?;
         connection
@@ -755,6 +760,7 @@ pub trait RefundCases: Send + Sync {
 #[async_trait]
 impl<D: Dialect> RefundCases for SqlPay<D> {
     async fn open_cases(&self, limit: u32) -> Result<Vec<RefundCase>, StoreError> {
+        let _timer = self.timer("refund_cases.open_cases");
         let mut connection = self.connection().await?;
         connection
             .rows(CASES_OPEN.get::<D>(), &[Arg::Int(i64::from(limit))])
@@ -770,6 +776,7 @@ impl<D: Dialect> RefundCases for SqlPay<D> {
         payment_no: &str,
         refund_no: &str,
     ) -> Result<OpenRefund, StoreError> {
+        let _timer = self.timer("refund_cases.open_case_refund");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {

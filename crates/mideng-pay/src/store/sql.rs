@@ -4,11 +4,22 @@
 //! is retried whole on a transient conflict (a deadlock victim, a serialisation failure, a busy
 //! SQLite file), so nothing above it sees a half-done change. Reads run on a pooled connection
 //! without a transaction (`SqlPay::connection`).
+//!
+//! Every port call is timed, as the flows wait for it, into the toolkit's histogram
+//! `mideng_store_duration_seconds{backend, op}` ([`mideng::latency`]): `backend` is the dialect
+//! (`postgres`, `mysql`, `sqlite`) and `op` the port and its method, `<port>.<method>`
+//! (`orders.create_order`, `wallets.deduct`, `backend.ping`, …), so that the labels are the
+//! code's own names and never a value from a request. A call's observation covers its whole
+//! transaction: the wait for a pooled connection, every statement, the conflict retries; the
+//! toolkit operations it makes inside (a record's `begin_in`, an outbox `enqueue_in`) are also
+//! observed under their own `op`. The outbox and queue calls of [`super::Events`] are the
+//! toolkit's, observed there (`outbox_backlog`, `outbox_purge`, `queue_depth`, `publish`, …).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use mideng::StoreError;
+use mideng::latency::{self, StoreTimer};
 use mideng::record::RecordStore;
 use mideng::sqlx::pool::PoolConnection;
 use mideng::store::sql::{Dialect, SqlConn, SqlStore, store_error};
@@ -37,6 +48,12 @@ impl<D: Dialect> SqlPay<D> {
     pub(super) async fn connection(&self) -> Result<PoolConnection<D::Db>, StoreError> {
         self.store.pool().acquire().await.map_err(store_error::<D>)
     }
+
+    /// Times the port call `op` (`<port>.<method>`, a constant) on this dialect until the
+    /// timer drops, at the end of the call: bind it first thing, `let _timer = …`.
+    pub(super) fn timer(&self, op: &'static str) -> StoreTimer {
+        StoreTimer::start(latency::Backend::of_dialect(D::KIND), op)
+    }
 }
 
 /// The database itself: its dialect, its idempotency records, readiness.
@@ -62,6 +79,7 @@ impl<D: Dialect> Backend for SqlPay<D> {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        let _timer = self.timer("backend.ping");
         let mut connection = self.connection().await?;
         connection
             .row("SELECT 1", &[])

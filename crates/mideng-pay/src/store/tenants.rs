@@ -82,6 +82,7 @@ pub trait Tenants: Send + Sync {
 #[async_trait]
 impl<D: Dialect> Tenants for SqlPay<D> {
     async fn upsert_tenant(&self, tenant_id: &str, api_key_hash: &str) -> Result<(), StoreError> {
+        let _timer = self.timer("tenants.upsert_tenant");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -96,6 +97,7 @@ impl<D: Dialect> Tenants for SqlPay<D> {
     }
 
     async fn tenant_by_key(&self, api_key_hash: &str) -> Result<Option<String>, StoreError> {
+        let _timer = self.timer("tenants.tenant_by_key");
         let mut connection = self.connection().await?;
         tenant_by_key::<D>(&mut connection, api_key_hash).await
     }

@@ -954,6 +954,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         entry_no: &str,
         render: Render<'_, CreditOutcome>,
     ) -> Result<Answered<CreditOutcome>, StoreError> {
+        let _timer = self.timer("wallets.credit");
         let store = &self.store;
         let tenant_id = record.tenant();
         self.store
@@ -990,6 +991,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         entry_no: &str,
         render: Render<'_, DeductOutcome>,
     ) -> Result<Answered<DeductOutcome>, StoreError> {
+        let _timer = self.timer("wallets.deduct");
         let store = &self.store;
         let tenant_id = record.tenant();
         self.store
@@ -1050,6 +1052,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         deduction_no: &str,
         entry_no: &str,
     ) -> Result<ReverseOutcome, StoreError> {
+        let _timer = self.timer("wallets.reverse");
         self.store
             .write(|transaction| {
                 Box::pin(reverse::<D>(
@@ -1065,6 +1068,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
     }
 
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
+        let _timer = self.timer("wallets.wallet");
         let mut connection = self.connection().await?;
         let (balance_fen, entries) = statement::<D>(&mut connection, tenant_id, user_id).await?;
         Ok(WalletStatement {

@@ -615,6 +615,7 @@ async fn redeliver_on<D: Dialect>(
 #[async_trait]
 impl<D: Dialect> Webhooks for SqlPay<D> {
     async fn register(&self, new: &NewEndpoint<'_>) -> Result<Registered, StoreError> {
+        let _timer = self.timer("webhooks.register");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| Box::pin(register_on::<D>(transaction, new, now_ms)))
@@ -622,6 +623,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
     }
 
     async fn endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        let _timer = self.timer("webhooks.endpoints");
         let mut connection = self.connection().await?;
         connection
             .rows(ENDPOINTS_OF_TENANT.get::<D>(), &[Arg::Text(tenant_id)])
@@ -633,6 +635,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
     }
 
     async fn due(&self, now_ms: i64, limit: u32) -> Result<Vec<DueDelivery>, StoreError> {
+        let _timer = self.timer("webhooks.due");
         let mut connection = self.connection().await?;
         connection
             .rows(
@@ -653,6 +656,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
     }
 
     async fn claim(&self, delivery: &Delivery, until_ms: i64) -> Result<bool, StoreError> {
+        let _timer = self.timer("webhooks.claim");
         let now_ms = clock::now_ms();
         let mut connection = self.connection().await?;
         let changed = connection
@@ -676,6 +680,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         attempt: &Attempt,
         outcome: AttemptOutcome,
     ) -> Result<(), StoreError> {
+        let _timer = self.timer("webhooks.finish");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
@@ -695,6 +700,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         tenant_id: &str,
         event_id: Option<&str>,
     ) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError> {
+        let _timer = self.timer("webhooks.deliveries");
         let mut connection = self.connection().await?;
         let rows = match event_id {
             Some(event_id) => {
@@ -729,6 +735,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         tenant_id: &str,
         delivery_id: &str,
     ) -> Result<Option<Delivery>, StoreError> {
+        let _timer = self.timer("webhooks.redeliver");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {

@@ -22,7 +22,8 @@
 //!   or a broken structured string is refused, never resolved by picking one.
 //! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
 //! - [`Problem`] — every refusal as `application/problem+json` with a stable `code`.
-//! - [`observe`] — every decision is a tracing event and a metrics counter.
+//! - [`observe`] — every decision is a tracing event, a metrics counter and a latency
+//!   histogram.
 
 mod config;
 mod deadline;

@@ -1,9 +1,23 @@
-//! Every idempotency decision, logged and counted.
+//! Every idempotency decision, logged, counted and timed.
 //!
 //! Each decision is a `tracing` event on target `mideng::idempotency` with the tenant, the
-//! operation, the redacted key and the decision, and an increment of the counter
-//! `mideng_idempotency_decisions_total{operation, decision}` through the `metrics` facade (any
-//! recorder: Prometheus, StatsD, …). Keys and tokens never appear: only their redacted forms.
+//! operation, the redacted key and the decision, an increment of the counter
+//! `mideng_idempotency_decisions_total{operation, decision}` and an observation of the histogram
+//! `mideng_idempotency_request_duration_seconds{operation, decision}`, through the `metrics`
+//! facade (any recorder: Prometheus, StatsD, …). Keys and tokens never appear: only their
+//! redacted forms.
+//!
+//! The histogram measures from the layer receiving the request to the decision. For the
+//! decisions that end the request (`replay`, `in_flight`, `mismatch`, `key_*`, `token_duplicate`,
+//! `token_unknown`, `token_unavailable`, and `stored`, `abandoned`, `lease_lost`,
+//! `store_unavailable` after the handler) that is the time to its answer; for those that let
+//! the handler run (`proceed`, `proceed_takeover`, `no_key`, `token_consumed`,
+//! `token_degraded`) it is what the layer cost before the handler started (except on routes
+//! whose handler begins the record itself, where `proceed` is known, and timed, only after the
+//! handler's commit). Labels are the route's operation and the decision: both bounded by the
+//! application's routes.
+
+use std::time::Instant;
 
 /// What the layer decided, as logged and counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,8 +98,18 @@ impl Outcome {
 /// Name of the decision counter.
 pub const DECISIONS_COUNTER: &str = "mideng_idempotency_decisions_total";
 
-/// Logs and counts one decision. `key` is already redacted (or empty when there is none).
-pub(crate) fn record(tenant: &str, operation: &str, redacted_key: &str, outcome: Outcome) {
+/// Name of the decision latency histogram.
+pub const REQUEST_DURATION_HISTOGRAM: &str = "mideng_idempotency_request_duration_seconds";
+
+/// Logs, counts and times one decision, taken for a request the layer received at `received`.
+/// `key` is already redacted (or empty when there is none).
+pub(crate) fn record(
+    tenant: &str,
+    operation: &str,
+    redacted_key: &str,
+    outcome: Outcome,
+    received: Instant,
+) {
     if outcome.is_warning() {
         tracing::warn!(
             target: "mideng::idempotency",
@@ -105,4 +129,10 @@ pub(crate) fn record(tenant: &str, operation: &str, redacted_key: &str, outcome:
         "decision" => outcome.label()
     )
     .increment(1);
+    metrics::histogram!(
+        REQUEST_DURATION_HISTOGRAM,
+        "operation" => operation.to_owned(),
+        "decision" => outcome.label()
+    )
+    .record(received.elapsed());
 }

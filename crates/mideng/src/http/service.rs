@@ -26,7 +26,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, MatchedPath};
@@ -202,6 +202,8 @@ where
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         // The clone that was driven to readiness serves this request; a fresh clone stays
         // behind for the next one (the usual tower pattern).
+        // The one clock reading per request: every decision is timed from here.
+        let received = Instant::now();
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
@@ -209,7 +211,7 @@ where
         // drops this future) does not cut the handler off between its effect and the stored
         // answer: the work finishes, the record completes, and the client's retry replays
         // instead of waiting out the lease.
-        let work = tokio::spawn(handle(config, inner, request));
+        let work = tokio::spawn(handle(config, inner, request, received));
         Box::pin(async move {
             Ok(work.await.unwrap_or_else(|error| {
                 tracing::error!(%error, "idempotent request task failed");
@@ -331,6 +333,8 @@ struct DecisionLog<'a> {
     config: &'a RouteConfig,
     tenant: String,
     redacted_key: String,
+    /// When the layer received the request.
+    received: Instant,
 }
 
 impl DecisionLog<'_> {
@@ -340,6 +344,7 @@ impl DecisionLog<'_> {
             &self.config.operation,
             &self.redacted_key,
             outcome,
+            self.received,
         );
     }
 
@@ -349,7 +354,12 @@ impl DecisionLog<'_> {
     }
 }
 
-async fn handle<S>(config: Arc<RouteConfig>, inner: S, request: Request<Body>) -> Response<Body>
+async fn handle<S>(
+    config: Arc<RouteConfig>,
+    inner: S,
+    request: Request<Body>,
+    received: Instant,
+) -> Response<Body>
 where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
         + Send
@@ -367,6 +377,7 @@ where
         config: &config,
         tenant,
         redacted_key: String::new(),
+        received,
     };
     let key = match read_idempotency_key(&parts.headers) {
         Ok(Some(key)) => Some(key),
@@ -529,6 +540,7 @@ where
         policy: config.policy,
         records: config.records.clone(),
         redacted_key: log.redacted_key.clone(),
+        received: log.received,
     });
     run_handler(config, inner, Request::from_parts(parts, Body::from(body)))
         .await
@@ -554,6 +566,8 @@ pub struct IdempotencyClaim {
     records: Arc<dyn crate::record::RecordStore>,
     redacted_key: String,
     claimed_at_ms: i64,
+    /// When the layer received the request: the handler's decisions are timed from there.
+    received: Instant,
 }
 
 impl std::fmt::Debug for IdempotencyClaim {
@@ -578,6 +592,7 @@ impl IdempotencyClaim {
             self.scope.operation(),
             &self.redacted_key,
             outcome,
+            self.received,
         );
         match decision {
             Decision::Proceed(_) => None,
@@ -616,6 +631,7 @@ impl IdempotencyClaim {
                 self.scope.operation(),
                 &self.redacted_key,
                 outcome,
+                self.received,
             );
         }
     }

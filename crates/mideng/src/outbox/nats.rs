@@ -46,6 +46,7 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
+use crate::latency::{Backend, StoreTimer, op};
 use crate::redact;
 
 /// Bound on the initial connect (async-nats reconnects by itself afterwards).
@@ -278,6 +279,7 @@ impl Publisher for NatsPublisher {
     }
 
     async fn publish(&self, message: &Message) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::Nats, op::PUBLISH);
         let subject = self.settings.subject(&message.topic)?;
         if message.id.is_empty() {
             return Err(BrokerError::Refused("empty message id".to_owned()));
@@ -484,6 +486,7 @@ struct NatsAcker {
 impl Acker for NatsAcker {
     /// Acknowledges and waits for the server to confirm the ack (a double ack).
     async fn ack(self: Box<Self>) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::Nats, op::DELIVERY_ACK);
         self.message
             .double_ack()
             .await
@@ -492,6 +495,7 @@ impl Acker for NatsAcker {
 
     /// Negative ack: the server delivers the message again after `after`.
     async fn retry(self: Box<Self>, after: Duration) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::Nats, op::DELIVERY_RETRY);
         let delay = (!after.is_zero()).then_some(after);
         self.message
             .ack_with(AckKind::Nak(delay))

@@ -19,9 +19,10 @@ use super::sql::{claim_rows, validate};
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
 use crate::clock::now_ms;
 use crate::error::StoreError;
+use crate::latency::op;
 use crate::limits::OUTBOX_BATCH_MAX;
 use crate::record::new_owner;
-use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
+use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error, timer};
 
 /// Publishing is idempotent by message id: a duplicate insert does nothing.
 const INSERT: PerDialect<&str> = crate::dialect_sql!(
@@ -99,6 +100,7 @@ impl<D: Dialect> SqlQueue<D> {
 
     /// Messages of `topic` in the queue, delivered or not (acknowledged ones are gone).
     pub async fn depth(&self, topic: &str) -> Result<u64, StoreError> {
+        let _timer = timer::<D>(op::QUEUE_DEPTH);
         let mut connection = self
             .store
             .pool()
@@ -121,6 +123,7 @@ impl<D: Dialect> Publisher for SqlQueue<D> {
     }
 
     async fn publish(&self, message: &Message) -> Result<(), BrokerError> {
+        let _timer = timer::<D>(op::PUBLISH);
         validate(&message.topic, &message.key, &message.payload).map_err(StoreError::from)?;
         let now = now_ms();
         self.store
@@ -163,6 +166,7 @@ impl<D: Dialect> std::fmt::Debug for SqlQueueSubscriber<D> {
 
 impl<D: Dialect> SqlQueueSubscriber<D> {
     async fn poll(&mut self) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::QUEUE_CLAIM);
         let now = now_ms();
         let until = now.saturating_add(millis(self.visibility));
         let store = &self.store;
@@ -246,6 +250,7 @@ struct QueueAcker<D: Dialect> {
 #[async_trait]
 impl<D: Dialect> Acker for QueueAcker<D> {
     async fn ack(self: Box<Self>) -> Result<(), BrokerError> {
+        let _timer = timer::<D>(op::DELIVERY_ACK);
         // Zero rows: the claim ran out and another consumer holds the message now; it will
         // process it again (and dedup), so there is nothing left to settle here.
         self.store
@@ -258,6 +263,7 @@ impl<D: Dialect> Acker for QueueAcker<D> {
     }
 
     async fn retry(self: Box<Self>, after: Duration) -> Result<(), BrokerError> {
+        let _timer = timer::<D>(op::DELIVERY_RETRY);
         self.store
             .run_once(
                 RETRY.get::<D>(),

@@ -45,6 +45,7 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
+use crate::latency::{Backend, StoreTimer, op};
 use crate::redact;
 
 /// Bound on opening a connection and setting up its channel.
@@ -296,6 +297,7 @@ impl Publisher for RabbitPublisher {
     }
 
     async fn publish(&self, message: &Message) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::RabbitMq, op::PUBLISH);
         let queue = self.settings.queue_name(&message.topic)?;
         if message.id.is_empty() {
             return Err(BrokerError::Refused("empty message id".to_owned()));
@@ -547,11 +549,13 @@ fn settled(what: &str, outcome: lapin::Result<bool>) -> Result<(), BrokerError> 
 #[async_trait]
 impl Acker for RabbitAcker {
     async fn ack(self: Box<Self>) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::RabbitMq, op::DELIVERY_ACK);
         settled("ack", self.acker.ack(BasicAckOptions::default()).await)
     }
 
     /// Requeues at once: `after` is ignored (see the module docs).
     async fn retry(self: Box<Self>, _after: Duration) -> Result<(), BrokerError> {
+        let _timer = StoreTimer::start(Backend::RabbitMq, op::DELIVERY_RETRY);
         let options = BasicNackOptions {
             multiple: false,
             requeue: true,

@@ -21,9 +21,10 @@ use sqlx::Database;
 use super::{BrokerError, Message, Publisher, retry_delay};
 use crate::clock::now_ms;
 use crate::error::{InvalidInput, StoreError};
+use crate::latency::op;
 use crate::limits::{OUTBOX_BATCH_MAX, OUTBOX_PAYLOAD_BYTES_MAX, PURGE_BATCH_ROWS_MAX};
 use crate::record::new_owner;
-use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
+use crate::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error, timer};
 
 const INSERT: PerDialect<&str> = crate::dialect_sql!(
     "INSERT INTO mideng_outbox (id, topic, message_key, payload, created_at, available_at) VALUES ("
@@ -107,6 +108,7 @@ pub async fn enqueue_in<D: Dialect>(
     key: &str,
     payload: &[u8],
 ) -> Result<String, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_ENQUEUE);
     validate(topic, key, payload)?;
     let id = new_message_id();
     let now = now_ms();
@@ -317,6 +319,7 @@ impl<D: Dialect> Relay<D> {
     }
 
     async fn claim(&self) -> Result<Vec<Claimed>, StoreError> {
+        let _timer = timer::<D>(op::OUTBOX_CLAIM);
         let now = now_ms();
         let lease_ms = i64::try_from(self.settings.claim_lease.as_millis()).unwrap_or(i64::MAX);
         let until = now.saturating_add(lease_ms);
@@ -328,11 +331,13 @@ impl<D: Dialect> Relay<D> {
     }
 
     async fn mark_sent(&self, id: &str) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::OUTBOX_MARK_SENT);
         self.autocommit(MARK_SENT.get::<D>(), &[Arg::Int(now_ms()), Arg::Text(id)])
             .await
     }
 
     async fn defer(&self, id: &str, delay: Duration, reason: &str) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::OUTBOX_DEFER);
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
         let reason: String = reason.chars().take(200).collect();
         self.autocommit(
@@ -425,6 +430,7 @@ pub async fn purge_sent<D: Dialect>(
     sent_before_ms: i64,
     limit: u32,
 ) -> Result<u64, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_PURGE);
     let limit = i64::from(limit.clamp(1, PURGE_BATCH_ROWS_MAX));
     let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
     connection
@@ -438,6 +444,7 @@ pub async fn purge_sent<D: Dialect>(
 
 /// How many rows wait to be sent, and since when.
 pub async fn backlog<D: Dialect>(store: &SqlStore<D>) -> Result<Backlog, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_BACKLOG);
     let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
     let row = connection
         .row(BACKLOG.get::<D>(), &[])

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Name, Scope};
+use crate::latency::{Backend, StoreTimer, op};
 use crate::lock::{self, LockGuard, LockStore};
 use crate::record::{
     Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
@@ -75,6 +76,7 @@ impl RecordStore for MemoryStore {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::RECORD_BEGIN);
         let now = now_ms();
         let mut tables = self.tables();
         let identity = (scope.clone(), key.clone());
@@ -131,6 +133,7 @@ impl RecordStore for MemoryStore {
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::RECORD_COMPLETE);
         response.validate()?;
         let now = now_ms();
         let mut tables = self.tables();
@@ -146,6 +149,7 @@ impl RecordStore for MemoryStore {
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::RECORD_ABANDON);
         let mut tables = self.tables();
         let record = tables
             .records
@@ -162,6 +166,7 @@ impl RecordStore for MemoryStore {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::RECORD_FIND);
         Ok(self
             .tables()
             .records
@@ -170,6 +175,7 @@ impl RecordStore for MemoryStore {
     }
 
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::RECORD_PURGE);
         let mut tables = self.tables();
         let doomed: Vec<_> = tables
             .records
@@ -188,6 +194,7 @@ impl RecordStore for MemoryStore {
 #[async_trait]
 impl TokenStore for MemoryStore {
     async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_ISSUE);
         let expires_at_ms = now_ms().saturating_add(token::ttl_ms(ttl)?);
         let token = Token::generate();
         self.tables().tokens.insert(
@@ -201,6 +208,7 @@ impl TokenStore for MemoryStore {
     }
 
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_CONSUME);
         let now = now_ms();
         let mut tables = self.tables();
         Ok(
@@ -220,6 +228,7 @@ impl TokenStore for MemoryStore {
     }
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_PURGE);
         let mut tables = self.tables();
         let doomed: Vec<_> = tables
             .tokens
@@ -242,6 +251,7 @@ impl LockStore for MemoryStore {
         name: &Name,
         ttl: Duration,
     ) -> Result<Option<LockGuard>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::LOCK_ACQUIRE);
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
         let now = now_ms();
         let mut tables = self.tables();
@@ -263,6 +273,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::LOCK_RELEASE);
         let mut tables = self.tables();
         match tables.locks.get_mut(&guard.name) {
             Some((owner, _, until)) if *owner == guard.owner => {
@@ -275,6 +286,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::LOCK_RENEW);
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
         let mut tables = self.tables();
         match tables.locks.get_mut(&guard.name) {
@@ -295,6 +307,7 @@ impl StateStore for MemoryStore {
         id: &Name,
         initial: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::STATE_CREATE);
         let mut tables = self.tables();
         let identity = (kind.to_owned(), id.clone());
         if tables.states.contains_key(&identity) {
@@ -305,6 +318,7 @@ impl StateStore for MemoryStore {
     }
 
     async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::STATE_FIND);
         Ok(self
             .tables()
             .states
@@ -319,6 +333,7 @@ impl StateStore for MemoryStore {
         from: &str,
         to: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Memory, op::STATE_TRANSITION);
         let mut tables = self.tables();
         match tables.states.get_mut(&(kind.to_owned(), id.clone())) {
             Some((state, version)) if state == from => {

@@ -63,6 +63,7 @@ use redis::{
 use crate::clock::now_ms;
 use crate::error::{InvalidInput, StoreError};
 use crate::key::{Fingerprint, IdempotencyKey, Name, Scope};
+use crate::latency::{Backend, StoreTimer, op};
 use crate::limits::SCOPE_PART_BYTES_MAX;
 use crate::lock::{self, LockGuard, LockStore};
 use crate::record::{
@@ -630,6 +631,7 @@ where
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::RECORD_BEGIN);
         let now = now_ms();
         let owner = new_owner();
         let lease_until_ms = now.saturating_add(policy.lease_ms());
@@ -655,6 +657,7 @@ where
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::RECORD_COMPLETE);
         response.validate()?;
         let expires_at_ms = now_ms().saturating_add(lease.retention_ms);
         let record_key = self.record_key(&lease.scope, &lease.key);
@@ -673,6 +676,7 @@ where
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::RECORD_ABANDON);
         let record_key = self.record_key(&lease.scope, &lease.key);
         let invocation = lease_invocation(&ABANDON_SCRIPT, &record_key, lease);
         let written: i64 = self.invoke(&invocation).await?;
@@ -688,6 +692,7 @@ where
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::RECORD_FIND);
         let mut command = redis::cmd("HMGET");
         command
             .arg(self.record_key(scope, key))
@@ -708,6 +713,7 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::TOKEN_ISSUE);
         let ttl_ms = token::ttl_ms(ttl)?;
         let expires_at_ms = now_ms().saturating_add(ttl_ms);
         let token = Token::generate();
@@ -727,6 +733,7 @@ where
     }
 
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::TOKEN_CONSUME);
         let mut invocation = CONSUME_SCRIPT.prepare_invoke();
         invocation.key(self.token_key(scope, token));
         let found: i64 = self.invoke(&invocation).await?;
@@ -754,6 +761,7 @@ where
         name: &Name,
         ttl: Duration,
     ) -> Result<Option<LockGuard>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::LOCK_ACQUIRE);
         let ttl_ms = lock::ttl_ms(ttl)?;
         let held_until_ms = now_ms().saturating_add(ttl_ms);
         let owner = new_owner();
@@ -776,6 +784,7 @@ where
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::LOCK_RELEASE);
         let mut invocation = RELEASE_SCRIPT.prepare_invoke();
         invocation
             .key(self.lock_key(&guard.name))
@@ -785,6 +794,7 @@ where
     }
 
     async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::LOCK_RENEW);
         let ttl_ms = lock::ttl_ms(ttl)?;
         let mut invocation = RENEW_SCRIPT.prepare_invoke();
         invocation
@@ -807,6 +817,7 @@ where
         id: &Name,
         initial: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::STATE_CREATE);
         let mut invocation = CREATE_ENTITY_SCRIPT.prepare_invoke();
         invocation.key(self.state_key(kind, id)).arg(initial);
         let created: i64 = self.invoke(&invocation).await?;
@@ -814,6 +825,7 @@ where
     }
 
     async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::STATE_FIND);
         let mut command = redis::cmd("HMGET");
         command
             .arg(self.state_key(kind, id))
@@ -839,6 +851,7 @@ where
         from: &str,
         to: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = StoreTimer::start(Backend::Redis, op::STATE_TRANSITION);
         let mut invocation = COMPARE_AND_SET_SCRIPT.prepare_invoke();
         invocation.key(self.state_key(kind, id)).arg(from).arg(to);
         let moved: i64 = self.invoke(&invocation).await?;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use sqlx::{Database, Pool, Transaction};
 
 use crate::error::StoreError;
+use crate::latency::{Backend, StoreTimer};
 use crate::limits::CONFLICT_RETRIES_MAX;
 
 /// A bound parameter of the dialect-generic port. Applications on the toolkit may use the port
@@ -279,6 +280,11 @@ pub(crate) fn classify_transport(error: &sqlx::Error) -> Option<Failure> {
         | sqlx::Error::WorkerCrashed => Some(Failure::Unavailable),
         _ => None,
     }
+}
+
+/// Times one store operation on dialect `D` (see [`crate::latency`]) until the timer drops.
+pub(crate) fn timer<D: Dialect>(op: &'static str) -> StoreTimer {
+    StoreTimer::start(Backend::of_dialect(D::KIND), op)
 }
 
 /// A row that contradicts the schema's invariants.

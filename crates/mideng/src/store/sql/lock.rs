@@ -12,12 +12,13 @@ use async_trait::async_trait;
 use sqlx::Database;
 
 use super::engine::{
-    Arg, Dialect, SqlConn, SqlRow, SqlStore, as_fence, as_i64, corrupt, store_error,
+    Arg, Dialect, SqlConn, SqlRow, SqlStore, as_fence, as_i64, corrupt, store_error, timer,
 };
 use super::statements::PerDialect;
 use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::key::Name;
+use crate::latency::op;
 use crate::lock::{self, LockGuard, LockStore};
 use crate::record::new_owner;
 
@@ -108,12 +109,14 @@ impl<D: Dialect> LockStore for SqlStore<D> {
         name: &Name,
         ttl: Duration,
     ) -> Result<Option<LockGuard>, StoreError> {
+        let _timer = timer::<D>(op::LOCK_ACQUIRE);
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
         self.write(|transaction| Box::pin(try_acquire_on::<D>(transaction, name, held_until_ms)))
             .await
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::LOCK_RELEASE);
         let changed = self
             .run_once(
                 RELEASE.get::<D>(),
@@ -124,6 +127,7 @@ impl<D: Dialect> LockStore for SqlStore<D> {
     }
 
     async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::LOCK_RENEW);
         let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
         let changed = self
             .run_once(

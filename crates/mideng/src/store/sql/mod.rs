@@ -39,5 +39,5 @@ pub use migrate::{PoolSettings, versioned_migrator};
 pub use record::FirstClaim;
 pub use statements::PerDialect;
 
-pub(crate) use engine::{classify_transport, decode_text, sql_port};
+pub(crate) use engine::{classify_transport, decode_text, sql_port, timer};
 pub(crate) use migrate::migrator;

@@ -22,12 +22,13 @@ use sqlx::Database;
 
 use super::engine::{
     Arg, Dialect, SqlConn, SqlDialect, SqlRow, SqlStore, as_fence, as_i64, corrupt,
-    retry_conflicts, store_error,
+    retry_conflicts, store_error, timer,
 };
 use super::statements::PerDialect;
 use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Scope};
+use crate::latency::op;
 use crate::limits::PURGE_BATCH_ROWS_MAX;
 use crate::record::{
     Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
@@ -181,6 +182,7 @@ impl<D: Dialect> SqlStore<D> {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        let _timer = timer::<D>(op::RECORD_BEGIN);
         begin_on::<D>(connection, scope, key, fingerprint, policy).await
     }
 
@@ -191,7 +193,23 @@ impl<D: Dialect> SqlStore<D> {
         lease: &Lease,
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::RECORD_COMPLETE);
         complete_on::<D>(connection, lease, response).await
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// The record, read outside any transaction: `find_record`, and the cheap first step of
+    /// `begin` (timed as part of the `begin`).
+    async fn read_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        self.read_row(SELECT.get::<D>(), &record_key_args(scope, key), |row| {
+            decode_record(row, scope, key)
+        })
+        .await
     }
 }
 
@@ -399,10 +417,11 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         fingerprint: &Fingerprint,
         policy: &RecordPolicy,
     ) -> Result<Decision, StoreError> {
+        let _timer = timer::<D>(op::RECORD_BEGIN);
         // The cheap path first (read once, save a write): a completed record that has not
         // expired never changes, so a plain read answers a replay or a mismatch without a
         // write transaction. Anything else takes the locked path.
-        if let Some(existing) = self.find_record(scope, key).await?
+        if let Some(existing) = self.read_record(scope, key).await?
             && existing.state == RecordState::Completed
             && existing.expires_at_ms > now_ms()
         {
@@ -420,6 +439,7 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::RECORD_COMPLETE);
         // One conditional UPDATE is atomic on its own: no explicit transaction needed.
         retry_conflicts(|| async {
             let mut connection = self.pool().acquire().await.map_err(store_error::<D>)?;
@@ -429,6 +449,7 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<(), StoreError> {
+        let _timer = timer::<D>(op::RECORD_ABANDON);
         let [tenant, operation, key_text] = record_key_args(&lease.scope, &lease.key);
         let changed = self
             .run_once(
@@ -454,13 +475,12 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
-        self.read_row(SELECT.get::<D>(), &record_key_args(scope, key), |row| {
-            decode_record(row, scope, key)
-        })
-        .await
+        let _timer = timer::<D>(op::RECORD_FIND);
+        self.read_record(scope, key).await
     }
 
     async fn purge_expired(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _timer = timer::<D>(op::RECORD_PURGE);
         let limit = i64::from(limit.min(PURGE_BATCH_ROWS_MAX));
         self.run_once(
             PURGE.get::<D>(),

@@ -5,10 +5,11 @@
 
 use async_trait::async_trait;
 
-use super::engine::{Arg, Dialect, SqlRow, SqlStore, as_fence};
+use super::engine::{Arg, Dialect, SqlRow, SqlStore, as_fence, timer};
 use super::statements::PerDialect;
 use crate::error::StoreError;
 use crate::key::Name;
+use crate::latency::op;
 use crate::state::StateStore;
 
 const INSERT: PerDialect<&str> = crate::dialect_sql!(
@@ -34,6 +35,7 @@ impl<D: Dialect> StateStore for SqlStore<D> {
         id: &Name,
         initial: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::STATE_CREATE);
         let changed = self
             .run_once(
                 INSERT.get::<D>(),
@@ -44,6 +46,7 @@ impl<D: Dialect> StateStore for SqlStore<D> {
     }
 
     async fn find_state(&self, kind: &str, id: &Name) -> Result<Option<(String, u64)>, StoreError> {
+        let _timer = timer::<D>(op::STATE_FIND);
         self.read_row(
             SELECT.get::<D>(),
             &[Arg::Text(kind), Arg::Text(id.as_str())],
@@ -66,6 +69,7 @@ impl<D: Dialect> StateStore for SqlStore<D> {
         from: &str,
         to: &str,
     ) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::STATE_TRANSITION);
         let changed = self
             .run_once(
                 COMPARE_AND_SET.get::<D>(),

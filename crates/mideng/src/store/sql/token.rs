@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::engine::{Arg, Dialect, SqlRow, SqlStore};
+use super::engine::{Arg, Dialect, SqlRow, SqlStore, timer};
 use super::statements::PerDialect;
 use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::key::Scope;
+use crate::latency::op;
 use crate::limits::PURGE_BATCH_ROWS_MAX;
 use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
 
@@ -42,6 +43,7 @@ const PURGE: PerDialect<&str> = crate::dialect_sql!(
 #[async_trait]
 impl<D: Dialect> TokenStore for SqlStore<D> {
     async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
+        let _timer = timer::<D>(op::TOKEN_ISSUE);
         let expires_at_ms = now_ms().saturating_add(token::ttl_ms(ttl)?);
         let token = Token::generate();
         self.run_once(
@@ -61,6 +63,7 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
     }
 
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+        let _timer = timer::<D>(op::TOKEN_CONSUME);
         let now = now_ms();
         let identity = [
             Arg::Text(scope.tenant()),
@@ -93,6 +96,7 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
     }
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _timer = timer::<D>(op::TOKEN_PURGE);
         let limit = i64::from(limit.min(PURGE_BATCH_ROWS_MAX));
         self.run_once(PURGE.get::<D>(), &[Arg::Int(now_ms), Arg::Int(limit)])
             .await
