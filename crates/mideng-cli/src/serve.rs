@@ -11,11 +11,20 @@ use anyhow::Context;
 use mideng_channel::adapter::Channel;
 use mideng_pay::api::{api_key_hash, generate_api_key};
 use mideng_pay::config::{Overrides, ServeConfig};
+use mideng_pay::web::journal::Journal;
+use mideng_pay::web::{CheckoutSettings, ConsoleSettings, PageSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
 use mideng_sim::Simulator;
 
 /// Runs the service until Ctrl-C.
-pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+///
+/// `journal` is the operator console's memory of decisions; the caller installed its layer in
+/// the `tracing` subscriber.
+pub(crate) async fn run(
+    config_file: Option<PathBuf>,
+    overrides: Overrides,
+    journal: Journal,
+) -> anyhow::Result<()> {
     let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
@@ -61,7 +70,13 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         .demo
         .enabled
         .then(|| config.demo.api_key.clone().unwrap_or_else(generate_api_key));
-    let settings = settings(&config, alipay, wechat, demo_key.as_deref());
+    let mut settings = settings(&config, alipay, wechat, demo_key.as_deref());
+    settings.pages = pages(&config, demo_key.as_deref(), sim_address, journal);
+    let pages = Urls {
+        checkout: settings.pages.checkout.is_some(),
+        console: settings.pages.console.is_some(),
+        console_by_demo_key: config.console.api_key_sha256.is_none(),
+    };
     tracing::info!(?settings, "starting");
     let application = Application::build(settings, listener)
         .await?
@@ -71,6 +86,7 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         metrics_address,
         sim_address,
         demo_key.as_deref(),
+        pages,
     )?;
 
     let mut api_stop = stopped.clone();
@@ -95,6 +111,40 @@ pub(crate) async fn run(config_file: Option<PathBuf>, overrides: Overrides) -> a
         task.await??;
     }
     Ok(())
+}
+
+/// The pages `config` asks for: the checkout pays as the demo tenant (and, in the embedded
+/// mode, asks the in-process simulator to pay), the console opens with the configured key or
+/// else the demo tenant's.
+fn pages(
+    config: &ServeConfig,
+    demo_key: Option<&str>,
+    sim_address: Option<std::net::SocketAddr>,
+    journal: Journal,
+) -> PageSettings {
+    PageSettings {
+        checkout: demo_key
+            .filter(|_| config.checkout_enabled())
+            .map(|key| CheckoutSettings {
+                tenant_id: config.demo.tenant_id.clone(),
+                api_key: key.to_owned(),
+                simulator_url: sim_address.map(|address| format!("http://{address}")),
+            }),
+        console: config
+            .console_key_sha256(demo_key)
+            .map(|api_key_sha256| ConsoleSettings {
+                api_key_sha256,
+                journal,
+            }),
+    }
+}
+
+/// Which pages the banner names.
+#[derive(Clone, Copy)]
+struct Urls {
+    checkout: bool,
+    console: bool,
+    console_by_demo_key: bool,
 }
 
 /// The service's settings from the configuration and the channel adapters.
@@ -138,6 +188,7 @@ fn settings(
         purge: Some(config.purge_settings()),
         events: config.event_settings(),
         transport: config.transport_settings(),
+        pages: PageSettings::default(),
     }
 }
 
@@ -220,9 +271,23 @@ fn banner(
     metrics: std::net::SocketAddr,
     sim: Option<std::net::SocketAddr>,
     demo_key: Option<&str>,
+    pages: Urls,
 ) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "mideng payment service listening on http://{api}")?;
+    if pages.checkout {
+        writeln!(out, "demo checkout: open http://{api}/ in a browser")?;
+    }
+    if pages.console {
+        match demo_key.filter(|_| pages.console_by_demo_key) {
+            // The key travels in the fragment, which the browser never sends to a server.
+            Some(key) => writeln!(out, "operator console: http://{api}/console#key={key}")?,
+            None => writeln!(
+                out,
+                "operator console: http://{api}/console (the [console] key opens it)"
+            )?,
+        }
+    }
     writeln!(out, "metrics (Prometheus) on http://{metrics}/metrics")?;
     if let Some(sim) = sim {
         writeln!(

@@ -29,6 +29,7 @@ use crate::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
 use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
 use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
+use crate::web::{PageSettings, Pages};
 use crate::workers::purge::{self, PurgeSettings};
 use crate::workers::reconcile::{self, ReconcileSettings};
 use crate::workers::{EventSettings, consumer, relay};
@@ -74,6 +75,8 @@ pub struct Settings {
     pub events: EventSettings,
     /// Deadlines and bounds of the HTTP server (heads, bodies, connections).
     pub transport: TransportSettings,
+    /// The demo checkout and the operator console (both off by default).
+    pub pages: PageSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -95,6 +98,7 @@ impl std::fmt::Debug for Settings {
             .field("relay", &self.events.relay.is_some())
             .field("consumer", &self.events.consumer.is_some())
             .field("transport", &self.transport)
+            .field("pages", &self.pages)
             .finish()
     }
 }
@@ -290,6 +294,7 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
         },
         tokens,
         metrics: metrics_handle(),
+        pages: Arc::new(Pages::new(settings.pages.clone())),
     })
 }
 

@@ -15,6 +15,8 @@
 //!   outcome.
 //! - [`api`] — the v1 HTTP API: parse, flow, render, with the toolkit's idempotency layer on
 //!   its routes.
+//! - [`web`] — the pages people look at: the demo checkout at `/` and the operator console
+//!   at `/console`, with the in-process journal of decisions the console shows.
 //! - [`workers`] — what runs beside the API, calling the same flows: the outbox relay, the
 //!   entitlement consumer, reconciliation with the channels (what callbacks missed) and the
 //!   retention purge.
@@ -37,6 +39,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;
+pub mod web;
 pub mod workers;
 
 pub use app::{Application, BuildError, Settings, TenantSeed};

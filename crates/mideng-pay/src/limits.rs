@@ -55,3 +55,14 @@ pub const EXPIRY_GRACE: Duration = Duration::from_secs(60);
 /// How long a one-time token (`POST /v1/tokens`) stays valid: a payment page left open for
 /// half an hour asks for a new one.
 pub const TOKEN_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// How long the demo checkout waits for the simulator when it asks it to pay.
+pub const PAGE_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest text the demo checkout draws as a QR code (a `pay_url` is far shorter; a version 40
+/// code holds at most 2,953 bytes).
+pub const QR_TEXT_BYTES_MAX: usize = 1_024;
+
+/// How long the console's counts by state are reused: any number of open consoles costs one
+/// round of counting statements per interval.
+pub const CONSOLE_OVERVIEW_TTL: Duration = Duration::from_secs(2);

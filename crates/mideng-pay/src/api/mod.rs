@@ -59,6 +59,8 @@ pub struct AppState {
     pub tenants: Arc<tenants::TenantCache>,
     /// Renders `/metrics` (on the metrics listener, [`metrics_router`]).
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// The demo checkout and the operator console, when configured.
+    pub pages: Arc<crate::web::Pages>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -252,6 +254,7 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
 
     Ok(Router::new()
         .merge(authenticated)
+        .merge(crate::web::routes(&state.pages))
         .route("/v1/channels/alipay/notify", post(notify::alipay))
         .route("/v1/channels/wechat/notify", post(notify::wechat))
         .route("/healthz", get(ops::healthz))

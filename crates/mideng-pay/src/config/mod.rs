@@ -34,6 +34,9 @@
 //! [events.rabbitmq]
 //! url = "amqp://mideng:secret@mq.internal:5672/%2f"
 //!
+//! [console]                       # the operator console at /console
+//! api_key_sha256 = "…"            # of the key that opens it (`mideng api-key`)
+//!
 //! [[tenants]]
 //! id = "shop-1"
 //! api_key_sha256 = "…"            # `mideng api-key` prints a key and its hash
@@ -74,7 +77,7 @@ pub use channels::{
     AlipayApiFile, AlipayFile, ChannelsConfig, ConfiguredChannels, WechatFile, WechatPlatformMode,
 };
 pub use sections::{
-    BrokerKind, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
+    BrokerKind, ConsoleConfig, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
     PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
     TenantWebhookConfig, WalletConfig, WebhooksConfig,
 };
@@ -118,6 +121,8 @@ pub struct ServeConfig {
     pub wallet: WalletConfig,
     /// The demo tenant.
     pub demo: DemoConfig,
+    /// The operator console.
+    pub console: ConsoleConfig,
     /// Tenants provisioned at start.
     pub tenants: Vec<TenantConfig>,
     /// Real channel endpoints and keys.
@@ -145,6 +150,7 @@ impl Default for ServeConfig {
             payments: PaymentsConfig::default(),
             wallet: WalletConfig::default(),
             demo: DemoConfig::default(),
+            console: ConsoleConfig::default(),
             tenants: Vec::new(),
             channels: ChannelsConfig::default(),
             reconcile: ReconcileConfig::default(),
@@ -278,6 +284,14 @@ impl ServeConfig {
         {
             return invalid("demo.api_key must be 16 to 256 characters");
         }
+        if let Some(digest) = &self.console.api_key_sha256
+            && (digest.len() != 64 || !digest.bytes().all(|byte| byte.is_ascii_hexdigit()))
+        {
+            return invalid("console.api_key_sha256 must be 64 hexadecimal digits");
+        }
+        if self.demo.checkout == Some(true) && !self.demo.enabled {
+            return invalid("demo.checkout needs the demo tenant (demo.enabled = true)");
+        }
         let reconcile = &self.reconcile;
         if !(1..=3_600).contains(&reconcile.interval_secs)
             || reconcile.min_age_secs > 86_400
@@ -338,6 +352,24 @@ impl ServeConfig {
         self.simulator
             .enabled
             .unwrap_or(self.channels.alipay.is_none() && self.channels.wechat.is_none())
+    }
+
+    /// Whether the demo checkout is served at `/` (`[demo] checkout`; by default exactly when
+    /// the simulator runs in process).
+    pub fn checkout_enabled(&self) -> bool {
+        self.demo.enabled && self.demo.checkout.unwrap_or_else(|| self.simulator_enabled())
+    }
+
+    /// The digest of the key that opens the console, given the demo tenant's key in use;
+    /// `None`: the console is not served.
+    pub fn console_key_sha256(&self, demo_key: Option<&str>) -> Option<String> {
+        if !self.console.enabled {
+            return None;
+        }
+        match &self.console.api_key_sha256 {
+            Some(digest) => Some(digest.to_ascii_lowercase()),
+            None => demo_key.map(crate::api::api_key_hash),
+        }
     }
 
     /// Payment settings.

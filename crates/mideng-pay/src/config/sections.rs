@@ -345,6 +345,10 @@ pub struct DemoConfig {
     pub tenant_id: String,
     /// Its API key; unset: a fresh key at every start, printed.
     pub api_key: Option<String>,
+    /// Serve the demo checkout at `/` (paying as the demo tenant, whose key the page carries).
+    /// Unset: on exactly when the simulator runs in process (the embedded mode), so a
+    /// deployment with real channels never shows it unless told to.
+    pub checkout: Option<bool>,
 }
 
 impl Default for DemoConfig {
@@ -353,6 +357,27 @@ impl Default for DemoConfig {
             enabled: true,
             tenant_id: "demo".to_owned(),
             api_key: None,
+            checkout: None,
+        }
+    }
+}
+
+/// `[console]`: the operator console at `/console`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve it.
+    pub enabled: bool,
+    /// SHA-256 (hex) of the key that opens it (`mideng api-key` makes one). Unset: the demo
+    /// tenant's key opens it when the demo tenant is on; otherwise the console is not served.
+    pub api_key_sha256: Option<String>,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            api_key_sha256: None,
         }
     }
 }

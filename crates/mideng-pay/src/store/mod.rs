@@ -12,6 +12,7 @@
 //! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
 //! | [`webhooks`] | [`Webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
 //! | [`events`] | [`Events`] | the outbox and the in-database queue |
+//! | [`overview`] | [`Overviews`] | counts by state, for the operator console |
 //! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
 //! | [`migrate`] | — | the schema per dialect |
 //!
@@ -32,6 +33,7 @@ pub mod grants;
 pub mod migrate;
 pub mod notifies;
 pub mod orders;
+pub mod overview;
 pub mod payments;
 pub mod refunds;
 pub mod sql;
@@ -48,6 +50,7 @@ pub use grants::{GrantOutcome, Grants};
 pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
 pub use orders::{OrderInsert, OrderTransition, Orders};
+pub use overview::{Overview, Overviews};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
 pub use refunds::{NewRefund, OpenRefund, RefundCases, Refunds, SettledRefund};
 pub use sql::{Backend, SqlPay};
@@ -80,6 +83,8 @@ pub struct Store {
     pub events: Arc<dyn Events>,
     /// Merchant webhooks.
     pub webhooks: Arc<dyn Webhooks>,
+    /// Counts by state, for the operator console.
+    pub overviews: Arc<dyn Overviews>,
 }
 
 impl Store {
@@ -97,7 +102,8 @@ impl Store {
             wallets: sql.clone(),
             grants: sql.clone(),
             events: sql.clone(),
-            webhooks: sql,
+            webhooks: sql.clone(),
+            overviews: sql,
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::api::{AppState, api_key_hash};
 use crate::app::{Application, BuildError, Settings, TenantSeed};
 use crate::flows::PaymentSettings;
 use crate::transport::TransportSettings;
+use crate::web::PageSettings;
 use crate::workers::EventSettings;
 use crate::workers::reconcile::ReconcileSettings;
 
@@ -131,6 +132,8 @@ pub struct Blueprint {
     pub reconcile: Option<ReconcileSettings>,
     /// The broker, and whether the outbox relay and the entitlement consumer run.
     pub events: EventSettings,
+    /// The demo checkout and the operator console (none by default).
+    pub pages: PageSettings,
 }
 
 impl std::fmt::Debug for Blueprint {
@@ -167,6 +170,7 @@ impl Blueprint {
             payments: PaymentSettings::default(),
             reconcile: None,
             events: EventSettings::default(),
+            pages: PageSettings::default(),
         }
     }
 
@@ -191,6 +195,7 @@ impl Blueprint {
             purge: None,
             events: self.events.clone(),
             transport: TransportSettings::default(),
+            pages: self.pages.clone(),
         })
     }
 
@@ -207,6 +212,7 @@ impl Blueprint {
             tenants: Vec::new(),
             reconcile: None,
             events: EventSettings::default(),
+            pages: PageSettings::default(),
             ..self.settings(notify_base)?
         };
         Ok(crate::app::connect(&settings).await?)

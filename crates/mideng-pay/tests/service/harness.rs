@@ -11,6 +11,7 @@ use mideng::outbox::sql::RelaySettings;
 use mideng_channel::keys::PrivateKey;
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::testing::{Blueprint, TenantAccess, create_database, start_simulator};
+use mideng_pay::web::PageSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_sim::{MerchantKeys, SimConfig};
 use reqwest::header::HeaderMap;
@@ -233,6 +234,29 @@ impl Service {
         payments: PaymentSettings,
         events: EventSettings,
     ) -> Self {
+        Self::start_with_pages(
+            backend,
+            database_url,
+            sim,
+            tenant,
+            payments,
+            events,
+            |_, _, _| PageSettings::default(),
+        )
+        .await
+    }
+
+    /// [`Service::start_on`] with the pages `pages` makes of the tenant's id, its API key and
+    /// the simulator's base URL.
+    pub(crate) async fn start_with_pages(
+        backend: Backend,
+        database_url: String,
+        sim: Option<Arc<Sim>>,
+        tenant: Option<(String, String)>,
+        payments: PaymentSettings,
+        events: EventSettings,
+        pages: impl FnOnce(&str, &str, &str) -> PageSettings,
+    ) -> Self {
         // Warnings of the service show up in a failing test's output.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
@@ -270,6 +294,7 @@ impl Service {
             // Tests run rounds themselves, when they choose.
             reconcile: None,
             events,
+            pages: pages(&tenant, &api_key, &sim.base),
             ..Blueprint::new(shared_identity().clone(), &sim.base, &database_url)
         };
         let state = blueprint

@@ -6,6 +6,7 @@ mod events;
 mod harness;
 mod inputs;
 mod instances;
+mod pages;
 mod payments;
 mod purge;
 mod reconcile;
@@ -62,6 +63,7 @@ backend_suite!(
     crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
+    crate::pages::pages_are_served_only_as_configured_and_guarded => pages_are_served_only_as_configured_and_guarded,
 );
 
 /// The HTTP edge: deadlines, the connection cap, problem documents, the metrics listener.

@@ -55,6 +55,7 @@ async fn start(transport: TransportSettings) -> Running {
         purge: None,
         events: EventSettings::default(),
         transport,
+        pages: mideng_pay::web::PageSettings::default(),
     };
     let application = Application::build(settings, listener)
         .await

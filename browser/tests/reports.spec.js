@@ -1,0 +1,42 @@
+// The storm's report (and the bench's, when one was made) opens by itself and shows every chart.
+'use strict';
+
+const fs = require('node:fs');
+const { test, expect } = require('@playwright/test');
+const { shot } = require('./support');
+
+const STORM_CHARTS = ['duplicates-by-source', 'layers-over-time', 'latency-percentiles', 'invariants'];
+const BENCH_CHARTS = ['throughput', 'ratios'];
+
+async function expectCharts(page, charts) {
+  for (const chart of charts) {
+    const figure = page.locator(`[data-chart="${chart}"]`);
+    await expect(figure, chart).toBeVisible();
+    const marks = await figure.locator('svg rect, svg polyline, svg path, table tr').count();
+    expect(marks, `${chart} draws data`).toBeGreaterThan(0);
+  }
+}
+
+test('the storm report shows each chart, from a file, with nothing fetched', async ({ page }) => {
+  const report = process.env.MIDENG_STORM_REPORT;
+  expect(report, 'MIDENG_STORM_REPORT names the report scripts/browser made').toBeTruthy();
+  expect(fs.existsSync(report), report).toBe(true);
+  const fetched = [];
+  page.on('request', (request) => {
+    if (!request.url().startsWith('file:') && !request.url().startsWith('data:')) fetched.push(request.url());
+  });
+  await page.goto(`file://${report}`);
+  await expectCharts(page, STORM_CHARTS);
+  await expect(page.locator('body')).toContainText(/invariant/i);
+  expect(fetched, 'self-contained').toEqual([]);
+  await page.screenshot({ path: shot('storm-report.png'), fullPage: true });
+  await page.locator('[data-chart="layers-over-time"]').screenshot({ path: shot('storm-layers.png') });
+});
+
+test('the bench report shows each chart', async ({ page }) => {
+  const report = process.env.MIDENG_BENCH_REPORT;
+  test.skip(!report, 'MIDENG_BENCH_REPORT not set (the bench is a documented command, not a CI step)');
+  await page.goto(`file://${report}`);
+  await expectCharts(page, BENCH_CHARTS);
+  await page.screenshot({ path: shot('bench-report.png'), fullPage: true });
+});

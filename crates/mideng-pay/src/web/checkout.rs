@@ -1,0 +1,210 @@
+//! The demo checkout: the page, its QR codes, and "scan and pay" through the simulator.
+//!
+//! The page does what the seeds ask of a payment page (000 §1, 004 §2), in `checkout.js`:
+//!
+//! 1. when it opens it asks for a one-time token (`POST /v1/tokens`); a second tab gets a
+//!    token of its own;
+//! 2. the pay button is disabled the moment it is clicked, and clicks within the debounce
+//!    interval are dropped before any request is made;
+//! 3. each checkout attempt gets an `Idempotency-Key` (a random UUID) kept for the order in
+//!    the tab's `sessionStorage`: a request that fails at the network is retried with the same
+//!    key and the same token, and the service answers the stored result; a new key is made
+//!    only when the service answered a refusal (a spent token takes a new token too);
+//! 4. the answer's `pay_url` is drawn as a QR code by the service (`GET /demo/qr`), and in the
+//!    embedded mode "scan and pay" asks the simulator to pay the trade;
+//! 5. it polls the order until it is PAID, then shows the entitlement granted for it.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use qrcode::QrCode;
+use qrcode::render::svg;
+use serde::Deserialize;
+
+use super::{escape_html, harden, html};
+use crate::api::{ApiError, AppState, Code};
+use crate::domain::payment::PaymentStatus;
+use crate::limits::QR_TEXT_BYTES_MAX;
+use mideng::state::StateMachine;
+
+/// The page's HTML; `{{…}}` are filled in by [`render`].
+const PAGE: &str = include_str!("assets/checkout.html");
+
+/// The page for a tenant, its key and whether "scan and pay" is offered.
+pub fn render(tenant_id: &str, api_key: &str, simulator: bool) -> String {
+    PAGE.replace("{{tenant}}", &escape_html(tenant_id))
+        .replace("{{api_key}}", &escape_html(api_key))
+        .replace("{{simulator}}", if simulator { "on" } else { "off" })
+}
+
+/// `GET /`.
+pub(super) async fn page(State(state): State<AppState>) -> Response {
+    let Some(checkout) = &state.pages.settings.checkout else {
+        return ApiError::not_found("resource").into_response();
+    };
+    html(render(
+        &checkout.tenant_id,
+        &checkout.api_key,
+        checkout.simulator_url.is_some(),
+    ))
+}
+
+/// `GET /demo/qr?text=…`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct QrQuery {
+    text: String,
+}
+
+/// `GET /demo/qr?text=…`: `text` as a QR code, SVG.
+pub(super) async fn qr(query: Result<Query<QrQuery>, QueryRejection>) -> Response {
+    let Query(query) = match query {
+        Ok(query) => query,
+        Err(rejection) => return ApiError::from(rejection).into_response(),
+    };
+    match qr_svg(&query.text) {
+        Ok(svg) => {
+            let mut response = (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("image/svg+xml"),
+                )],
+                svg,
+            )
+                .into_response();
+            harden(&mut response);
+            response
+        }
+        Err(detail) => ApiError::new(Code::InvalidQuery, detail).into_response(),
+    }
+}
+
+/// `text` as an SVG QR code (medium error correction), or why not.
+pub fn qr_svg(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > QR_TEXT_BYTES_MAX {
+        return Err(format!("text must be 1 to {QR_TEXT_BYTES_MAX} bytes"));
+    }
+    let code = QrCode::new(text.as_bytes()).map_err(|error| error.to_string())?;
+    Ok(code
+        .render::<svg::Color<'_>>()
+        .min_dimensions(220, 220)
+        .quiet_zone(true)
+        .build())
+}
+
+/// `POST /demo/payments/{payment_no}/pay`: the buyer scans the code and pays, in the simulator.
+/// Only the demo tenant's PENDING payments; the simulator then notifies the service as a
+/// channel would.
+pub(super) async fn pay(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    match pay_in_simulator(&state, &headers, path).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn pay_in_simulator(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let checkout = state
+        .pages
+        .settings
+        .checkout
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("resource"))?;
+    // The page's own key, as on every API call it makes.
+    if !super::console::authorized(headers, &crate::api::api_key_hash(&checkout.api_key)) {
+        return Err(ApiError::new(
+            Code::Unauthorized,
+            "send Authorization: Bearer <the demo tenant's key>",
+        ));
+    }
+    let Path(payment_no) = path?;
+    let (Some(simulator), Some(http)) = (&checkout.simulator_url, &state.pages.http) else {
+        return Err(ApiError::not_found("simulator"));
+    };
+    if payment_no.is_empty()
+        || payment_no.len() > 64
+        || !payment_no
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+    {
+        return Err(ApiError::new(
+            Code::InvalidPath,
+            "payment_no must be 1 to 64 letters, digits, _ or -",
+        ));
+    }
+    let payment = state
+        .ports
+        .store
+        .payments
+        .payment(&payment_no)
+        .await?
+        .filter(|payment| payment.tenant_id == checkout.tenant_id)
+        .ok_or_else(|| ApiError::not_found("payment"))?;
+    if payment.status != PaymentStatus::Pending {
+        return Err(ApiError::new(
+            Code::PaymentNotPending,
+            format!("the payment is {}", payment.status.as_str()),
+        ));
+    }
+    let url = format!(
+        "{}/sim/trades/{}/pay",
+        simulator.trim_end_matches('/'),
+        payment.payment_no
+    );
+    let answer = http
+        .post(url)
+        .send()
+        .await
+        .map_err(|_| ApiError::new(Code::ChannelUnavailable, "the simulator did not answer"))?;
+    if !answer.status().is_success() {
+        return Err(ApiError::new(
+            Code::ChannelRejected,
+            format!(
+                "the simulator refused to pay ({})",
+                answer.status().as_u16()
+            ),
+        ));
+    }
+    tracing::info!(
+        target: "mideng::demo",
+        payment_no = %payment.payment_no,
+        "the demo buyer paid in the simulator"
+    );
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(serde_json::json!({ "payment_no": payment.payment_no, "paid": true })),
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_carries_its_tenant_escaped_and_says_whether_the_simulator_pays() {
+        let page = render("demo\"><script>", "mdk_abc", true);
+        assert!(page.contains("demo&quot;&gt;&lt;script&gt;"));
+        assert!(!page.contains("demo\"><script>"));
+        assert!(page.contains("mdk_abc"));
+        assert!(page.contains(r#"content="on""#));
+        assert!(!page.contains("{{"), "every placeholder filled");
+    }
+
+    #[test]
+    fn qr_codes_are_svg_and_bounded() {
+        let svg = qr_svg("http://127.0.0.1:8081/pay/P1").expect("svg");
+        assert!(svg.starts_with("<?xml") || svg.starts_with("<svg"));
+        assert!(svg.contains("<path") || svg.contains("<rect"));
+        assert!(qr_svg("").is_err());
+        assert!(qr_svg(&"x".repeat(QR_TEXT_BYTES_MAX + 1)).is_err());
+    }
+}
