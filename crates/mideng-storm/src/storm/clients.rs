@@ -243,6 +243,11 @@ impl Shared {
 
     /// Records a final answer for `label` (operation + key) and checks it against the first.
     fn settle(&self, label: &str, answer: &Answer) {
+        // A refused token frees the key: the layer stores nothing, and the same key may run
+        // later under a fresh token (an instance that restarted lost its in-process tokens).
+        if answer.code().starts_with("idempotency-token-") {
+            return;
+        }
         let mut log = self.log();
         match log.originals.get(label) {
             None => {
