@@ -16,6 +16,8 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Exactly-once effects for money-moving APIs.
 #[derive(Debug, Parser)]
@@ -147,21 +149,115 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    // The bench's and the storm's services would log every decision of thousands of requests
-    // a second, and the storm's attacker would make every refused notify a warning; the
-    // report counts those.
-    let default_filter = if matches!(cli.command, Command::Bench { .. } | Command::Storm { .. }) {
-        "warn,mideng_storm=info,mideng_pay::api::notify=error"
-    } else {
-        "info"
+/// The default filter of the storm's and the bench's log: their services would log every
+/// decision of thousands of requests a second, and the storm's attacker would make every
+/// refused notify a warning; the report counts those.
+const RUN_LOG_FILTER: &str = "warn,mideng_storm=info,mideng_pay::flows::notify=error";
+
+/// Installs the tracing subscriber: the registry, one fmt layer under a filter of its own
+/// (`RUST_LOG`, else the command's default) and, when serving, the operator console's journal
+/// with its own filter. Another layer is one more `.with(…)`.
+///
+/// The fmt layer writes to the terminal, except for the storm and the bench: their services
+/// run in this process and the faults they inject make thousands of warnings, so their log
+/// goes to a file (`--log-file`, else a new one in the run's `--dir`), whose path this returns;
+/// the terminal keeps the progress bar and the report. When that file cannot be created, the
+/// log goes to the terminal and the error is returned.
+fn init_logging(
+    command: &Command,
+    journal: &mideng_pay::web::journal::Journal,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    use tracing_subscriber::Layer as _;
+
+    let (default_filter, log_file) = match command {
+        Command::Storm { args, .. } => (
+            RUN_LOG_FILTER,
+            Some(
+                args.log_file
+                    .clone()
+                    .unwrap_or_else(|| mideng_storm::default_log_file(&args.dir, "storm")),
+            ),
+        ),
+        Command::Bench { args, .. } => (
+            RUN_LOG_FILTER,
+            Some(
+                args.log_file
+                    .clone()
+                    .unwrap_or_else(|| mideng_storm::default_log_file(&args.dir, "bench")),
+            ),
+        ),
+        _ => ("info", None),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let opened = log_file
+        .as_deref()
+        .map(|path| {
+            if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|error| anyhow::anyhow!("creating {}: {error}", dir.display()))?;
+            }
+            std::fs::File::create(path)
+                .map_err(|error| anyhow::anyhow!("creating {}: {error}", path.display()))
+        })
+        .transpose();
+    let (file, failure) = match opened {
+        Ok(file) => (file, None),
+        Err(error) => (None, Some(error)),
+    };
+    let written_to = file.as_ref().and(log_file);
+    let fmt_layer = match file {
+        Some(file) => tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .with_filter(filter)
+            .boxed(),
+        None => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    // The journal only where the console reads it: elsewhere its decisions would cost the
+    // bench and the storm a record per request.
+    let journal_layer = matches!(command, Command::Serve { .. }).then(|| journal.layer());
+    tracing_subscriber::registry()
+        .with(fmt_layer)
+        .with(journal_layer)
         .init();
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(written_to),
+    }
+}
+
+/// A storm or bench that failed: the error on the terminal (the log, where it is recorded
+/// too, is a file), and where the log is.
+fn show_failure(error: &anyhow::Error, log_file: Option<&std::path::Path>) {
+    eprintln!("error: {error:#}");
+    if let Some(path) = log_file {
+        eprintln!("log: {}", path.display());
+    }
+}
+
+/// Where a storm's or a bench's other outputs went, after its report.
+fn show_outputs(
+    out: &mut impl Write,
+    html: Option<&std::path::Path>,
+    log_file: Option<&std::path::Path>,
+) -> std::io::Result<()> {
+    if let Some(path) = html {
+        writeln!(out, "html report: {}", path.display())?;
+    }
+    if let Some(path) = log_file {
+        writeln!(out, "log: {}", path.display())?;
+    }
+    Ok(())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    // The operator console's memory of decisions, filled by its own layer of the subscriber.
+    let journal = mideng_pay::web::journal::Journal::new(mideng::clock::now_ms());
+    let log_file = init_logging(&cli.command, &journal)?;
     match cli.command {
         Command::Serve {
             config,
@@ -178,7 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 sim_listen,
                 demo_api_key,
             };
-            serve::run(config, overrides).await?;
+            serve::run(config, overrides, journal.clone()).await?;
         }
         Command::Reconcile {
             config,
@@ -223,20 +319,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             sim::run(listen, data_dir, clock_speed, mode).await?;
         }
         Command::Storm { args, data_dir } => {
-            let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
-            let report = mideng_storm::storm::run(args, identity, true).await?;
+            let html = args.html.clone();
+            let ran = async {
+                let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
+                mideng_storm::storm::run(args, identity, true).await
+            }
+            .await;
+            let report = ran.inspect_err(|error| show_failure(error, log_file.as_deref()))?;
             let mut out = std::io::stdout().lock();
             write!(out, "{}", report.table())?;
+            show_outputs(&mut out, html.as_deref(), log_file.as_deref())?;
             out.flush()?;
             if !report.passed() {
                 anyhow::bail!("{} invariant violation(s)", report.violations.len());
             }
         }
         Command::Bench { args, data_dir } => {
-            let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
-            let report = mideng_storm::bench::run(args, identity).await?;
+            let html = args.html.clone();
+            let ran = async {
+                let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
+                mideng_storm::bench::run(args, identity, true).await
+            }
+            .await;
+            let report = ran.inspect_err(|error| show_failure(error, log_file.as_deref()))?;
             let mut out = std::io::stdout().lock();
             write!(out, "{}", report.table())?;
+            show_outputs(&mut out, html.as_deref(), log_file.as_deref())?;
             out.flush()?;
         }
         Command::Demo { store, duplicates } => {

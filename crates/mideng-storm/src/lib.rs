@@ -15,9 +15,22 @@
 //!   simulator's ledger: pure rules over a snapshot.
 //! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
 //!   the machine's own limits, measured in the same run.
+//! - `html` — the pieces of both reports' HTML pages (`--html`): escaping, bar and line charts
+//!   as inline SVG, tables.
 
 pub mod attacker;
 pub mod audit;
 pub mod bench;
 pub mod deploy;
+mod html;
 pub mod storm;
+
+/// The log file of a run of `command` (`storm`, `bench`) when `--log-file` names none: in the
+/// run's directory, named by the time and the process, so that runs side by side keep theirs.
+pub fn default_log_file(dir: &std::path::Path, command: &str) -> std::path::PathBuf {
+    let unix_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or_default();
+    dir.join(format!("{command}-{unix_secs}-{}.log", std::process::id()))
+}

@@ -127,7 +127,7 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
         json: Some(json.clone()),
         ..BenchArgs::default()
     };
-    let report = mideng_storm::bench::run(args, support::identity())
+    let report = mideng_storm::bench::run(args, support::identity(), false)
         .await
         .expect("the bench runs");
     let table = report.table();
@@ -220,7 +220,7 @@ fn pgbench_on_path() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_bench_has_pgbench_figures_beside_the_same_drivers() {
     let args = servers("MIDENG_TEST_POSTGRES_URL", &ServerArgs::default().database);
-    let report = mideng_storm::bench::run(args, support::identity())
+    let report = mideng_storm::bench::run(args, support::identity(), false)
         .await
         .expect("the bench runs");
     let table = report.table();
@@ -274,7 +274,7 @@ async fn mariadb_bench_measures_the_same_driver_limits() {
         "MIDENG_TEST_MYSQL_URL",
         "mysql://mideng:mideng@127.0.0.1:3306/mideng_test",
     );
-    let report = mideng_storm::bench::run(args, support::identity())
+    let report = mideng_storm::bench::run(args, support::identity(), false)
         .await
         .expect("the bench runs (scripts/services up grants the storm_% databases)");
     let table = report.table();

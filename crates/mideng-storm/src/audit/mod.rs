@@ -355,6 +355,97 @@ fn violation(invariant: &'static str, detail: String) -> Violation {
     Violation { invariant, detail }
 }
 
+/// The invariants [`check`] checks itself, by the name their violations carry (the refunds',
+/// reversals' and webhooks' are in their modules).
+const INVARIANTS: [&str; 24] = [
+    "one pending payment per order",
+    "one paid payment per order",
+    "a trade is charged once",
+    "charged amount equals the payment's",
+    "every trade charged at the channel is PAID here",
+    "nothing PAID that the channel did not charge",
+    "closed here ⇒ closed at the channel",
+    "closed at the channel ⇒ closed here",
+    "a grant only for a paid order with an entitlement",
+    "a payment has its order",
+    "every paid entitlement granted exactly once",
+    "no negative balance",
+    "balances equal the ledger",
+    "every deduct key debited exactly once",
+    "every answered deduct is in the ledger",
+    "one debit per order answered once",
+    "one debit per user and order",
+    "money conserved: no debit nobody was told about",
+    "every credit key credited exactly once",
+    "money conserved: every credit answered once",
+    "every attack refused",
+    "an attacked payment changes only through the workload",
+    "every replay byte-identical",
+    "no 5xx outside a fault",
+];
+
+/// The invariants about the attacker's notifies: checked only when the attacker ran.
+const ATTACK_INVARIANTS: [&str; 2] = [
+    "every attack refused",
+    "an attacked payment changes only through the workload",
+];
+
+/// One invariant and what the audit found for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InvariantResult {
+    /// The invariant, as its violations name it.
+    pub invariant: String,
+    /// Whether this run could check it (the webhooks' need the storm's own merchant, the
+    /// attacks' need the attacker).
+    pub checked: bool,
+    /// How many times it was broken.
+    pub violations: usize,
+}
+
+/// Every invariant the audit checks, each with its number of `violations`: those of the
+/// webhooks marked unchecked without the merchant's facts, those of the attacks without the
+/// attacker. A violation under a name not listed (there should be none) gets a row of its own.
+pub fn invariant_results(
+    violations: &[Violation],
+    webhooks_checked: bool,
+    attacker_ran: bool,
+) -> Vec<InvariantResult> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for violation in violations {
+        *counts.entry(violation.invariant).or_default() += 1;
+    }
+    let mut results: Vec<InvariantResult> = INVARIANTS
+        .iter()
+        .chain(refunds::INVARIANTS.iter())
+        .chain(webhooks::INVARIANTS.iter())
+        .map(|&invariant| {
+            let checked = if webhooks::INVARIANTS.contains(&invariant) {
+                webhooks_checked
+            } else if ATTACK_INVARIANTS.contains(&invariant) {
+                attacker_ran
+            } else {
+                true
+            };
+            InvariantResult {
+                invariant: invariant.to_owned(),
+                // A violation counts even where the run could not check everything.
+                checked: checked || counts.contains_key(invariant),
+                violations: counts.remove(invariant).unwrap_or(0),
+            }
+        })
+        .collect();
+    results.extend(
+        counts
+            .into_iter()
+            .map(|(invariant, violations)| InvariantResult {
+                invariant: invariant.to_owned(),
+                checked: true,
+                violations,
+            }),
+    );
+    results
+}
+
 /// Checks every invariant; the violations, and the figures.
 pub fn check(
     snapshot: &Snapshot,
@@ -853,6 +944,70 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names the audit's sources give their violations: the string literal after each
+    /// `violation(`.
+    fn names_in(source: &str) -> BTreeSet<&str> {
+        // Spelled in two pieces, so that this line is not a call itself.
+        source
+            .split(concat!("violation", "("))
+            .skip(1)
+            .filter_map(|rest| {
+                let rest = rest.trim_start().strip_prefix('"')?;
+                rest.split_once('"').map(|(name, _)| name)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_invariant_the_audit_names_is_listed_once() {
+        let named: BTreeSet<&str> = [
+            include_str!("mod.rs"),
+            include_str!("refunds.rs"),
+            include_str!("webhooks.rs"),
+        ]
+        .into_iter()
+        .flat_map(names_in)
+        .collect();
+        let listed: Vec<&str> = INVARIANTS
+            .iter()
+            .chain(refunds::INVARIANTS.iter())
+            .chain(webhooks::INVARIANTS.iter())
+            .copied()
+            .collect();
+        let distinct: BTreeSet<&str> = listed.iter().copied().collect();
+        assert_eq!(distinct.len(), listed.len(), "an invariant listed twice");
+        assert_eq!(distinct, named);
+    }
+
+    #[test]
+    fn invariant_results_count_each_violation_and_say_what_was_not_checked() {
+        let violations = [
+            violation("balances equal the ledger", "u1".to_owned()),
+            violation("balances equal the ledger", "u2".to_owned()),
+            violation("every webhook applied once by the merchant", "w".to_owned()),
+        ];
+        let results = invariant_results(&violations, false, false);
+        let find = |name: &str| {
+            results
+                .iter()
+                .find(|result| result.invariant == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} missing"))
+        };
+        assert_eq!(find("balances equal the ledger").violations, 2);
+        assert!(find("balances equal the ledger").checked);
+        assert_eq!(find("one paid payment per order").violations, 0);
+        assert!(!find("every event has its webhook delivery").checked);
+        // Broken, so checked after all.
+        assert!(find("every webhook applied once by the merchant").checked);
+        assert!(!find("every attack refused").checked);
+        assert!(
+            invariant_results(&[], true, true)
+                .iter()
+                .all(|result| result.checked && result.violations == 0)
+        );
+    }
 
     pub(super) fn payment(number: &str, order: &str, status: &str) -> PaymentFact {
         PaymentFact {

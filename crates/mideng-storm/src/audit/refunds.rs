@@ -22,6 +22,27 @@ use super::{
 /// use it).
 pub(super) const REVERSAL_REFERENCE_PREFIX: &str = "reversal-";
 
+/// The invariants checked here, by the name their violations carry.
+pub(super) const INVARIANTS: [&str; 17] = [
+    "a deduction reversed at most once",
+    "a reversal puts back its deduction's amount",
+    "money conserved: no reversal nobody was told about",
+    "every answered reversal is in the ledger",
+    "no refund PROCESSING after quiescence",
+    "one refund per request key",
+    "a payment's refunds here equal the channel's",
+    "a refund has its payment",
+    "only a PAID payment is refunded",
+    "a payment's refunds not CLOSED within its amount",
+    "a payment's running refund total equals its refunds",
+    "a payment refunded in full refunds its order",
+    "an order REFUNDED only when its payment is refunded in full",
+    "a refund here is at the channel",
+    "a refund here is the channel's",
+    "every refund at the channel is known here",
+    "every answered refund is stored under its key",
+];
+
 /// Reversals: each reversal credit puts back one deduction of the same wallet by its amount,
 /// once; each answered reversal is in the ledger as answered; none nobody was told about. The
 /// balances' arithmetic (credits − debits) counts reversal credits like any other.

@@ -4,6 +4,17 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::{AuditFigures, Snapshot, Violation, WebhookFacts, violation};
 
+/// The invariants checked here, by the name their violations carry: only when the merchant's
+/// facts are known (a deployment the storm started).
+pub(super) const INVARIANTS: [&str; 6] = [
+    "every event has its webhook delivery",
+    "one webhook delivery per event and endpoint",
+    "every webhook delivered at least once",
+    "every webhook applied once by the merchant",
+    "every delivered webhook reached the merchant, signed",
+    "every webhook signed with the endpoint's secret",
+];
+
 /// Checks the deliveries against the events and against what the merchant received.
 pub(super) fn check(
     snapshot: &Snapshot,

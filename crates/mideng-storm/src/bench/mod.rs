@@ -118,6 +118,7 @@
 /// this kind of machine (about 5 000 first-time requests a second for 5 s per scenario).
 const REPLAY_CACHE_ENTRIES: usize = 200_000;
 
+mod html;
 mod limits;
 mod load;
 mod pgbench;
@@ -154,6 +155,12 @@ pub const STRATEGY_REPLAY_SECS_MAX: u64 = 1;
 
 /// `mideng bench` flags.
 #[derive(Clone, Debug, clap::Args)]
+#[command(
+    after_long_help = "While it runs, the terminal shows a progress bar of the timed \
+    steps and the one running; the log of the services and the bench goes to a file \
+    (--log-file), whose path is printed at the end with the report. --json and --html write \
+    the same report as JSON and as a self-contained HTML page with its charts."
+)]
 pub struct BenchArgs {
     /// The stack to deploy.
     #[arg(long, value_enum, default_value_t = StackKind::Embedded)]
@@ -189,6 +196,15 @@ pub struct BenchArgs {
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page here: throughput, ratios and
+    /// goals as bar charts, with their tables.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Where the log goes (the service's and the bench's own lines; `RUST_LOG` filters it).
+    /// Default: `bench-<unix time>-<pid>.log` in `--dir`. The terminal shows only the progress
+    /// bar and the report.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
 }
 
 impl Default for BenchArgs {
@@ -201,6 +217,8 @@ impl Default for BenchArgs {
             dir: PathBuf::from(".mideng/bench"),
             servers: ServerArgs::default(),
             json: None,
+            html: None,
+            log_file: None,
         }
     }
 }
@@ -225,10 +243,13 @@ fn distinct<T: Copy + PartialEq>(values: &[T]) -> Vec<T> {
 
 /// Runs the bench at each concurrency: deploys (machinery on and off), measures the limits and
 /// every scenario, then each wallet strategy's deducts on a deployment of its own; stops and
-/// deletes every deployment, and returns the report (also written as JSON with `--json`).
+/// deletes every deployment, and returns the report (also written as JSON with `--json`, as
+/// HTML with `--html`). With `progress`, a progress bar on the terminal counts the timed
+/// steps and names the one running.
 pub async fn run(
     args: BenchArgs,
     identity: (SimConfig, MerchantKeys),
+    progress: bool,
 ) -> anyhow::Result<BenchReport> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let levels = distinct(&args.concurrency);
@@ -253,6 +274,19 @@ pub async fn run(
         .unwrap_or_default();
     let run_id = format!("bench-{unix_secs}-{:04x}", fastrand::u16(..));
     let stack = args.stack.stack(&args.dir, &args.servers);
+    let bar = if progress {
+        let bar = indicatif::ProgressBar::new(timed_steps(&stack, strategies.len(), levels.len()));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} bench {elapsed_precise} [{bar:20}] {pos}/{len} steps · {wide_msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(250));
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let mut report = BenchReport {
         stack: stack.label().to_owned(),
         duration_secs: args.duration_secs,
@@ -270,16 +304,35 @@ pub async fn run(
             &format!("{run_id}-c{concurrency}"),
             concurrency,
             &strategies,
+            &bar,
         )
         .await
         .with_context(|| format!("the run at {concurrency} concurrent clients"))?;
         report.runs.push(run);
     }
+    bar.finish_and_clear();
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.html {
+        std::fs::write(path, report.html())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(report)
+}
+
+/// The timed steps of a bench, for its progress bar: per concurrency, the same driver's three
+/// limits (and Redis' on the servers stack), the fourteen scenarios and four per wallet
+/// strategy. pgbench's three are added when it runs.
+fn timed_steps(stack: &Stack, strategies: usize, levels: usize) -> u64 {
+    let limits = if matches!(stack, Stack::Embedded { .. }) {
+        3
+    } else {
+        4
+    };
+    let per_level = limits + 14 + 4 * strategies;
+    u64::try_from(per_level * levels).unwrap_or(u64::MAX)
 }
 
 /// What every run of this stack shares, to read the figures.
@@ -357,8 +410,10 @@ async fn run_at(
     run_id: &str,
     concurrency: u16,
     strategies: &[WalletStrategy],
+    bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<BenchRun> {
-    let mut bench = Bench::new(args, concurrency)?;
+    let mut bench = Bench::new(args, concurrency, bar.clone())?;
+    bench.step("starting the deployments");
     let deploy = |idempotency: bool, strategy: WalletStrategy, label: &str| {
         Deployment::start(
             identity.clone(),
@@ -387,6 +442,7 @@ async fn run_at(
 
     for &strategy in strategies {
         tracing::info!(strategy = strategy.as_str(), "bench: a wallet strategy");
+        bench.step(&format!("starting the {strategy} strategy's deployment"));
         let deployment = deploy(true, strategy, strategy.as_str())
             .await
             .with_context(|| format!("starting the deployment of the {strategy} strategy"))?;
@@ -406,10 +462,16 @@ struct Bench {
     duration: Duration,
     client: reqwest::Client,
     run: report::BenchRun,
+    /// The progress bar: one position per timed step done.
+    bar: indicatif::ProgressBar,
 }
 
 impl Bench {
-    fn new(args: &BenchArgs, concurrency: u16) -> anyhow::Result<Self> {
+    fn new(
+        args: &BenchArgs,
+        concurrency: u16,
+        bar: indicatif::ProgressBar,
+    ) -> anyhow::Result<Self> {
         let clients = usize::from(concurrency.clamp(1, CONCURRENCY_MAX));
         Ok(Self {
             concurrency: clients,
@@ -420,7 +482,14 @@ impl Bench {
                 .pool_max_idle_per_host(clients)
                 .build()?,
             run: BenchRun::new(concurrency),
+            bar,
         })
+    }
+
+    /// Names the step now running on the progress bar.
+    fn step(&self, what: &str) {
+        self.bar
+            .set_message(format!("{} clients · {what}", self.run.concurrency));
     }
 
     /// The deployment's first instance and tenant, as the clients see them.
@@ -440,6 +509,12 @@ impl Bench {
     }
 
     fn announce(&self, operation: Operation, machinery: Machinery, path: PathKind) {
+        self.step(&format!(
+            "{} · machinery {} · {}",
+            operation.label(),
+            machinery.label(),
+            path.label()
+        ));
         tracing::info!(
             scenario = operation.label(),
             machinery = ?machinery,
@@ -452,6 +527,7 @@ impl Bench {
         self.run
             .scenarios
             .push(scenario_result(operation, machinery, path, tally));
+        self.bar.inc(1);
     }
 
     fn limit(
@@ -469,6 +545,7 @@ impl Bench {
             figures,
             first_error,
         });
+        self.bar.inc(1);
     }
 
     fn note(&mut self, note: impl Into<String>) {
@@ -521,6 +598,7 @@ impl Bench {
             (Work::SqlDeduct, LimitKind::SqlDeduct),
         ] {
             tracing::info!(limit = ?kind, "bench: a limit through the same driver");
+            self.step(&format!("limit: {}, same driver", what(kind)));
             let tally = limits::same_driver(&database, work, concurrency, duration).await;
             let name = format!("{}, {engine}, same driver", what(kind));
             self.limit(
@@ -533,6 +611,7 @@ impl Bench {
         }
         database.close().await;
         if on.has_servers() {
+            self.step("limit: Redis round trips");
             let round_trips = limits::redis(
                 &args.servers.redis,
                 &format!("mideng-bench:{run_id}"),
@@ -579,8 +658,12 @@ impl Bench {
             ));
             return;
         }
-        for (kind, script) in limits::pgbench_scripts() {
+        let scripts = limits::pgbench_scripts();
+        self.bar
+            .inc_length(u64::try_from(scripts.len()).unwrap_or_default());
+        for (kind, script) in scripts {
             tracing::info!(limit = ?kind, "bench: a limit with pgbench");
+            self.step(&format!("limit: {}, pgbench", what(kind)));
             let name = match kind {
                 LimitKind::OneRowInsert => "insert",
                 LimitKind::HotRowUpdate => "hot-row",
@@ -601,6 +684,7 @@ impl Bench {
                     self.limit(kind, Via::Pgbench, name, figures, None);
                 }
                 Err(why) => {
+                    self.bar.inc(1);
                     tracing::warn!(%why, limit = ?kind, "no pgbench figure");
                     self.note(format!(
                         "{}: no pgbench figure ({why}); its goals use the same driver's",
@@ -637,6 +721,7 @@ impl Bench {
                 scenario = operation.label(),
                 "bench: a wallet strategy's deducts"
             );
+            self.step(&format!("{} · {strategy} strategy", operation.label()));
             let (tally, deducted) = scenarios::deduct(&api, wallets, concurrency, duration).await;
             let first_time = scenario_result(operation, Machinery::On, PathKind::FirstTime, tally);
             let tally =
@@ -651,6 +736,7 @@ impl Bench {
                 limit: None,
                 fraction_of_limit: None,
             });
+            self.bar.inc(2);
         }
         Ok(())
     }
@@ -688,6 +774,7 @@ async fn payment_creation_and_callbacks(
 ) -> anyhow::Result<()> {
     let (concurrency, duration) = (bench.concurrency, bench.duration);
     tracing::info!("bench: preparing orders");
+    bench.step("preparing orders");
     let ((on_orders, on_prepared), (off_orders, off_prepared)) = tokio::join!(
         scenarios::prepare_orders(on_api, concurrency, duration),
         scenarios::prepare_orders(off_api, concurrency, duration),
@@ -724,6 +811,7 @@ async fn payment_creation_and_callbacks(
 
     let operation = Operation::Callback;
     tracing::info!("bench: signing notifies");
+    bench.step("signing notifies");
     let forms = Arc::new(sign_in_parallel(config, &on_created, duration).await?);
     bench.announce(operation, Machinery::On, PathKind::FirstTime);
     let tally = scenarios::callbacks(on_api, forms.clone(), false, concurrency, duration).await;

@@ -1,5 +1,6 @@
 //! The bench's report: per concurrency, one row per scenario, per limit and per wallet
-//! strategy, then the ratios and the goals; and a plain-text table of it all.
+//! strategy, then the ratios and the goals; and a plain-text table of it all (its HTML page is
+//! in `html`).
 
 use std::fmt::Write as _;
 
@@ -72,7 +73,7 @@ pub enum Machinery {
 }
 
 impl Machinery {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             Machinery::On => "on",
             Machinery::Off => "off",
@@ -94,7 +95,7 @@ pub enum PathKind {
 }
 
 impl PathKind {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             PathKind::FirstTime => "first-time",
             PathKind::Replay => "replay",

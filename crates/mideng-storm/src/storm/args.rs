@@ -73,6 +73,13 @@ impl BreakLayer {
 
 /// `mideng storm` flags.
 #[derive(Clone, Debug, clap::Args)]
+#[command(
+    after_long_help = "While it runs, the terminal shows a progress bar with the live \
+    counters (requests sent, duplicates, faults injected, violations seen so far); the log of \
+    the services and the storm goes to a file (--log-file), whose path is printed at the end \
+    with the report. --json and --html write the same report as JSON and as a self-contained \
+    HTML page with its charts."
+)]
 pub struct StormArgs {
     /// Seed of the workload and the fault schedule (default: from the clock; printed).
     #[arg(long)]
@@ -104,6 +111,16 @@ pub struct StormArgs {
     /// Also write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page here: duplicates by source, what
+    /// each layer caught over time with the fault windows shaded, latency percentiles per
+    /// operation, and every invariant with its result.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Where the log goes (the service's and the storm's own lines; `RUST_LOG` filters it).
+    /// Default: `storm-<unix time>-<pid>.log` in `--dir`. The terminal shows only the progress
+    /// bar and the report.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
     /// Turn one layer off (a test switch): the audit must then report what that layer
     /// prevents, or the report names the deeper layer that held.
     #[arg(long, value_enum)]
@@ -159,6 +176,8 @@ impl Default for StormArgs {
             dir: PathBuf::from(".mideng/storm"),
             servers: ServerArgs::default(),
             json: None,
+            html: None,
+            log_file: None,
             break_layer: None,
             target: Vec::new(),
             tenant_key: Vec::new(),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::faults::FaultClock;
+use super::latency::{LatencyHistogram, operation_of};
 use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
 use crate::attacker::{self, AttackLog, Victim};
 use crate::audit::{AnsweredRefund, ClientFacts};
@@ -117,6 +118,9 @@ pub(crate) struct Shared {
     pub(super) log: Mutex<Log>,
     pub(super) requests: AtomicU64,
     pub(super) excused: AtomicU64,
+    /// Latencies of answered requests, by operation; a lock of its own, apart from the log's,
+    /// since every answer takes it.
+    pub(super) latencies: Mutex<BTreeMap<String, LatencyHistogram>>,
 }
 
 impl Shared {
@@ -133,6 +137,17 @@ impl Shared {
         *self.log().duplicates.entry(source.to_owned()).or_default() += 1;
     }
 
+    /// Counts an answered request's latency under its operation.
+    fn time(&self, method: &str, path: &str, elapsed: Duration) {
+        let operation = operation_of(method, path);
+        self.latencies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(operation)
+            .or_default()
+            .record(elapsed);
+    }
+
     /// One request to instance `instance`; `None` when no answer came (connection refused,
     /// reset, timed out).
     #[allow(clippy::too_many_arguments)] // the parts of one HTTP request, each used once
@@ -147,6 +162,7 @@ impl Shared {
         timeout: Duration,
     ) -> Option<Answer> {
         let base = &self.bases[instance % self.bases.len()];
+        let method_name = method.as_str().to_owned();
         let mut request = self
             .http
             .request(method, format!("{base}{path}"))
@@ -167,6 +183,7 @@ impl Shared {
             .get("idempotent-replayed")
             .is_some_and(|value| value == "true");
         let body = response.bytes().await.ok()?.to_vec();
+        self.time(&method_name, path, started.elapsed());
         self.account_for(status, started, path, &body);
         Some(Answer {
             status,
@@ -220,6 +237,7 @@ impl Shared {
         let response = request.send().await.ok()?;
         let status = response.status().as_u16();
         let body = response.bytes().await.ok()?.to_vec();
+        self.time("POST", &path, started.elapsed());
         self.account_for(status, started, &path, &body);
         Some((status, body))
     }

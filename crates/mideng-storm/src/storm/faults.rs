@@ -12,37 +12,65 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::clients::Shared;
+use super::report::FaultWindow;
 use crate::deploy::Deployment;
 
-/// Time windows of active faults; a 5xx inside one (plus a grace) is excused.
+/// Time windows of active faults, each with its kind; a 5xx inside one (plus a grace) is
+/// excused, and the report shades them on its timeline.
 #[derive(Default)]
 pub(super) struct FaultClock {
-    windows: Mutex<Vec<(Instant, Option<Instant>)>>,
+    windows: Mutex<Vec<(&'static str, Instant, Option<Instant>)>>,
 }
 
 const FAULT_GRACE: Duration = Duration::from_secs(3);
 
 impl FaultClock {
-    pub(super) fn open(&self) -> usize {
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        windows.push((Instant::now(), None));
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, Instant, Option<Instant>)>> {
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn open(&self, kind: &'static str) -> usize {
+        let mut windows = self.lock();
+        windows.push((kind, Instant::now(), None));
         windows.len() - 1
     }
 
     pub(super) fn close(&self, index: usize) {
-        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(window) = windows.get_mut(index) {
-            window.1 = Some(Instant::now());
+        if let Some(window) = self.lock().get_mut(index) {
+            window.2 = Some(Instant::now());
         }
     }
 
     pub(super) fn excused(&self, started: Instant, ended: Instant) -> bool {
-        let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        windows.iter().any(|(from, to)| {
+        self.lock().iter().any(|(_, from, to)| {
             let to = to.map_or(ended, |to| to + FAULT_GRACE);
             started <= to && ended + FAULT_GRACE >= *from
         })
     }
+
+    /// Faults injected so far.
+    pub(super) fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The windows in milliseconds since `origin` (one still open ends now).
+    pub(super) fn windows(&self, origin: Instant) -> Vec<FaultWindow> {
+        let since = |at: Instant| millis(at.saturating_duration_since(origin));
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|(kind, from, to)| FaultWindow {
+                kind: (*kind).to_owned(),
+                from_ms: since(*from),
+                to_ms: since(to.unwrap_or(now)),
+            })
+            .collect()
+    }
+}
+
+/// A duration in whole milliseconds.
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Kinds of fault in the schedule, all stacks together; it starts at a seeded one of them.
@@ -50,6 +78,15 @@ pub(super) const FAULT_KINDS: u64 = 5;
 
 /// Kinds the embedded stack has (the first ones): the crash and the simulator's faults.
 const EMBEDDED_KINDS: u64 = 2;
+
+/// What each kind's window is called on the report's timeline, in the schedule's order.
+const WINDOW_KINDS: [&str; 5] = [
+    "instance killed mid-request",
+    "simulator's faults armed",
+    "Redis cut off",
+    "broker cut off",
+    "database connections killed",
+];
 
 /// The simulator's faults, armed together (each is consumed by the next call it names): the
 /// next trade creation and the next refund applied with their answers lost, and the next
@@ -124,7 +161,7 @@ pub(super) async fn inject(
 ) -> anyhow::Result<&'static [&'static str]> {
     // A deployment the storm did not start gets the simulator's faults only.
     let Some(deployment) = deployment else {
-        let window = shared.faults.open();
+        let window = shared.faults.open(WINDOW_KINDS[1]);
         arm_simulator_faults(shared, rng).await;
         shared.faults.close(window);
         return Ok(&SIMULATOR_FAULTS);
@@ -135,8 +172,15 @@ pub(super) async fn inject(
         EMBEDDED_KINDS
     };
     let hold = Duration::from_millis(rng.u64(500..2000));
-    let window = shared.faults.open();
-    let done: &'static [&'static str] = match cycle % kinds {
+    let kind = cycle % kinds;
+    let window = shared.faults.open(
+        usize::try_from(kind)
+            .ok()
+            .and_then(|kind| WINDOW_KINDS.get(kind))
+            .copied()
+            .unwrap_or("fault"),
+    );
+    let done: &'static [&'static str] = match kind {
         0 => {
             let index = rng.usize(..deployment.instance_count());
             deployment.crash(index);

@@ -53,15 +53,21 @@
 //! - `faults` — the faults of the schedule and the clock that excuses a 5xx during one;
 //! - `facts` — the database's snapshot, the channel's side and the decision counters, which
 //!   [`crate::audit`] checks;
-//! - `report` — [`StormReport`] and its text table.
+//! - `sampler` — while the storm runs: the progress bar's live counters, and what each layer
+//!   caught per interval, for the timeline; `latency` — the clients' latencies per operation;
+//! - `report` — [`StormReport`] and its text table; `html` — the same as one HTML page with
+//!   its charts (`--html`).
 
 mod args;
 mod clients;
 mod facts;
 mod faults;
+mod html;
+mod latency;
 mod merchant;
 mod refunds;
 mod report;
+mod sampler;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,7 +87,8 @@ pub(crate) use self::clients::{Pending, PendingKind, Shared, create_order, keyed
 use self::facts::{audit_now, layers};
 use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
-pub use self::report::StormReport;
+pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Timeline};
+use self::sampler::{Metrics, Sampler};
 use crate::attacker::{self, AttackerKeys};
 pub use crate::deploy::StackKind;
 use crate::deploy::{DeployOptions, Deployment, TenantAccess};
@@ -189,18 +196,26 @@ pub async fn run(
         log: Mutex::new(Log::default()),
         requests: AtomicU64::new(0),
         excused: AtomicU64::new(0),
+        latencies: Mutex::new(BTreeMap::new()),
     });
     let bar = if progress {
         let bar = indicatif::ProgressBar::new(args.duration_secs);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} storm {elapsed_precise} [{bar:40}] {pos}/{len} s {msg}",
+                "{spinner} storm {elapsed_precise} [{bar:20}] {pos}/{len} s · {prefix} · {wide_msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
+        bar.set_prefix("setting up");
+        bar.enable_steady_tick(Duration::from_millis(250));
         bar
     } else {
         indicatif::ProgressBar::hidden()
+    };
+    let metrics = if deployment.is_some() {
+        Metrics::InProcess
+    } else {
+        Metrics::Listeners(args.target_metrics.clone())
     };
 
     // The merchant registers its webhook endpoints first (a deployment the storm started).
@@ -227,7 +242,17 @@ pub async fn run(
         .await;
     }
 
-    let deadline = Instant::now() + Duration::from_secs(args.duration_secs);
+    // The timeline's clock starts with the workload.
+    let origin = Instant::now();
+    let deadline = origin + Duration::from_secs(args.duration_secs);
+    bar.set_prefix("workload");
+    let sampler = Sampler::start(
+        shared.clone(),
+        metrics.clone(),
+        bar.clone(),
+        origin,
+        sampler::interval_for(args.duration_secs),
+    );
     let counter = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
     for client in 0..args.concurrency {
@@ -274,13 +299,7 @@ pub async fn run(
     let mut fault_rng = fastrand::Rng::with_seed(seed.rotate_left(17));
     // Every kind in turn, from a seeded start: a short storm still meets each one.
     let mut fault_cycle = fault_rng.u64(..FAULT_KINDS);
-    let started = Instant::now();
     while Instant::now() < deadline {
-        bar.set_position(started.elapsed().as_secs().min(args.duration_secs));
-        bar.set_message(format!(
-            "{} requests",
-            shared.requests.load(Ordering::Relaxed)
-        ));
         if args.fault_every_secs == 0 {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
@@ -299,15 +318,15 @@ pub async fn run(
             *faults.entry((*kind).to_owned()).or_default() += 1;
         }
     }
+    bar.set_prefix("workload done: the clients' last scripts");
     for client in clients {
         let _ = client.await;
     }
-    bar.set_position(args.duration_secs);
-    bar.set_message("quiescence");
 
     // Quiescence: everything back, pending keys answered, notifies settled, reconciliation
     // rounds until nothing changes, the outbox and the queue drained.
     let quiet = Instant::now();
+    bar.set_prefix("quiescence: restarting what the faults stopped");
     if let Some(deployment) = deployment.as_mut() {
         deployment.restore_redis();
         deployment.restore_broker();
@@ -315,10 +334,13 @@ pub async fn run(
             deployment.restart(index).await?;
         }
     }
+    bar.set_prefix("quiescence: answering pending requests");
     finish_pending(&shared).await;
     let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
+    bar.set_prefix("quiescence: settling notifies");
     settle_notifies(&shared, &payments).await;
     if let Some(deployment) = &deployment {
+        bar.set_prefix("quiescence: reconciling");
         let operator = deployment.operator().clone();
         let everything = ReconcileSettings {
             min_age: Duration::ZERO,
@@ -341,6 +363,7 @@ pub async fn run(
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        bar.set_prefix("quiescence: draining events and webhooks");
         drain_events(&operator).await?;
         drain_webhooks(&operator).await?;
     }
@@ -349,6 +372,7 @@ pub async fn run(
     // (reconciliation, relay, consumer) to settle, and audited again until it holds or the
     // time is up.
     let settle_until = Instant::now() + Duration::from_secs(args.settle_secs);
+    bar.set_prefix("audit");
     let (violations, figures) = loop {
         let webhooks = merchant.as_ref().map(merchant::Merchant::facts);
         let audited = audit_now(&shared, &database_url, webhooks).await?;
@@ -357,25 +381,27 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
+    let samples = sampler.stop().await;
     bar.finish_and_clear();
-    let duplicates = shared.log().duplicates.clone();
-    let metrics = match &deployment {
-        Some(_) => mideng_pay::app::metrics_handle()
-            .map(|handle| handle.render())
-            .unwrap_or_default(),
-        None => {
-            let mut text = String::new();
-            for base in &args.target_metrics {
-                if let Ok(response) = shared.http.get(format!("{base}/metrics")).send().await
-                    && let Ok(body) = response.text().await
-                {
-                    text.push_str(&body);
-                    text.push('\n');
-                }
-            }
-            text
-        }
+    let timeline = Timeline {
+        interval_ms: faults::millis(sampler::interval_for(args.duration_secs)),
+        workload_end_ms: faults::millis(deadline.saturating_duration_since(origin)),
+        quiescence_start_ms: faults::millis(quiet.saturating_duration_since(origin)),
+        end_ms: faults::millis(origin.elapsed()),
+        samples,
+        fault_windows: shared.faults.windows(origin),
     };
+    let latencies = shared
+        .latencies
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(operation, histogram)| (operation.clone(), histogram.summary()))
+        .collect();
+    let invariants =
+        crate::audit::invariant_results(&violations, merchant.is_some(), !args.no_attacker);
+    let duplicates = shared.log().duplicates.clone();
+    let metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     let report = StormReport {
         seed,
         stack: stack_label,
@@ -395,12 +421,19 @@ pub async fn run(
             .is_empty()
             .then(|| args.wallet_strategy.as_str().to_owned()),
         attacks: (!args.no_attacker).then(|| shared.log().attacks.report()),
+        timeline,
+        latencies,
+        invariants,
     };
     if let Some(deployment) = deployment {
         deployment.stop().await;
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, report.html())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)

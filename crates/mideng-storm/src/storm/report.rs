@@ -1,14 +1,59 @@
-//! What a storm found, as a value (serialized with `--json`) and as the text table the CLI
-//! prints: duplicates sent, faults injected, what each layer caught, the attacker's tally, the
-//! audit's figures and every broken invariant.
+//! What a storm found, as a value (serialized with `--json`), as the text table the CLI
+//! prints and as an HTML page (`--html`, in `html`): duplicates sent, faults injected, what
+//! each layer caught (in total and over time), the clients' latencies, the attacker's tally,
+//! the audit's figures and every invariant with its result.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::args::BreakLayer;
+pub use super::latency::LatencySummary;
 use crate::attacker::AttackReport;
-use crate::audit::{AuditFigures, Violation};
+use crate::audit::{AuditFigures, InvariantResult, Violation};
+
+/// What the storm sampled while it ran, on one clock: milliseconds since the workload began.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    /// The sampling interval, milliseconds.
+    pub interval_ms: u64,
+    /// When the workload's deadline passed.
+    pub workload_end_ms: u64,
+    /// When quiescence began (the clients' last scripts done).
+    pub quiescence_start_ms: u64,
+    /// When sampling stopped (after the audit).
+    pub end_ms: u64,
+    /// What each layer caught in each interval, in order.
+    pub samples: Vec<LayerSample>,
+    /// Every fault, from its start to its end.
+    pub fault_windows: Vec<FaultWindow>,
+}
+
+/// One sampling interval: what each layer caught in it (the service's decision counters, first
+/// arrivals left out, as in [`StormReport::layers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LayerSample {
+    /// Start of the interval.
+    pub from_ms: u64,
+    /// End of the interval.
+    pub to_ms: u64,
+    /// Requests sent in it.
+    pub requests: u64,
+    /// Caught in it, by layer (layers that caught nothing are left out).
+    pub caught: BTreeMap<String, u64>,
+}
+
+/// A fault held from `from_ms` to `to_ms` (the simulator's faults are armed in an instant and
+/// strike at the next call they name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FaultWindow {
+    /// What the fault was.
+    pub kind: String,
+    /// When it began.
+    pub from_ms: u64,
+    /// When it was undone.
+    pub to_ms: u64,
+}
 
 /// What the storm did and found.
 #[derive(Clone, Debug, Serialize)]
@@ -44,6 +89,12 @@ pub struct StormReport {
     pub wallet_strategy: Option<String>,
     /// What the attacker sent and how it was answered (`None`: `--no-attacker`).
     pub attacks: Option<AttackReport>,
+    /// What each layer caught over time, and the fault windows.
+    pub timeline: Timeline,
+    /// The latencies the clients saw, by operation (`POST /v1/orders/{id}/payments`, …).
+    pub latencies: BTreeMap<String, LatencySummary>,
+    /// Every invariant of the audit, with its number of violations.
+    pub invariants: Vec<InvariantResult>,
 }
 
 impl StormReport {
@@ -121,6 +172,21 @@ impl StormReport {
                     counts.refused,
                     counts.unanswered,
                     counts.stopped_by
+                );
+            }
+        }
+        if !self.latencies.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "{:<48} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                "latency (ms)", "answers", "p50", "p90", "p99", "max"
+            );
+            for (operation, latency) in &self.latencies {
+                let _ = writeln!(
+                    out,
+                    "{operation:<48} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                    latency.count, latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.max_ms
                 );
             }
         }
