@@ -885,9 +885,9 @@ mod handler_begins {
              CREATE TABLE IF NOT EXISTS demo_begun_payments (payment_no TEXT PRIMARY KEY, \
              tenant TEXT NOT NULL, idempotency_key TEXT NOT NULL)",
         )
-            .execute(store.pool())
-            .await
-            .expect("table");
+        .execute(store.pool())
+        .await
+        .expect("table");
         let cached = Arc::new(
             CachedRecords::new(store.clone(), 100, Duration::from_secs(60)).expect("cache"),
         );

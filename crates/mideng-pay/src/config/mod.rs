@@ -77,9 +77,9 @@ pub use channels::{
     AlipayApiFile, AlipayFile, ChannelsConfig, ConfiguredChannels, WechatFile, WechatPlatformMode,
 };
 pub use sections::{
-    BrokerKind, ConsoleConfig, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig, PaymentsConfig,
-    PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig, TenantConfig,
-    TenantWebhookConfig, WalletConfig, WebhooksConfig,
+    BrokerKind, ConsoleConfig, DatabaseConfig, DemoConfig, EventsConfig, HttpConfig, NatsConfig,
+    PaymentsConfig, PurgeConfig, RabbitConfig, ReconcileConfig, RedisConfig, SimulatorConfig,
+    TenantConfig, TenantWebhookConfig, WalletConfig, WebhooksConfig,
 };
 
 use figment::Figment;
@@ -357,7 +357,11 @@ impl ServeConfig {
     /// Whether the demo checkout is served at `/` (`[demo] checkout`; by default exactly when
     /// the simulator runs in process).
     pub fn checkout_enabled(&self) -> bool {
-        self.demo.enabled && self.demo.checkout.unwrap_or_else(|| self.simulator_enabled())
+        self.demo.enabled
+            && self
+                .demo
+                .checkout
+                .unwrap_or_else(|| self.simulator_enabled())
     }
 
     /// The digest of the key that opens the console, given the demo tenant's key in use;
