@@ -34,21 +34,8 @@ const PALETTE: [&str; 12] = [
 ];
 
 /// `text` with the characters HTML gives a meaning to replaced by references: safe inside
-/// elements and inside quoted attributes.
-pub(crate) fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for character in text.chars() {
-        match character {
-            '&' => escaped.push_str("&amp;"),
-            '<' => escaped.push_str("&lt;"),
-            '>' => escaped.push_str("&gt;"),
-            '"' => escaped.push_str("&quot;"),
-            '\'' => escaped.push_str("&#39;"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
-}
+/// elements and inside quoted attributes (the service's pages use the same function).
+pub(crate) use mideng_pay::web::escape_html as escape;
 
 /// A whole page: `title` (escaped here) and `body` (markup, already escaped by its builder).
 pub(crate) fn page(title: &str, body: &str) -> String {

@@ -214,8 +214,9 @@ fn harden(response: &mut Response) {
     );
 }
 
-/// `text` safe inside HTML text and double-quoted attributes.
-pub(crate) fn escape_html(text: &str) -> String {
+/// `text` safe inside HTML text and quoted attributes: the five characters HTML gives a meaning
+/// to, replaced by references.
+pub fn escape_html(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for character in text.chars() {
         match character {

@@ -383,24 +383,9 @@ impl StormReport {
             .collect();
         let audit = &self.audit;
         let mut content = format!(
-            "<p class=\"note\">Audited after quiescence: {} payments ({} PAID, {} charged at \
-             the channel), {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger \
-             entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked \
-             payments. Webhook invariants need the storm's own merchant, attack invariants \
-             the attacker.</p>\n",
-            audit.payments,
-            audit.paid,
-            audit.charged,
-            audit.grants,
-            audit.refund_cases,
-            audit.refunds,
-            audit.refunds_succeeded,
-            audit.ledger_entries,
-            audit.deducts,
-            audit.reversals,
-            audit.webhook_deliveries,
-            audit.webhook_copies,
-            audit.attacked
+            "<p class=\"note\">Audited after quiescence: {}. Webhook invariants need the \
+             storm's own merchant, attack invariants the attacker.</p>\n",
+            escape(&super::report::audit_summary(audit))
         );
         content.push_str(&table(
             &[

@@ -192,23 +192,7 @@ impl StormReport {
         }
         let _ = writeln!(out);
         let audit = &self.audit;
-        let _ = writeln!(
-            out,
-            "audit: {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments",
-            audit.payments,
-            audit.paid,
-            audit.charged,
-            audit.grants,
-            audit.refund_cases,
-            audit.refunds,
-            audit.refunds_succeeded,
-            audit.ledger_entries,
-            audit.deducts,
-            audit.reversals,
-            audit.webhook_deliveries,
-            audit.webhook_copies,
-            audit.attacked
-        );
+        let _ = writeln!(out, "audit: {}", audit_summary(audit));
         if let Some(layer) = self.broken_layer {
             if self.violations.is_empty() {
                 let held: Vec<String> = layer
@@ -249,4 +233,24 @@ impl StormReport {
         }
         out
     }
+}
+
+/// What the audit looked at, in one line (the text and the HTML report both show it).
+pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
+    format!(
+        "{} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments",
+        audit.payments,
+        audit.paid,
+        audit.charged,
+        audit.grants,
+        audit.refund_cases,
+        audit.refunds,
+        audit.refunds_succeeded,
+        audit.ledger_entries,
+        audit.deducts,
+        audit.reversals,
+        audit.webhook_deliveries,
+        audit.webhook_copies,
+        audit.attacked
+    )
 }
