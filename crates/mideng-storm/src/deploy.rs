@@ -10,12 +10,19 @@
 //! What a deployment is made of (the simulator, each instance's settings, the run's database,
 //! the proxies) comes from `mideng_pay::testing`, which the service's tests share; what is the
 //! storm's own is here: the stacks and their flags, and instances that can crash.
+//!
+//! The replicated stack's servers are `scripts/replicated`'s (a PostgreSQL primary and its
+//! synchronous standby behind a front, a Redis Cluster of three masters and three replicas, a
+//! NATS JetStream cluster of three): the deployment brings them up with that script, and fails
+//! them over with it ([`Deployment::pg_failover`], [`Deployment::redis_failover`],
+//! [`Deployment::nats_outage`], then [`Deployment::repair_replicated`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
 use mideng_pay::api::{AppState, generate_api_key};
@@ -49,6 +56,16 @@ pub enum Stack {
         /// `host:port` of RabbitMQ (guest/guest).
         rabbitmq: String,
     },
+    /// `scripts/replicated`'s servers, which the deployment starts with that script: the
+    /// database through the PostgreSQL front (a database created for the run), a Redis Cluster
+    /// for tokens and locks, NATS JetStream with a stream of three replicas. The faults kill a
+    /// primary, a master or a node for real.
+    Replicated {
+        /// The script (`scripts/replicated`).
+        script: PathBuf,
+        /// Its `--dir` (`None`: the script's default, `target/replicated`).
+        dir: Option<PathBuf>,
+    },
 }
 
 impl Stack {
@@ -60,6 +77,10 @@ impl Stack {
                 "MySQL / MariaDB + Redis + RabbitMQ"
             }
             Stack::Servers { .. } => "PostgreSQL + Redis + RabbitMQ",
+            Stack::Replicated { .. } => {
+                "replicated: PostgreSQL primary + synchronous standby, Redis Cluster 3+3, \
+                 NATS JetStream x3"
+            }
         }
     }
 }
@@ -71,6 +92,9 @@ pub enum StackKind {
     Embedded,
     /// PostgreSQL + Redis + RabbitMQ.
     Servers,
+    /// `scripts/replicated`'s servers, started by the run: PostgreSQL primary + synchronous
+    /// standby, Redis Cluster, NATS JetStream cluster; the faults fail them over.
+    Replicated,
 }
 
 /// Where the servers stack finds its servers: `--database`, `--redis`, `--rabbitmq`.
@@ -91,6 +115,13 @@ pub struct ServerArgs {
     /// RabbitMQ of the servers stack, `host:port` (guest/guest).
     #[arg(long, default_value = "127.0.0.1:5672")]
     pub rabbitmq: String,
+    /// The replicated stack's script, which starts and fails over its servers.
+    #[arg(long, default_value = "scripts/replicated")]
+    pub replicated_script: PathBuf,
+    /// The replicated stack's `--dir` for the script (default: the script's own,
+    /// `target/replicated`; its ports are fixed either way).
+    #[arg(long)]
+    pub replicated_dir: Option<PathBuf>,
 }
 
 impl Default for ServerArgs {
@@ -99,6 +130,8 @@ impl Default for ServerArgs {
             database: "postgres://mideng:mideng@127.0.0.1:5432/mideng_test".to_owned(),
             redis: "127.0.0.1:6379".to_owned(),
             rabbitmq: "127.0.0.1:5672".to_owned(),
+            replicated_script: PathBuf::from("scripts/replicated"),
+            replicated_dir: None,
         }
     }
 }
@@ -114,6 +147,10 @@ impl StackKind {
                 database_url: servers.database.clone(),
                 redis: servers.redis.clone(),
                 rabbitmq: servers.rabbitmq.clone(),
+            },
+            StackKind::Replicated => Stack::Replicated {
+                script: servers.replicated_script.clone(),
+                dir: servers.replicated_dir.clone(),
             },
         }
     }
@@ -161,6 +198,8 @@ pub struct Deployment {
     instances: Vec<Instance>,
     redis: Option<Proxy>,
     broker: Option<Proxy>,
+    /// The replicated stack's script, and what its failovers left to repair.
+    replicated: Option<Replicated>,
     operator: AppState,
     stop: watch::Sender<bool>,
 }
@@ -183,12 +222,25 @@ impl Deployment {
     ) -> anyhow::Result<Self> {
         let (stop, stopped) = watch::channel(false);
         let simulator = start_simulator(&identity.0, stopped).await?;
+        let mut replicated = None;
+        let mut redis_cluster = Vec::new();
         let (database_url, redis, broker) = match &options.stack {
             Stack::Embedded { dir } => {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
                 let path = dir.join(format!("{}.db", options.run_id));
                 (format!("sqlite://{}", path.display()), None, None)
+            }
+            Stack::Replicated { script, dir } => {
+                let servers = Replicated::new(script, dir.as_deref());
+                let urls = servers.up().await?;
+                let database =
+                    create_run_database(&urls.postgres, &format!("storm_{}", options.run_id))
+                        .await
+                        .context("the run's database, through the replicated PostgreSQL's front")?;
+                redis_cluster = urls.redis_cluster.clone();
+                replicated = Some((servers, urls));
+                (database, None, None)
             }
             Stack::Servers {
                 database_url,
@@ -213,7 +265,7 @@ impl Deployment {
             .collect();
         let instances = match options.stack {
             Stack::Embedded { .. } => 1,
-            Stack::Servers { .. } => options.instances.clamp(1, 16),
+            Stack::Servers { .. } | Stack::Replicated { .. } => options.instances.clamp(1, 16),
         };
         let mut listeners = Vec::new();
         for _ in 0..instances {
@@ -225,11 +277,16 @@ impl Deployment {
             redis_url: redis
                 .as_ref()
                 .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port())),
+            redis_cluster,
             redis_prefix: Some(options.run_id.clone()),
             tenants: tenants.clone(),
             payments: options.payments.clone(),
             reconcile: options.reconcile.clone(),
-            events: events(&options, broker.as_ref()),
+            events: events(
+                &options,
+                broker.as_ref(),
+                replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
+            ),
             ..Blueprint::new(Arc::new(identity), &simulator.base, &database_url)
         };
         // The operator asks the channel too (reconciliation by hand); its notify URL is the
@@ -249,6 +306,7 @@ impl Deployment {
             instances: Vec::new(),
             redis,
             broker,
+            replicated: replicated.map(|(servers, _)| servers),
             stop,
         };
         for (listener, port) in listeners {
@@ -440,6 +498,77 @@ impl Deployment {
         matches!(self.options.stack, Stack::Servers { .. })
     }
 
+    /// Whether the stack is the replicated one (its faults are failovers).
+    pub fn is_replicated(&self) -> bool {
+        self.replicated.is_some()
+    }
+
+    fn replicated_servers(&mut self) -> anyhow::Result<&mut Replicated> {
+        self.replicated
+            .as_mut()
+            .context("not the replicated stack: no primary, master or node to fail over")
+    }
+
+    /// Kills the PostgreSQL primary (`pg kill-primary`), waits `hold`, and promotes its
+    /// synchronous standby (`pg promote`, which re-points the front). A standby left down by
+    /// an earlier failover is rebuilt first (`pg up`): the caller runs
+    /// [`Deployment::repair_replicated`] outside the fault's window for that. The new
+    /// primary's port.
+    pub async fn pg_failover(&mut self, hold: Duration) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        servers.run(&["pg", "kill-primary"]).await?;
+        servers.pg_degraded = true;
+        tokio::time::sleep(hold).await;
+        let port = servers.run(&["pg", "promote"]).await?;
+        Ok(port.trim().to_owned())
+    }
+
+    /// Kills -9 the Redis master of slot range `index` (0 to 2) and waits until a replica
+    /// holds its slots and the cluster is ok (`redis kill-master N`); the new master.
+    pub async fn redis_failover(&mut self, index: usize) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        servers.redis_degraded = true;
+        let master = servers
+            .run(&["redis", "kill-master", &index.to_string()])
+            .await?;
+        Ok(master.trim().to_owned())
+    }
+
+    /// Kills -9 NATS node `index` (0 to 2), waits `hold`, starts it again and waits until
+    /// JetStream is current on it (`nats kill-node N`, `nats start-node N`).
+    pub async fn nats_outage(&mut self, index: usize, hold: Duration) -> anyhow::Result<()> {
+        let servers = self.replicated_servers()?;
+        let index = index.to_string();
+        servers.run(&["nats", "kill-node", &index]).await?;
+        tokio::time::sleep(hold).await;
+        servers.run(&["nats", "start-node", &index]).await?;
+        Ok(())
+    }
+
+    /// Brings back what the failovers left down, so that the next one has a standby or a
+    /// replica to promote: the old PostgreSQL primary rebuilt as the synchronous standby of
+    /// the new one (`pg up`), the old Redis master back as a replica (`redis up`). What it
+    /// repaired, with how long each took. A no-op on other stacks or when nothing is down.
+    pub async fn repair_replicated(&mut self) -> anyhow::Result<Vec<(&'static str, Duration)>> {
+        let mut repaired = Vec::new();
+        let Some(servers) = self.replicated.as_mut() else {
+            return Ok(repaired);
+        };
+        if servers.pg_degraded {
+            let started = std::time::Instant::now();
+            servers.run(&["pg", "up"]).await?;
+            servers.pg_degraded = false;
+            repaired.push(("PostgreSQL standby rebuilt", started.elapsed()));
+        }
+        if servers.redis_degraded {
+            let started = std::time::Instant::now();
+            servers.run(&["redis", "up"]).await?;
+            servers.redis_degraded = false;
+            repaired.push(("Redis master back as a replica", started.elapsed()));
+        }
+        Ok(repaired)
+    }
+
     /// Stops everything: instances between requests, the simulator.
     pub async fn stop(mut self) {
         self.stop.send_replace(true);
@@ -526,10 +655,107 @@ pub async fn drop_run_database(server_url: &str, url: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// The event side of every instance: RabbitMQ through its proxy on the servers stack, the
+/// The URLs `scripts/replicated all up` prints.
+#[derive(Clone, Debug)]
+struct ReplicatedUrls {
+    /// The PostgreSQL front.
+    postgres: String,
+    /// The Redis Cluster's nodes.
+    redis_cluster: Vec<String>,
+    /// The NATS servers, comma-separated.
+    nats: String,
+}
+
+/// How long one command of `scripts/replicated` may take: an `up` from nothing takes seconds,
+/// a failover up to the script's own bounded waits (60 s), a lock held by another command up
+/// to 300 s.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `scripts/replicated`, and what the failovers left to repair.
+#[derive(Debug)]
+struct Replicated {
+    script: PathBuf,
+    dir: Option<PathBuf>,
+    /// A primary was killed and its standby promoted: the old one is to be rebuilt.
+    pg_degraded: bool,
+    /// A master was killed: it is to be brought back as a replica.
+    redis_degraded: bool,
+}
+
+impl Replicated {
+    fn new(script: &Path, dir: Option<&Path>) -> Self {
+        Self {
+            script: script.to_path_buf(),
+            dir: dir.map(Path::to_path_buf),
+            pg_degraded: false,
+            redis_degraded: false,
+        }
+    }
+
+    /// Runs the script with `args` (after `--dir`), bounded by [`SCRIPT_TIMEOUT`]; its stdout.
+    /// A failure or a timeout is an error naming the command and the end of its stderr.
+    async fn run(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut command = tokio::process::Command::new(&self.script);
+        if let Some(dir) = &self.dir {
+            command.arg("--dir").arg(dir);
+        }
+        command
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let what = format!("{} {}", self.script.display(), args.join(" "));
+        let started = std::time::Instant::now();
+        let output = tokio::time::timeout(SCRIPT_TIMEOUT, command.output())
+            .await
+            .with_context(|| format!("{what} took longer than {SCRIPT_TIMEOUT:?}"))?
+            .with_context(|| {
+                format!(
+                    "running {what} (the replicated stack needs scripts/replicated: \
+                         --replicated-script)"
+                )
+            })?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            anyhow::bail!("{what} failed ({}): {}", output.status, tail.join(" | "));
+        }
+        tracing::info!(
+            command = %what,
+            elapsed = ?started.elapsed(),
+            "replicated: {}",
+            stderr.trim()
+        );
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// `all up`: every server up and replicated (repairing what an earlier run left); the
+    /// URLs it prints.
+    async fn up(&self) -> anyhow::Result<ReplicatedUrls> {
+        let printed = self.run(&["all", "up"]).await?;
+        let value = |name: &str| {
+            printed
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_owned)
+                .with_context(|| format!("scripts/replicated all up printed no {name}"))
+        };
+        Ok(ReplicatedUrls {
+            postgres: value("MIDENG_TEST_POSTGRES_URL")?,
+            redis_cluster: value("MIDENG_TEST_REDIS_CLUSTER_URLS")?
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+            nats: value("REPLICATED_NATS_URLS")?,
+        })
+    }
+}
+
+/// The event side of every instance: RabbitMQ through its proxy on the servers stack, NATS
+/// JetStream on the replicated one (every server's URL, a stream of three replicas), the
 /// in-database queue on the embedded one; a fast relay and the entitlement consumer when the
 /// run wants events.
-fn events(options: &DeployOptions, broker: Option<&Proxy>) -> EventSettings {
+fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -> EventSettings {
     let fast = RelayWorkerSettings {
         relay: RelaySettings {
             batch: 50,
@@ -547,12 +773,21 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>) -> EventSettings {
             .layer_on(mideng_pay::flows::BrokenLayer::GrantDedup),
         ..ConsumerSettings::default()
     };
-    let broker = match (&options.stack, broker) {
-        (Stack::Servers { .. }, Some(proxy)) => Broker::RabbitMq(RabbitSettings {
+    let broker = match (&options.stack, broker, nats) {
+        (Stack::Servers { .. }, Some(proxy), _) => Broker::RabbitMq(RabbitSettings {
             url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()),
             queue_prefix: options.run_id.clone(),
             confirm_timeout: Duration::from_secs(2),
             ..RabbitSettings::default()
+        }),
+        (Stack::Replicated { .. }, _, Some(nats)) => Broker::Nats(NatsSettings {
+            url: nats.to_owned(),
+            // A stream of this run's own, copied on all three servers.
+            stream: options.run_id.to_uppercase(),
+            subject_prefix: options.run_id.clone(),
+            ack_timeout: Duration::from_secs(2),
+            replicas: 3,
+            ..NatsSettings::default()
         }),
         _ => Broker::Queue,
     };

@@ -6,6 +6,7 @@
 //! | invariant | from |
 //! |---|---|
 //! | at most one PENDING and one PAID payment per order | database |
+//! | every payment a client was answered with is stored | client answers + database |
 //! | every trade charged at the channel is PAID here | ledger + database |
 //! | nothing PAID here that the channel did not charge | database + ledger |
 //! | closed at the channel ⇔ closed here | trades + database |
@@ -270,6 +271,9 @@ pub struct ChannelFacts {
 pub struct ClientFacts {
     /// Credits answered 200, by (tenant, user, key): amount.
     pub credits: HashMap<(String, String, String), i64>,
+    /// Payments the clients were answered with (the `payment_no` of an answer to a payment's
+    /// creation): each must be in the database, whatever failed over after the answer.
+    pub payments: BTreeSet<String>,
     /// Deducts answered 200, by (tenant, user, key): (order, amount).
     pub deducts: HashMap<(String, String, String), (String, i64)>,
     /// Replays whose answer differed from the original (description).
@@ -357,7 +361,8 @@ fn violation(invariant: &'static str, detail: String) -> Violation {
 
 /// The invariants [`check`] checks itself, by the name their violations carry (the refunds',
 /// reversals' and webhooks' are in their modules).
-const INVARIANTS: [&str; 24] = [
+const INVARIANTS: [&str; 25] = [
+    "every answered payment is stored",
     "one pending payment per order",
     "one paid payment per order",
     "a trade is charged once",
@@ -472,6 +477,17 @@ pub fn check(
         .iter()
         .map(|payment| (payment.payment_no.as_str(), payment))
         .collect();
+
+    // Every payment a client was answered with is stored: an acknowledged creation is never
+    // lost, not even by a failover right after it.
+    for number in &client.payments {
+        if !payments.contains_key(number.as_str()) {
+            violations.push(violation(
+                "every answered payment is stored",
+                format!("{number} was answered and is not in the database"),
+            ));
+        }
+    }
 
     // One PENDING and one PAID payment per order at most.
     let mut per_order: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
@@ -1056,6 +1072,29 @@ mod tests {
         let (violations, figures) = check(&snapshot, &charged(&["P1"]), &ClientFacts::default());
         assert!(violations.is_empty(), "{violations:?}");
         assert_eq!((figures.paid, figures.grants), (1, 1));
+    }
+
+    /// A payment a client was answered with and that the database lost (a failover that
+    /// dropped an acknowledged commit) is a violation; one that is stored is not.
+    #[test]
+    fn an_answered_payment_missing_from_the_database_is_a_violation() {
+        let snapshot = Snapshot {
+            payments: vec![payment("P1", "o1", "PENDING")],
+            orders: vec![order("o1", "CREATED")],
+            ..Snapshot::default()
+        };
+        let client = ClientFacts {
+            payments: ["P1".to_owned(), "LOST".to_owned()].into(),
+            ..ClientFacts::default()
+        };
+        let (violations, _) = check(&snapshot, &ChannelFacts::default(), &client);
+        assert_eq!(
+            violations,
+            vec![violation(
+                "every answered payment is stored",
+                "LOST was answered and is not in the database".to_owned(),
+            )]
+        );
     }
 
     /// A retargeted success accepted: the victim is PAID with no charge behind it. Both the

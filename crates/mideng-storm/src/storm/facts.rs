@@ -48,6 +48,7 @@ pub(super) async fn audit_now(
         ClientFacts {
             attacked: log.attacks.victims().clone(),
             accepted_attacks: log.attacks.accepted.clone(),
+            payments: log.payments.iter().cloned().collect(),
             webhooks,
             ..log.client.clone()
         }

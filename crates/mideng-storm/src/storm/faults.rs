@@ -3,12 +3,18 @@
 //! A fault is held for a moment and then undone. The embedded stack has only the instance crash
 //! and the simulator's faults, armed together (a trade's creation and a refund applied with
 //! their answers lost, a WeChat Pay refund that ends CLOSED or ABNORMAL); the servers stack adds
-//! Redis and the broker cut off and every database connection terminated; a deployment the
-//! storm did not start gets the simulator's faults only.
+//! Redis and the broker cut off and every database connection terminated; the replicated stack
+//! has real failovers of its replicated servers instead of the cuts (the PostgreSQL primary
+//! killed and its synchronous standby promoted, a Redis Cluster master killed and its replica
+//! promoted, a NATS JetStream node killed and started again), each repaired before the next
+//! fault's window opens (the old primary rebuilt as the standby, the old master back as a
+//! replica), so that every failover has a standby or replica to promote; a deployment the storm
+//! did not start gets the simulator's faults only.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde_json::json;
 
 use super::clients::Shared;
@@ -88,6 +94,24 @@ const WINDOW_KINDS: [&str; 5] = [
     "database connections killed",
 ];
 
+/// The replicated stack's kinds, in the schedule's order: the crash and the simulator's faults,
+/// then one failover of each replicated server.
+const REPLICATED_WINDOW_KINDS: [&str; 5] = [
+    "instance killed mid-request",
+    "simulator's faults armed",
+    PG_FAILOVER,
+    REDIS_FAILOVER,
+    NATS_OUTAGE,
+];
+
+/// The PostgreSQL primary killed (`pg_ctl stop -m immediate`), held down, and its synchronous
+/// standby promoted (the front re-pointed at it).
+const PG_FAILOVER: &str = "PostgreSQL primary killed, standby promoted";
+/// A Redis Cluster master killed -9, until a replica holds its slots and the cluster is ok.
+const REDIS_FAILOVER: &str = "Redis master killed, replica promoted";
+/// A NATS JetStream node killed -9, held down, started again and current.
+const NATS_OUTAGE: &str = "NATS node killed";
+
 /// The simulator's faults, armed together (each is consumed by the next call it names): the
 /// next trade creation and the next refund applied with their answers lost, and the next
 /// WeChat Pay refund ending CLOSED or ABNORMAL.
@@ -166,13 +190,26 @@ pub(super) async fn inject(
         shared.faults.close(window);
         return Ok(&SIMULATOR_FAULTS);
     };
-    let kinds = if deployment.has_servers() {
+    let replicated = deployment.is_replicated();
+    let kinds = if deployment.has_servers() || replicated {
         FAULT_KINDS
     } else {
         EMBEDDED_KINDS
     };
     let hold = Duration::from_millis(rng.u64(500..2000));
     let kind = cycle % kinds;
+    if replicated {
+        // Outside every window: what the last failover left down comes back first, so that
+        // this fault (a second PostgreSQL failover above all) has a standby to promote.
+        for (repaired, took) in deployment
+            .repair_replicated()
+            .await
+            .context("repairing the replicated servers")?
+        {
+            tracing::info!(took = ?took, "replicated: {repaired}");
+        }
+        return inject_replicated(deployment, shared, rng, kind, hold).await;
+    }
     let window = shared.faults.open(
         usize::try_from(kind)
             .ok()
@@ -207,6 +244,63 @@ pub(super) async fn inject(
         _ => {
             deployment.kill_database_connections().await?;
             &["database connections killed"]
+        }
+    };
+    shared.faults.close(window);
+    Ok(done)
+}
+
+/// One fault of the replicated stack's schedule (`kind` below [`FAULT_KINDS`]): the crash, the
+/// simulator's faults, or a failover of one replicated server, in a window of its kind.
+async fn inject_replicated(
+    deployment: &mut Deployment,
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    kind: u64,
+    hold: Duration,
+) -> anyhow::Result<&'static [&'static str]> {
+    let name = usize::try_from(kind)
+        .ok()
+        .and_then(|kind| REPLICATED_WINDOW_KINDS.get(kind))
+        .copied()
+        .unwrap_or("fault");
+    let window = shared.faults.open(name);
+    let started = Instant::now();
+    let done: &'static [&'static str] = match kind {
+        0 => {
+            let index = rng.usize(..deployment.instance_count());
+            deployment.crash(index);
+            tokio::time::sleep(hold).await;
+            deployment.restart(index).await?;
+            &["instance killed mid-request"]
+        }
+        1 => {
+            arm_simulator_faults(shared, rng).await;
+            &SIMULATOR_FAULTS
+        }
+        2 => {
+            let port = deployment
+                .pg_failover(hold)
+                .await
+                .context("the PostgreSQL failover")?;
+            tracing::info!(took = ?started.elapsed(), port, "replicated: {PG_FAILOVER}");
+            &[PG_FAILOVER]
+        }
+        3 => {
+            let master = deployment
+                .redis_failover(rng.usize(..3))
+                .await
+                .context("the Redis failover")?;
+            tracing::info!(took = ?started.elapsed(), master, "replicated: {REDIS_FAILOVER}");
+            &[REDIS_FAILOVER]
+        }
+        _ => {
+            deployment
+                .nats_outage(rng.usize(..3), hold)
+                .await
+                .context("the NATS node's outage")?;
+            tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
+            &[NATS_OUTAGE]
         }
     };
     shared.faults.close(window);

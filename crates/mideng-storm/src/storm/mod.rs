@@ -30,7 +30,10 @@
 //! back, every database connection terminated, and the simulator's faults, armed together:
 //! channel answers lost after the channel applied them (`/sim/fail-next` with `apply_anyway`:
 //! the next trade creation and the next refund) and the next WeChat Pay refund ending CLOSED or
-//! ABNORMAL at the channel (`/sim/refund-outcome`).
+//! ABNORMAL at the channel (`/sim/refund-outcome`). The replicated stack has real failovers
+//! instead of the cuts: the PostgreSQL primary killed and its synchronous standby promoted, a
+//! Redis Cluster master killed and its replica promoted, a NATS JetStream node killed, each
+//! repaired before the next fault and at quiescence.
 //!
 //! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
 //! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
@@ -330,6 +333,11 @@ pub async fn run(
     if let Some(deployment) = deployment.as_mut() {
         deployment.restore_redis();
         deployment.restore_broker();
+        // The replicated stack: the last failover's standby or replica brought back.
+        deployment
+            .repair_replicated()
+            .await
+            .context("repairing the replicated servers")?;
         for index in 0..deployment.instance_count() {
             deployment.restart(index).await?;
         }

@@ -63,7 +63,10 @@ const PULL_GRACE: Duration = Duration::from_secs(1);
 /// Where and how to reach NATS JetStream.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NatsSettings {
-    /// Server URL, for example `nats://127.0.0.1:4222` (credentials in it are never logged).
+    /// Server URL, for example `nats://127.0.0.1:4222` (credentials in it are never logged);
+    /// the servers of a cluster as a comma-separated list
+    /// (`nats://a:4222,nats://b:4222,nats://c:4222`), of which the client connects to any that
+    /// answers and, after losing it, reconnects to another.
     pub url: String,
     /// Name of the stream holding the outbox messages.
     pub stream: String,
@@ -75,6 +78,10 @@ pub struct NatsSettings {
     pub ack_timeout: Duration,
     /// The stream's deduplication window on `Nats-Msg-Id` (used when the stream is created).
     pub duplicate_window: Duration,
+    /// How many servers of a JetStream cluster keep a copy of the stream (used when the stream
+    /// is created): 1 (the default) on a single server; 3 on a cluster of three, so that the
+    /// stream and its consumers survive the loss of any one server. At most the cluster's size.
+    pub replicas: usize,
 }
 
 impl Default for NatsSettings {
@@ -85,6 +92,7 @@ impl Default for NatsSettings {
             subject_prefix: "mideng".to_owned(),
             ack_timeout: Duration::from_secs(5),
             duplicate_window: Duration::from_secs(120),
+            replicas: 1,
         }
     }
 }
@@ -98,6 +106,7 @@ impl fmt::Debug for NatsSettings {
             .field("subject_prefix", &self.subject_prefix)
             .field("ack_timeout", &self.ack_timeout)
             .field("duplicate_window", &self.duplicate_window)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -125,8 +134,18 @@ impl NatsSettings {
             subjects: vec![format!("{}.>", self.subject_prefix)],
             storage: StorageType::File,
             duplicate_window: self.duplicate_window,
+            num_replicas: self.replicas.max(1),
             ..stream::Config::default()
         }
+    }
+
+    /// The servers of [`NatsSettings::url`]: its comma-separated URLs.
+    fn servers(&self) -> Vec<&str> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect()
     }
 
     /// Connects once, bounded by [`CONNECT_TIMEOUT`], and returns the client with a JetStream
@@ -135,7 +154,8 @@ impl NatsSettings {
         let options = ConnectOptions::new()
             .name("mideng")
             .connection_timeout(CONNECT_TIMEOUT);
-        let client = match timeout(CONNECT_TIMEOUT, options.connect(self.url.as_str())).await {
+        let servers = self.servers();
+        let client = match timeout(CONNECT_TIMEOUT, options.connect(servers.as_slice())).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
                 return Err(BrokerError::Unavailable(format!(
