@@ -276,6 +276,11 @@ impl ServeConfig {
                 }
             }
         }
+        if !(1..=5).contains(&self.events.nats.replicas) {
+            return invalid(
+                "events.nats.replicas must be 1 to 5 (JetStream keeps at most 5 copies)",
+            );
+        }
         if !(1..=1_000).contains(&self.database.connections_max) {
             return invalid("database.connections_max must be 1 to 1000");
         }
@@ -429,6 +434,7 @@ impl ServeConfig {
                 url: events.nats.url.clone(),
                 stream: events.nats.stream.clone(),
                 subject_prefix: events.nats.subject_prefix.clone(),
+                replicas: events.nats.replicas,
                 ..NatsSettings::default()
             }),
         };
@@ -685,6 +691,60 @@ mod tests {
                 &Overrides::default()
             ),
             Err(ConfigError::Parse(_))
+        ));
+        assert!(matches!(
+            parse("[events.nats]\nreplicas = 0", &Overrides::default()),
+            Err(ConfigError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse(
+                "[console]\napi_key_sha256 = \"not-hex\"",
+                &Overrides::default()
+            ),
+            Err(ConfigError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn the_pages_and_a_nats_cluster_follow_the_configuration() {
+        let embedded = parse("", &Overrides::default()).expect("defaults");
+        assert!(
+            embedded.checkout_enabled(),
+            "the embedded mode shows the checkout"
+        );
+        assert_eq!(
+            embedded.console_key_sha256(Some("demo-key-0123456789")),
+            Some(crate::api::api_key_hash("demo-key-0123456789"))
+        );
+        let production = parse(
+            &format!(
+                "[demo]\nenabled = false\n[console]\napi_key_sha256 = \"{}\"\n\
+                 [events]\nbroker = \"nats\"\n[events.nats]\n\
+                 url = \"nats://a:4222,nats://b:4222\"\nreplicas = 3\n",
+                "AB".repeat(32)
+            ),
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert!(!production.checkout_enabled());
+        assert_eq!(
+            production.console_key_sha256(None),
+            Some("ab".repeat(32)),
+            "the operator's key, lowercased"
+        );
+        match production.event_settings().broker {
+            Broker::Nats(nats) => {
+                assert_eq!(nats.replicas, 3);
+                assert_eq!(nats.url, "nats://a:4222,nats://b:4222");
+            }
+            other => panic!("not NATS: {}", other.name()),
+        }
+        assert!(matches!(
+            parse(
+                "[demo]\nenabled = false\ncheckout = true",
+                &Overrides::default()
+            ),
+            Err(ConfigError::Invalid(_))
         ));
     }
 }

@@ -115,12 +115,16 @@ impl std::fmt::Debug for RabbitConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
-    /// `nats://host:4222`.
+    /// `nats://host:4222`; a cluster's servers comma-separated
+    /// (`nats://a:4222,nats://b:4222,nats://c:4222`), so that any live one is reached.
     pub url: String,
     /// The JetStream stream (created if missing).
     pub stream: String,
     /// Subjects are `<prefix>.<topic>`.
     pub subject_prefix: String,
+    /// Copies of the stream kept by a JetStream cluster when the stream is created (1 to 5):
+    /// 3 on a cluster of three, so that it survives the loss of any one server.
+    pub replicas: usize,
 }
 
 impl Default for NatsConfig {
@@ -130,6 +134,7 @@ impl Default for NatsConfig {
             url: defaults.url,
             stream: defaults.stream,
             subject_prefix: defaults.subject_prefix,
+            replicas: defaults.replicas,
         }
     }
 }
