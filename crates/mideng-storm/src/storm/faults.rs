@@ -176,6 +176,27 @@ async fn arm_simulator_faults(shared: &Shared, rng: &mut fastrand::Rng) {
     end_next_refund_unsuccessfully(shared, rng).await;
 }
 
+/// The kinds every stack the storm started has (the schedule's first two): an instance killed
+/// mid-request and started again after `hold` (0), or the simulator's faults armed (1).
+async fn common_fault(
+    deployment: &mut Deployment,
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    kind: u64,
+    hold: Duration,
+) -> anyhow::Result<&'static [&'static str]> {
+    if kind == 0 {
+        let index = rng.usize(..deployment.instance_count());
+        deployment.crash(index);
+        tokio::time::sleep(hold).await;
+        deployment.restart(index).await?;
+        Ok(&["instance killed mid-request"])
+    } else {
+        arm_simulator_faults(shared, rng).await;
+        Ok(&SIMULATOR_FAULTS)
+    }
+}
+
 /// One fault of the schedule, held for a moment, then undone; the names of what it did.
 pub(super) async fn inject(
     deployment: Option<&mut Deployment>,
@@ -218,17 +239,7 @@ pub(super) async fn inject(
             .unwrap_or("fault"),
     );
     let done: &'static [&'static str] = match kind {
-        0 => {
-            let index = rng.usize(..deployment.instance_count());
-            deployment.crash(index);
-            tokio::time::sleep(hold).await;
-            deployment.restart(index).await?;
-            &["instance killed mid-request"]
-        }
-        1 => {
-            arm_simulator_faults(shared, rng).await;
-            &SIMULATOR_FAULTS
-        }
+        0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
         2 => {
             deployment.cut_redis();
             tokio::time::sleep(hold).await;
@@ -267,17 +278,7 @@ async fn inject_replicated(
     let window = shared.faults.open(name);
     let started = Instant::now();
     let done: &'static [&'static str] = match kind {
-        0 => {
-            let index = rng.usize(..deployment.instance_count());
-            deployment.crash(index);
-            tokio::time::sleep(hold).await;
-            deployment.restart(index).await?;
-            &["instance killed mid-request"]
-        }
-        1 => {
-            arm_simulator_faults(shared, rng).await;
-            &SIMULATOR_FAULTS
-        }
+        0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
         2 => {
             let port = deployment
                 .pg_failover(hold)
