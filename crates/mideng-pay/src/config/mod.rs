@@ -263,6 +263,16 @@ impl ServeConfig {
         if !(1..=30).contains(&self.webhooks.timeout_secs) {
             return invalid("webhooks.timeout_secs must be 1 to 30");
         }
+        if let Some(delays) = &self.webhooks.retry_schedule_ms
+            && (!(1..=32).contains(&delays.len()) || delays.iter().any(|delay| *delay > 86_400_000))
+        {
+            return invalid(
+                "webhooks.retry_schedule_ms: 1 to 32 delays of at most 86400000 ms each",
+            );
+        }
+        if !(1..=3_600).contains(&self.events.consumer_visibility_secs) {
+            return invalid("events.consumer_visibility_secs must be 1 to 3600");
+        }
         for tenant in &self.tenants {
             if tenant.webhooks.len() > crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX {
                 return invalid("tenants.webhooks: at most 20 per tenant");
@@ -452,11 +462,22 @@ impl ServeConfig {
             consumer: events.consumer.then(|| ConsumerSettings {
                 group: events.consumer_group.clone(),
                 revoke_on_refund: events.revoke_on_refund,
+                visibility: Duration::from_secs(events.consumer_visibility_secs),
                 ..ConsumerSettings::default()
             }),
-            webhooks: self.webhooks.enabled.then(|| WebhookSettings {
-                timeout: Duration::from_secs(self.webhooks.timeout_secs),
-                ..WebhookSettings::default()
+            webhooks: self.webhooks.enabled.then(|| {
+                let defaults = WebhookSettings::default();
+                WebhookSettings {
+                    timeout: Duration::from_secs(self.webhooks.timeout_secs),
+                    schedule: self
+                        .webhooks
+                        .retry_schedule_ms
+                        .as_ref()
+                        .map_or(defaults.schedule.clone(), |delays| {
+                            delays.iter().copied().map(Duration::from_millis).collect()
+                        }),
+                    ..defaults
+                }
             }),
         }
     }
@@ -669,6 +690,43 @@ mod tests {
             tenant("https://shop.example/hooks", "\"payment.created\"", false),
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn the_webhook_schedule_and_the_consumer_visibility_are_configurable_within_bounds() {
+        let config = parse(
+            "[webhooks]\nretry_schedule_ms = [0, 50, 400]\n[events]\nconsumer_visibility_secs = 5",
+            &Overrides::default(),
+        )
+        .expect("valid");
+        let events = config.event_settings();
+        let webhooks = events.webhooks.expect("on by default");
+        assert_eq!(
+            webhooks.schedule,
+            [0, 50, 400].map(Duration::from_millis).to_vec()
+        );
+        assert_eq!(
+            events.consumer.expect("on by default").visibility,
+            Duration::from_secs(5)
+        );
+        let defaults = parse("", &Overrides::default()).expect("valid");
+        assert_eq!(
+            defaults.event_settings().webhooks.expect("on").schedule,
+            crate::domain::webhook::SCHEDULE.to_vec()
+        );
+        for refused in [
+            "[webhooks]\nretry_schedule_ms = []",
+            "[webhooks]\nretry_schedule_ms = [86400001]",
+            "[events]\nconsumer_visibility_secs = 0",
+        ] {
+            assert!(
+                matches!(
+                    parse(refused, &Overrides::default()),
+                    Err(ConfigError::Invalid(_))
+                ),
+                "{refused}"
+            );
+        }
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub struct EventsConfig {
     pub retry_cap_secs: u64,
     /// The consumer group (the NATS durable consumer's name).
     pub consumer_group: String,
+    /// How long a message the entitlement consumer took stays invisible to the others before
+    /// it is delivered again, when that consumer neither acknowledged nor refused it (it
+    /// crashed): 1 to 3600 s (default 30).
+    pub consumer_visibility_secs: u64,
     /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
     pub sent_retention_days: u64,
     /// RabbitMQ.
@@ -74,6 +78,7 @@ impl Default for EventsConfig {
             publish_timeout_secs: relay.publish_timeout.as_secs(),
             retry_cap_secs: relay.retry_cap.as_secs(),
             consumer_group: ConsumerSettings::default().group,
+            consumer_visibility_secs: ConsumerSettings::default().visibility.as_secs(),
             sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
             rabbitmq: RabbitConfig::default(),
             nats: NatsConfig::default(),
@@ -328,6 +333,10 @@ pub struct WebhooksConfig {
     /// Let tenants register loopback, private and link-local addresses (default false: a
     /// tenant must not make the service post into its own network). On for a laptop demo.
     pub allow_private_targets: bool,
+    /// Delays before each attempt, in milliseconds, the first counted from the event (default:
+    /// at once, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h); 1 to 32 delays of at most a
+    /// day each. Its length is the number of attempts before an endpoint is disabled.
+    pub retry_schedule_ms: Option<Vec<u64>>,
 }
 
 impl Default for WebhooksConfig {
@@ -336,6 +345,7 @@ impl Default for WebhooksConfig {
             enabled: true,
             timeout_secs: 10,
             allow_private_targets: false,
+            retry_schedule_ms: None,
         }
     }
 }
