@@ -318,8 +318,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             });
             sim::run(listen, data_dir, clock_speed, mode).await?;
         }
-        Command::Storm { args, data_dir } => {
+        Command::Storm { mut args, data_dir } => {
             let html = args.html.clone();
+            // `--processes` starts `mideng sim` on this identity.
+            args.identity_dir = Some(data_dir.join("sim"));
             let ran = async {
                 let identity = sim::load_or_generate(&data_dir.join("sim"), 1)?;
                 mideng_storm::storm::run(args, identity, true).await

@@ -15,7 +15,13 @@
 //! synchronous standby behind a front, a Redis Cluster of three masters and three replicas, a
 //! NATS JetStream cluster of three): the deployment brings them up with that script, and fails
 //! them over with it ([`Deployment::pg_failover`], [`Deployment::redis_failover`],
-//! [`Deployment::nats_outage`], then [`Deployment::repair_replicated`]).
+//! [`Deployment::nats_outage`], then [`Deployment::repair_replicated`]) or crashes them in place
+//! ([`Deployment::server_restart`]).
+//!
+//! With [`DeployOptions::processes`], the simulator and the instances are processes of the
+//! `mideng` executable instead ([`Processes`]): a crash is SIGKILL, a restart a new process.
+
+mod processes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,8 +39,10 @@ use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::webhooks::WebhookSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng_pay::{Application, Settings};
-use mideng_sim::{MerchantKeys, SimConfig, Simulator};
+use mideng_sim::{MerchantKeys, SimConfig};
 use tokio::sync::watch;
+
+pub use self::processes::Processes;
 
 /// What the deployment runs on.
 #[derive(Clone, Debug)]
@@ -173,20 +181,33 @@ pub struct DeployOptions {
     pub events: bool,
     /// A label that makes names of this run unique (database, queues, Redis prefix).
     pub run_id: String,
+    /// Run the simulator and the instances as processes of the `mideng` executable; `None`:
+    /// in this process, each instance on a runtime of its own.
+    pub processes: Option<Processes>,
 }
 
 struct Instance {
     base: String,
     port: u16,
-    /// Fires the crash; `None` while the instance is down.
-    crash: Option<tokio::sync::oneshot::Sender<()>>,
+    /// What stops it: its runtime's crash switch or its process; `None` while it is down.
+    running: Option<Running>,
+    /// A process instance's configuration file and metrics listener.
+    process: Option<(PathBuf, String)>,
+}
+
+/// A running instance.
+enum Running {
+    /// On a runtime of this process: the sender crashes it.
+    Runtime(tokio::sync::oneshot::Sender<()>),
+    /// A `mideng serve` process.
+    Process(tokio::process::Child),
 }
 
 /// A running deployment.
 pub struct Deployment {
     options: DeployOptions,
-    /// The simulator (its clock and faults are the caller's to drive).
-    pub simulator: Simulator,
+    /// The simulator's process, when it runs as one (in this process otherwise, until `stop`).
+    simulator_process: Option<tokio::process::Child>,
     /// The simulator's base URL.
     pub sim_base: String,
     /// The database every instance shares.
@@ -202,6 +223,8 @@ pub struct Deployment {
     replicated: Option<Replicated>,
     operator: AppState,
     stop: watch::Sender<bool>,
+    /// Asks the processes whether they answer yet.
+    http: reqwest::Client,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -221,7 +244,14 @@ impl Deployment {
         options: DeployOptions,
     ) -> anyhow::Result<Self> {
         let (stop, stopped) = watch::channel(false);
-        let simulator = start_simulator(&identity.0, stopped).await?;
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        let (simulator_process, sim_base) = match &options.processes {
+            Some(processes) => {
+                let (child, base) = processes.start_simulator(&http).await?;
+                (Some(child), base)
+            }
+            None => (None, start_simulator(&identity.0, stopped).await?.base),
+        };
         let mut replicated = None;
         let mut redis_cluster = Vec::new();
         let (database_url, redis, broker) = match &options.stack {
@@ -287,8 +317,11 @@ impl Deployment {
                 broker.as_ref(),
                 replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
             ),
-            ..Blueprint::new(Arc::new(identity), &simulator.base, &database_url)
+            ..Blueprint::new(Arc::new(identity), &sim_base, &database_url)
         };
+        if let Some(processes) = &options.processes {
+            processes.write_keys(&blueprint)?;
+        }
         // The operator asks the channel too (reconciliation by hand); its notify URL is the
         // first instance's, though it never creates a trade.
         let first_port = listeners.first().map_or(0, |(_, port)| *port);
@@ -298,8 +331,8 @@ impl Deployment {
                 .await
                 .context("the operator's connection")?,
             options,
-            simulator: simulator.simulator,
-            sim_base: simulator.base,
+            simulator_process,
+            sim_base,
             database_url,
             tenants,
             blueprint,
@@ -308,13 +341,35 @@ impl Deployment {
             broker,
             replicated: replicated.map(|(servers, _)| servers),
             stop,
+            http,
         };
-        for (listener, port) in listeners {
-            let crash = deployment.launch(listener, port).await?;
+        for (index, (listener, port)) in listeners.into_iter().enumerate() {
+            let base = format!("http://127.0.0.1:{port}");
+            let (running, process) = match deployment.options.processes.clone() {
+                Some(processes) => {
+                    // The process binds the port itself.
+                    drop(listener);
+                    let metrics_port = processes::free_port()?;
+                    let config =
+                        processes.write_config(&deployment.blueprint, index, port, metrics_port)?;
+                    let child = processes
+                        .start_instance(index, &config, &base, &deployment.http)
+                        .await?;
+                    (
+                        Running::Process(child),
+                        Some((config, format!("http://127.0.0.1:{metrics_port}"))),
+                    )
+                }
+                None => (
+                    Running::Runtime(deployment.launch(listener, port).await?),
+                    None,
+                ),
+            };
             deployment.instances.push(Instance {
-                base: format!("http://127.0.0.1:{port}"),
+                base,
                 port,
-                crash: Some(crash),
+                running: Some(running),
+                process,
             });
         }
         Ok(deployment)
@@ -400,30 +455,68 @@ impl Deployment {
     pub fn is_up(&self, index: usize) -> bool {
         self.instances
             .get(index)
-            .is_some_and(|instance| instance.crash.is_some())
+            .is_some_and(|instance| instance.running.is_some())
     }
 
-    /// Crashes instance `index` at once (its runtime dropped mid-flight).
-    pub fn crash(&mut self, index: usize) {
-        if let Some(crash) = self
+    /// Whether the instances are processes (crashed with SIGKILL).
+    pub fn runs_processes(&self) -> bool {
+        self.options.processes.is_some()
+    }
+
+    /// The process instances' metrics listeners (base URLs); empty when the instances run in
+    /// this process (their counters are this process's).
+    pub fn metrics_bases(&self) -> Vec<String> {
+        self.instances
+            .iter()
+            .filter_map(|instance| instance.process.as_ref().map(|(_, url)| url.clone()))
+            .collect()
+    }
+
+    /// Crashes instance `index` at once: its runtime dropped mid-flight, or its process
+    /// killed with SIGKILL (and reaped, so that its port is free).
+    pub async fn crash(&mut self, index: usize) {
+        let running = self
             .instances
             .get_mut(index)
-            .and_then(|instance| instance.crash.take())
-        {
-            let _ = crash.send(());
+            .and_then(|instance| instance.running.take());
+        match running {
+            Some(Running::Runtime(crash)) => {
+                let _ = crash.send(());
+            }
+            Some(Running::Process(mut child)) => {
+                if let Err(error) = child.kill().await {
+                    tracing::warn!(%error, index, "killing an instance's process");
+                }
+            }
+            None => {}
         }
     }
 
     /// Starts instance `index` again on its port (no-op if it runs).
     pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
-        let Some(port) = self
+        let Some((port, base, process)) = self
             .instances
             .get(index)
-            .filter(|instance| instance.crash.is_none())
-            .map(|instance| instance.port)
+            .filter(|instance| instance.running.is_none())
+            .map(|instance| {
+                (
+                    instance.port,
+                    instance.base.clone(),
+                    instance.process.clone(),
+                )
+            })
         else {
             return Ok(());
         };
+        if let (Some(processes), Some((config, _))) = (&self.options.processes, process) {
+            let child = processes
+                .start_instance(index, &config, &base, &self.http)
+                .await?;
+            if let Some(instance) = self.instances.get_mut(index) {
+                instance.running = Some(Running::Process(child));
+            }
+            return Ok(());
+        }
         // The port is free once the crashed runtime's listener is gone; give it a moment.
         let mut attempt = 0;
         let listener = loop {
@@ -439,7 +532,7 @@ impl Deployment {
         };
         let crash = self.launch(listener, port).await?;
         if let Some(instance) = self.instances.get_mut(index) {
-            instance.crash = Some(crash);
+            instance.running = Some(Running::Runtime(crash));
         }
         Ok(())
     }
@@ -545,6 +638,26 @@ impl Deployment {
         Ok(())
     }
 
+    /// Crashes a replicated server in place and starts it again, held down for `hold`: the
+    /// PostgreSQL primary stopped with `-m immediate` and restarted into crash recovery (no
+    /// promotion: `pg restart-primary`), every Redis node killed and restarted with its memory
+    /// lost (no persistence: every token and lock gone, `redis restart-all`), or the whole NATS
+    /// cluster stopped and started (`nats restart-all`). What the script printed.
+    pub async fn server_restart(
+        &mut self,
+        server: ServerRestart,
+        hold: Duration,
+    ) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        let hold = format!("{:.1}", hold.as_secs_f64());
+        let printed = match server {
+            ServerRestart::Postgres => servers.run(&["pg", "restart-primary", &hold]).await?,
+            ServerRestart::Redis => servers.run(&["redis", "restart-all", &hold]).await?,
+            ServerRestart::Nats => servers.run(&["nats", "restart-all", &hold]).await?,
+        };
+        Ok(printed.trim().to_owned())
+    }
+
     /// Brings back what the failovers left down, so that the next one has a standby or a
     /// replica to promote: the old PostgreSQL primary rebuilt as the synchronous standby of
     /// the new one (`pg up`), the old Redis master back as a replica (`redis up`). What it
@@ -574,12 +687,24 @@ impl Deployment {
         self.stop.send_replace(true);
         // Workers stop between rounds and servers finish their requests; then the rest goes.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        for instance in &mut self.instances {
-            if let Some(crash) = instance.crash.take() {
-                let _ = crash.send(());
-            }
+        for index in 0..self.instances.len() {
+            self.crash(index).await;
+        }
+        if let Some(mut simulator) = self.simulator_process.take() {
+            let _ = simulator.kill().await;
         }
     }
+}
+
+/// A replicated server [`Deployment::server_restart`] crashes in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerRestart {
+    /// The PostgreSQL primary, into crash recovery.
+    Postgres,
+    /// Every Redis node, memory lost.
+    Redis,
+    /// Every NATS node.
+    Nats,
 }
 
 /// Whether `url` names a MySQL or MariaDB database.

@@ -399,6 +399,7 @@ fn options(
         reconcile: None,
         events: false,
         run_id,
+        processes: None,
     }
 }
 

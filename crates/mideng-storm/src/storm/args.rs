@@ -125,6 +125,19 @@ pub struct StormArgs {
     /// prevents, or the report names the deeper layer that held.
     #[arg(long, value_enum)]
     pub break_layer: Option<BreakLayer>,
+    /// Run the simulator and each service instance as a process of its own (`mideng sim`,
+    /// `mideng serve` with a configuration written for it in `--dir`): the instance crash is
+    /// then SIGKILL and a new process. Not with `--break-layer` (a configuration cannot turn a
+    /// layer off) nor `--target`.
+    #[arg(long)]
+    pub processes: bool,
+    /// With `--processes`: the `mideng` executable to run (default: this one).
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+    /// With `--processes`: the simulator's data directory, whose identity the storm signs with
+    /// (set by `mideng storm` from its `--data-dir`).
+    #[arg(skip)]
+    pub identity_dir: Option<PathBuf>,
     /// Storm a running deployment instead of starting one: its instances' base URLs
     /// (comma-separated). Its faults are then the simulator's only.
     #[arg(long, value_delimiter = ',')]
@@ -179,6 +192,9 @@ impl Default for StormArgs {
             html: None,
             log_file: None,
             break_layer: None,
+            processes: false,
+            binary: None,
+            identity_dir: None,
             target: Vec::new(),
             tenant_key: Vec::new(),
             sim_url: None,

@@ -8,8 +8,13 @@
 //! killed and its synchronous standby promoted, a Redis Cluster master killed and its replica
 //! promoted, a NATS JetStream node killed and started again), each repaired before the next
 //! fault's window opens (the old primary rebuilt as the standby, the old master back as a
-//! replica), so that every failover has a standby or replica to promote; a deployment the storm
-//! did not start gets the simulator's faults only.
+//! replica), so that every failover has a standby or replica to promote, and the same servers
+//! crashed in place and restarted (the primary stopped with `-m immediate` into crash recovery,
+//! every Redis node restarted with its memory lost, the whole NATS cluster stopped and started);
+//! a deployment the storm did not start gets the simulator's faults only.
+//!
+//! With `--processes` the instance crash is a `mideng serve` process killed with SIGKILL and a
+//! new one started.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,7 +24,7 @@ use serde_json::json;
 
 use super::clients::Shared;
 use super::report::FaultWindow;
-use crate::deploy::Deployment;
+use crate::deploy::{Deployment, ServerRestart};
 
 /// Time windows of active faults, each with its kind; a 5xx inside one (plus a grace) is
 /// excused, and the report shades them on its timeline.
@@ -80,10 +85,13 @@ pub(super) fn millis(duration: Duration) -> u64 {
 }
 
 /// Kinds of fault in the schedule, all stacks together; it starts at a seeded one of them.
-pub(super) const FAULT_KINDS: u64 = 5;
+pub(super) const FAULT_KINDS: u64 = 8;
 
 /// Kinds the embedded stack has (the first ones): the crash and the simulator's faults.
 const EMBEDDED_KINDS: u64 = 2;
+
+/// Kinds the servers stack has ([`WINDOW_KINDS`]).
+const SERVERS_KINDS: u64 = 5;
 
 /// What each kind's window is called on the report's timeline, in the schedule's order.
 const WINDOW_KINDS: [&str; 5] = [
@@ -95,14 +103,20 @@ const WINDOW_KINDS: [&str; 5] = [
 ];
 
 /// The replicated stack's kinds, in the schedule's order: the crash and the simulator's faults,
-/// then one failover of each replicated server.
-const REPLICATED_WINDOW_KINDS: [&str; 5] = [
+/// one failover of each replicated server, then each server crashed in place and restarted.
+const REPLICATED_WINDOW_KINDS: [&str; 8] = [
     "instance killed mid-request",
     "simulator's faults armed",
     PG_FAILOVER,
     REDIS_FAILOVER,
     NATS_OUTAGE,
+    PG_RESTART,
+    REDIS_RESTART,
+    NATS_RESTART,
 ];
+
+/// The instance crash when the instances are processes.
+const PROCESS_KILLED: &str = "service process killed (SIGKILL)";
 
 /// The PostgreSQL primary killed (`pg_ctl stop -m immediate`), held down, and its synchronous
 /// standby promoted (the front re-pointed at it).
@@ -111,6 +125,14 @@ const PG_FAILOVER: &str = "PostgreSQL primary killed, standby promoted";
 const REDIS_FAILOVER: &str = "Redis master killed, replica promoted";
 /// A NATS JetStream node killed -9, held down, started again and current.
 const NATS_OUTAGE: &str = "NATS node killed";
+/// The PostgreSQL primary stopped with `-m immediate`, held down, and started again: crash
+/// recovery, no promotion.
+const PG_RESTART: &str = "PostgreSQL primary crashed and restarted";
+/// Every Redis node killed -9 and started again with its memory lost: every token and lock
+/// gone.
+const REDIS_RESTART: &str = "Redis restarted, memory lost";
+/// The whole NATS cluster stopped, held down, and started again.
+const NATS_RESTART: &str = "NATS cluster stopped and started";
 
 /// The simulator's faults, armed together (each is consumed by the next call it names): the
 /// next trade creation and the next refund applied with their answers lost, and the next
@@ -187,10 +209,14 @@ async fn common_fault(
 ) -> anyhow::Result<&'static [&'static str]> {
     if kind == 0 {
         let index = rng.usize(..deployment.instance_count());
-        deployment.crash(index);
+        deployment.crash(index).await;
         tokio::time::sleep(hold).await;
         deployment.restart(index).await?;
-        Ok(&["instance killed mid-request"])
+        Ok(if deployment.runs_processes() {
+            &[PROCESS_KILLED]
+        } else {
+            &["instance killed mid-request"]
+        })
     } else {
         arm_simulator_faults(shared, rng).await;
         Ok(&SIMULATOR_FAULTS)
@@ -212,8 +238,10 @@ pub(super) async fn inject(
         return Ok(&SIMULATOR_FAULTS);
     };
     let replicated = deployment.is_replicated();
-    let kinds = if deployment.has_servers() || replicated {
-        FAULT_KINDS
+    let kinds = if replicated {
+        REPLICATED_WINDOW_KINDS.len() as u64
+    } else if deployment.has_servers() {
+        SERVERS_KINDS
     } else {
         EMBEDDED_KINDS
     };
@@ -231,13 +259,17 @@ pub(super) async fn inject(
         }
         return inject_replicated(deployment, shared, rng, kind, hold).await;
     }
-    let window = shared.faults.open(
-        usize::try_from(kind)
-            .ok()
-            .and_then(|kind| WINDOW_KINDS.get(kind))
-            .copied()
-            .unwrap_or("fault"),
-    );
+    let window = shared
+        .faults
+        .open(if kind == 0 && deployment.runs_processes() {
+            PROCESS_KILLED
+        } else {
+            usize::try_from(kind)
+                .ok()
+                .and_then(|kind| WINDOW_KINDS.get(kind))
+                .copied()
+                .unwrap_or("fault")
+        });
     let done: &'static [&'static str] = match kind {
         0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
         2 => {
@@ -270,11 +302,15 @@ async fn inject_replicated(
     kind: u64,
     hold: Duration,
 ) -> anyhow::Result<&'static [&'static str]> {
-    let name = usize::try_from(kind)
-        .ok()
-        .and_then(|kind| REPLICATED_WINDOW_KINDS.get(kind))
-        .copied()
-        .unwrap_or("fault");
+    let name = if kind == 0 && deployment.runs_processes() {
+        PROCESS_KILLED
+    } else {
+        usize::try_from(kind)
+            .ok()
+            .and_then(|kind| REPLICATED_WINDOW_KINDS.get(kind))
+            .copied()
+            .unwrap_or("fault")
+    };
     let window = shared.faults.open(name);
     let started = Instant::now();
     let done: &'static [&'static str] = match kind {
@@ -295,13 +331,30 @@ async fn inject_replicated(
             tracing::info!(took = ?started.elapsed(), master, "replicated: {REDIS_FAILOVER}");
             &[REDIS_FAILOVER]
         }
-        _ => {
+        4 => {
             deployment
                 .nats_outage(rng.usize(..3), hold)
                 .await
                 .context("the NATS node's outage")?;
             tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
             &[NATS_OUTAGE]
+        }
+        _ => {
+            let (server, name) = match kind {
+                5 => (ServerRestart::Postgres, PG_RESTART),
+                6 => (ServerRestart::Redis, REDIS_RESTART),
+                _ => (ServerRestart::Nats, NATS_RESTART),
+            };
+            let printed = deployment
+                .server_restart(server, hold)
+                .await
+                .context(name)?;
+            tracing::info!(took = ?started.elapsed(), printed, "replicated: {name}");
+            match server {
+                ServerRestart::Postgres => &[PG_RESTART],
+                ServerRestart::Redis => &[REDIS_RESTART],
+                ServerRestart::Nats => &[NATS_RESTART],
+            }
         }
     };
     shared.faults.close(window);

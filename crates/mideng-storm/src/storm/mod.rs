@@ -33,7 +33,10 @@
 //! ABNORMAL at the channel (`/sim/refund-outcome`). The replicated stack has real failovers
 //! instead of the cuts: the PostgreSQL primary killed and its synchronous standby promoted, a
 //! Redis Cluster master killed and its replica promoted, a NATS JetStream node killed, each
-//! repaired before the next fault and at quiescence.
+//! repaired before the next fault and at quiescence, and each of those servers crashed in place
+//! and restarted (the primary into crash recovery, every Redis node with its memory lost, the
+//! whole NATS cluster). With `--processes` the simulator and the instances are `mideng`
+//! processes, and the instance crash is SIGKILL.
 //!
 //! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
 //! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
@@ -94,7 +97,7 @@ pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Ti
 use self::sampler::{Metrics, Sampler};
 use crate::attacker::{self, AttackerKeys};
 pub use crate::deploy::StackKind;
-use crate::deploy::{DeployOptions, Deployment, TenantAccess};
+use crate::deploy::{DeployOptions, Deployment, Processes, TenantAccess};
 
 /// Runs the storm: deploy, workload with faults, quiescence, audit.
 pub async fn run(
@@ -120,6 +123,31 @@ pub async fn run(
         !(leaked_channel_key && external),
         "--break-layer channel-key forges payments: not against a deployment the storm did not start"
     );
+    anyhow::ensure!(
+        !(args.processes && args.break_layer.is_some()),
+        "--break-layer turns a layer off inside the service: not with --processes, whose \
+         instances read only their configuration"
+    );
+    anyhow::ensure!(
+        !(args.processes && external),
+        "--processes starts the deployment's processes: not with --target"
+    );
+    let processes = if args.processes {
+        let binary = match &args.binary {
+            Some(binary) => binary.clone(),
+            None => std::env::current_exe().context("finding this executable (--binary)")?,
+        };
+        Some(Processes {
+            binary,
+            identity_dir: args
+                .identity_dir
+                .clone()
+                .context("--processes needs the simulator's data directory")?,
+            dir: args.dir.join(format!("{run_id}-processes")),
+        })
+    } else {
+        None
+    };
     let attacker_keys = (!args.no_attacker).then(|| AttackerKeys::of(&identity.0, &identity.1));
     let (mut deployment, bases, sim_base, tenants, database_url, stack_label) = if external {
         let tenants = args
@@ -175,6 +203,7 @@ pub async fn run(
                 }),
                 events: true,
                 run_id: run_id.clone(),
+                processes,
             },
         )
         .await?;
@@ -215,10 +244,12 @@ pub async fn run(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let metrics = if deployment.is_some() {
-        Metrics::InProcess
-    } else {
-        Metrics::Listeners(args.target_metrics.clone())
+    let metrics = match &deployment {
+        Some(deployment) if deployment.runs_processes() => {
+            Metrics::Listeners(deployment.metrics_bases())
+        }
+        Some(_) => Metrics::InProcess,
+        None => Metrics::Listeners(args.target_metrics.clone()),
     };
 
     // The merchant registers its webhook endpoints first (a deployment the storm started).

@@ -1,0 +1,123 @@
+//! `mideng storm --stack replicated --processes`, as a user runs it: the storm starts
+//! `scripts/replicated`'s servers (a PostgreSQL primary and its synchronous standby, a Redis
+//! Cluster of three masters and three replicas, a NATS JetStream cluster of three), the simulator
+//! and three service instances as `mideng` processes of their own, and while the workload runs
+//! it kills instances with SIGKILL and starts new ones, fails every replicated server over for
+//! real, and crashes each in place (the primary into crash recovery, Redis with its memory lost,
+//! the whole NATS cluster stopped). The audit must find nothing, and every kind of fault must
+//! be on the report's timeline.
+//!
+//! The script's ports are fixed (one deployment per machine): this binary holds this one test,
+//! in the nextest group of the deployments (`.config/nextest.toml`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Stops and removes the script's servers when the test ends, passed or not: their ports are
+/// fixed, and a later run from another checkout must find them free.
+struct Teardown(PathBuf);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let stopped = Command::new(&self.0).args(["all", "clean"]).status();
+        if !matches!(stopped, Ok(status) if status.success()) {
+            eprintln!("scripts/replicated all clean failed: {stopped:?}");
+        }
+    }
+}
+
+/// Every kind of fault the replicated stack's schedule has, as the timeline names them.
+const FAULT_KINDS: [&str; 8] = [
+    "service process killed (SIGKILL)",
+    "simulator's faults armed",
+    "PostgreSQL primary killed, standby promoted",
+    "Redis master killed, replica promoted",
+    "NATS node killed",
+    "PostgreSQL primary crashed and restarted",
+    "Redis restarted, memory lost",
+    "NATS cluster stopped and started",
+];
+
+#[test]
+fn processes_on_replicated_servers_survive_every_failover_and_crash() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join("scripts/replicated");
+    let _teardown = Teardown(script.clone());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("storm-processes");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the run's directory");
+    let json = dir.join("report.json");
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_mideng"))
+        .args([
+            "storm",
+            "--stack",
+            "replicated",
+            "--processes",
+            "--seed",
+            "4242",
+        ])
+        .args(["--instances", "3", "--tenants", "2", "--concurrency", "6"])
+        // Eight kinds in turn, one a second after the last was repaired (a Redis failover
+        // takes ~7 s, the NATS cluster's restart up to ~12 s): each at least once.
+        .args(["--duration-secs", "70", "--fault-every-secs", "1"])
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--replicated-script")
+        .arg(&script)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("mideng storm runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!(
+        "{stdout}\n{}\nwhole run {:?}",
+        String::from_utf8_lossy(&output.stderr),
+        started.elapsed()
+    );
+    assert!(output.status.success(), "the storm failed: {stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    assert_eq!(report["violations"], serde_json::json!([]), "{stdout}");
+    assert_eq!(report["instances"], 3);
+    for figure in ["paid", "grants", "deducts", "refunds"] {
+        assert!(
+            report["audit"][figure].as_u64().unwrap_or(0) > 0,
+            "no {figure} in the audit: {stdout}"
+        );
+    }
+    let windows = report["timeline"]["fault_windows"]
+        .as_array()
+        .expect("fault windows");
+    for kind in FAULT_KINDS {
+        assert!(
+            windows.iter().any(|window| window["kind"] == kind),
+            "no window \"{kind}\" on the timeline: {stdout}"
+        );
+    }
+    // The instances really were processes, restarted after each SIGKILL: their logs are in the
+    // run's directory, and the service's counters came from their metrics listeners.
+    let logs: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the run's directory")
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .flat_map(|run| {
+            std::fs::read_dir(run.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in ["simulator.log", "instance-0.log", "instance-2.toml"] {
+        assert!(logs.iter().any(|file| file == name), "no {name}: {logs:?}");
+    }
+    assert!(
+        report["layers"]
+            .as_object()
+            .is_some_and(|layers| !layers.is_empty()),
+        "no layer counted a catch: {stdout}"
+    );
+}
