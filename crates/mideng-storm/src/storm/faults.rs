@@ -223,6 +223,19 @@ async fn common_fault(
     }
 }
 
+/// What the window of fault `kind` is called on the timeline, in a stack's list of `kinds`
+/// (the crash is a process's SIGKILL when the instances are processes).
+fn window_kind(deployment: &Deployment, kinds: &[&'static str], kind: u64) -> &'static str {
+    if kind == 0 && deployment.runs_processes() {
+        return PROCESS_KILLED;
+    }
+    usize::try_from(kind)
+        .ok()
+        .and_then(|kind| kinds.get(kind))
+        .copied()
+        .unwrap_or("fault")
+}
+
 /// One fault of the schedule, held for a moment, then undone; the names of what it did.
 pub(super) async fn inject(
     deployment: Option<&mut Deployment>,
@@ -261,15 +274,7 @@ pub(super) async fn inject(
     }
     let window = shared
         .faults
-        .open(if kind == 0 && deployment.runs_processes() {
-            PROCESS_KILLED
-        } else {
-            usize::try_from(kind)
-                .ok()
-                .and_then(|kind| WINDOW_KINDS.get(kind))
-                .copied()
-                .unwrap_or("fault")
-        });
+        .open(window_kind(deployment, &WINDOW_KINDS, kind));
     let done: &'static [&'static str] = match kind {
         0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
         2 => {
@@ -302,15 +307,7 @@ async fn inject_replicated(
     kind: u64,
     hold: Duration,
 ) -> anyhow::Result<&'static [&'static str]> {
-    let name = if kind == 0 && deployment.runs_processes() {
-        PROCESS_KILLED
-    } else {
-        usize::try_from(kind)
-            .ok()
-            .and_then(|kind| REPLICATED_WINDOW_KINDS.get(kind))
-            .copied()
-            .unwrap_or("fault")
-    };
+    let name = window_kind(deployment, &REPLICATED_WINDOW_KINDS, kind);
     let window = shared.faults.open(name);
     let started = Instant::now();
     let done: &'static [&'static str] = match kind {
