@@ -131,7 +131,45 @@ impl StormReport {
         let content = if self.faults.is_empty() {
             "<p class=\"note\">No fault was injected.</p>\n".to_owned()
         } else {
-            bar_chart(&count_bars(&self.faults), Scale::Linear, "faults injected")
+            let rows: Vec<Row> = self
+                .timeline
+                .fault_kinds()
+                .into_iter()
+                .map(|kind| {
+                    let caught: Vec<String> = kind
+                        .caught
+                        .iter()
+                        .map(|(layer, count)| format!("{layer} {count}"))
+                        .collect();
+                    (
+                        None,
+                        vec![
+                            (kind.kind, false),
+                            (format!("{:.1}", seconds(kind.first_ms)), true),
+                            (kind.count.to_string(), true),
+                            (format!("{:.1}", seconds(kind.median_ms)), true),
+                            (format!("{:.1}", seconds(kind.max_ms)), true),
+                            (caught.join(" · "), false),
+                        ],
+                    )
+                })
+                .collect();
+            format!(
+                "{}<p class=\"note\">Each kind's windows: when the first began, how long they \
+                 lasted, and what each layer caught in the sampling intervals they touched.</p>\n{}",
+                bar_chart(&count_bars(&self.faults), Scale::Linear, "faults injected"),
+                table(
+                    &[
+                        ("window", false),
+                        ("first at (s)", true),
+                        ("windows", true),
+                        ("median (s)", true),
+                        ("longest (s)", true),
+                        ("caught around them", false),
+                    ],
+                    &rows,
+                )
+            )
         };
         figure(
             "faults-by-kind",

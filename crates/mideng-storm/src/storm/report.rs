@@ -55,6 +55,72 @@ pub struct FaultWindow {
     pub to_ms: u64,
 }
 
+/// One kind of fault over a run: how often it struck, how long its windows lasted, and what
+/// each layer caught in the sampling intervals those windows touched ("around it": an interval
+/// is the sampling interval, a second or more, so a catch just before or after a window counts
+/// too).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FaultKindSummary {
+    /// The kind, as the timeline names it.
+    pub kind: String,
+    /// Its windows.
+    pub count: usize,
+    /// When the first began, milliseconds since the workload began.
+    pub first_ms: u64,
+    /// The median window's length, milliseconds.
+    pub median_ms: u64,
+    /// The longest window's length, milliseconds.
+    pub max_ms: u64,
+    /// Caught by each layer in the intervals its windows touched.
+    pub caught: BTreeMap<String, u64>,
+}
+
+impl Timeline {
+    /// Every kind of fault on the timeline, in the order they first struck.
+    pub fn fault_kinds(&self) -> Vec<FaultKindSummary> {
+        let mut kinds: Vec<(String, Vec<&FaultWindow>)> = Vec::new();
+        for window in &self.fault_windows {
+            match kinds.iter_mut().find(|(kind, _)| *kind == window.kind) {
+                Some((_, windows)) => windows.push(window),
+                None => kinds.push((window.kind.clone(), vec![window])),
+            }
+        }
+        kinds
+            .into_iter()
+            .map(|(kind, windows)| {
+                let mut lengths: Vec<u64> = windows
+                    .iter()
+                    .map(|window| window.to_ms.saturating_sub(window.from_ms))
+                    .collect();
+                lengths.sort_unstable();
+                let mut caught: BTreeMap<String, u64> = BTreeMap::new();
+                // Each interval once, however many of the kind's windows touch it.
+                for sample in self.samples.iter().filter(|sample| {
+                    windows.iter().any(|window| {
+                        sample.from_ms <= window.to_ms && window.from_ms <= sample.to_ms
+                    })
+                }) {
+                    for (layer, count) in &sample.caught {
+                        *caught.entry(layer.clone()).or_default() += count;
+                    }
+                }
+                FaultKindSummary {
+                    kind,
+                    count: windows.len(),
+                    first_ms: windows
+                        .iter()
+                        .map(|window| window.from_ms)
+                        .min()
+                        .unwrap_or(0),
+                    median_ms: lengths.get(lengths.len() / 2).copied().unwrap_or(0),
+                    max_ms: lengths.last().copied().unwrap_or(0),
+                    caught,
+                }
+            })
+            .collect()
+    }
+}
+
 /// What the storm did and found.
 #[derive(Clone, Debug, Serialize)]
 pub struct StormReport {
@@ -141,6 +207,29 @@ impl StormReport {
                 join(&self.faults)
             }
         );
+        let kinds = self.timeline.fault_kinds();
+        if !kinds.is_empty() {
+            let _ = writeln!(
+                out,
+                "around each fault (first at, windows, median and longest, what the layers caught in the intervals they touched):"
+            );
+            for kind in kinds {
+                let _ = writeln!(
+                    out,
+                    "  {} · first at {:.1} s · {} × {:.1} s median, {:.1} s longest · {}",
+                    kind.kind,
+                    kind.first_ms as f64 / 1000.0,
+                    kind.count,
+                    kind.median_ms as f64 / 1000.0,
+                    kind.max_ms as f64 / 1000.0,
+                    if kind.caught.is_empty() {
+                        "nothing caught".to_owned()
+                    } else {
+                        join(&kind.caught)
+                    }
+                );
+            }
+        }
         let _ = writeln!(out);
         let _ = writeln!(out, "{:<16} {:>8}  what it caught", "layer", "count");
         for (layer, outcomes) in &self.layers {
@@ -253,4 +342,67 @@ pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
         audit.webhook_copies,
         audit.attacked
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(kind: &str, from_ms: u64, to_ms: u64) -> FaultWindow {
+        FaultWindow {
+            kind: kind.to_owned(),
+            from_ms,
+            to_ms,
+        }
+    }
+
+    fn sample(from_ms: u64, caught: &[(&str, u64)]) -> LayerSample {
+        LayerSample {
+            from_ms,
+            to_ms: from_ms + 1_000,
+            requests: 10,
+            caught: caught
+                .iter()
+                .map(|(layer, count)| ((*layer).to_owned(), *count))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_fault_kind_is_summarised_with_what_was_caught_around_its_windows() {
+        let timeline = Timeline {
+            interval_ms: 1_000,
+            samples: vec![
+                sample(0, &[("key", 1)]),
+                sample(1_000, &[("key", 2), ("lock", 5)]),
+                sample(2_000, &[("constraint", 7)]),
+                sample(3_000, &[("key", 100)]),
+                sample(4_000, &[("dedup", 3)]),
+            ],
+            fault_windows: vec![
+                window("Redis restarted, memory lost", 1_200, 2_500),
+                window("NATS node killed", 4_100, 4_300),
+                window("Redis restarted, memory lost", 2_100, 2_200),
+            ],
+            ..Timeline::default()
+        };
+        let kinds = timeline.fault_kinds();
+        assert_eq!(kinds.len(), 2);
+        let redis = &kinds[0];
+        assert_eq!(redis.kind, "Redis restarted, memory lost");
+        assert_eq!((redis.count, redis.first_ms), (2, 1_200));
+        assert_eq!((redis.median_ms, redis.max_ms), (1_300, 1_300));
+        // The intervals 1-2 s and 2-3 s, each once though both windows touch the second.
+        assert_eq!(
+            redis.caught,
+            BTreeMap::from([
+                ("constraint".to_owned(), 7),
+                ("key".to_owned(), 2),
+                ("lock".to_owned(), 5)
+            ])
+        );
+        assert_eq!(kinds[1].kind, "NATS node killed");
+        assert_eq!(kinds[1].caught, BTreeMap::from([("dedup".to_owned(), 3)]));
+        assert!(Timeline::default().fault_kinds().is_empty());
+    }
 }
