@@ -88,16 +88,20 @@ impl Pages {
             .checkout
             .as_ref()
             .and_then(|checkout| checkout.simulator_url.as_ref())
-            .map(|_| {
+            .and_then(|_| {
                 let _already_installed = rustls::crypto::ring::default_provider().install_default();
                 reqwest::Client::builder()
                     .timeout(crate::limits::PAGE_UPSTREAM_TIMEOUT)
                     .redirect(reqwest::redirect::Policy::none())
                     .build()
-            })
-            .transpose()
-            .ok()
-            .flatten();
+                    .inspect_err(|error| {
+                        tracing::warn!(
+                            %error,
+                            "no HTTP client for the checkout's \"scan and pay\": it answers 404"
+                        );
+                    })
+                    .ok()
+            });
         Self {
             settings,
             overview: console::OverviewCache::default(),
