@@ -110,19 +110,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// The key of the one `Authorization: Bearer <key>` header; `None` when there is none, when
+/// there are two (ambiguous: which one would be checked is nobody's guess, so neither is), or
+/// when the key is empty or longer than [`API_KEY_BYTES_MAX`]. The API and the console read
+/// their keys through this alone.
+pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    value
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX)
+}
+
 /// Resolves the tenant from `Authorization: Bearer <key>`; 401 otherwise.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let key = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX);
-    let Some(key) = key else {
+    let Some(hash) = bearer_key(request.headers()).map(api_key_hash) else {
         return unauthorized().into_response();
     };
-    let hash = api_key_hash(key);
     let now_ms = state.ports.clock.now_ms();
     if let Some(tenant) = state.tenants.get(&hash, now_ms) {
         request.extensions_mut().insert(Tenant(tenant));
@@ -276,4 +285,32 @@ pub fn metrics_router(state: AppState) -> Router {
         .layer(middleware::from_fn(boundary::contract))
         .layer(middleware::from_fn(observe::request_duration))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_bearer_key_is_read_and_two_headers_are_refused() {
+        let headers = |values: &[&str]| {
+            let mut headers = axum::http::HeaderMap::new();
+            for value in values {
+                headers.append(header::AUTHORIZATION, value.parse().expect("value"));
+            }
+            headers
+        };
+        assert_eq!(bearer_key(&headers(&["Bearer  key-1 "])), Some("key-1"));
+        for refused in [
+            &[][..],
+            &["Bearer key-1", "Bearer key-1"][..],
+            &["Bearer key-1", "Bearer key-2"][..],
+            &["Basic a2V5"][..],
+            &["Bearer "][..],
+        ] {
+            assert_eq!(bearer_key(&headers(refused)), None, "{refused:?}");
+        }
+        let long = format!("Bearer {}", "k".repeat(API_KEY_BYTES_MAX + 1));
+        assert_eq!(bearer_key(&headers(&[&long])), None);
+    }
 }

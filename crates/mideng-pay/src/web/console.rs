@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use super::html;
 use super::journal::Snapshot;
 use crate::api::{ApiError, AppState, Code};
-use crate::limits::{API_KEY_BYTES_MAX, CONSOLE_OVERVIEW_TTL};
+use crate::limits::CONSOLE_OVERVIEW_TTL;
 use crate::store::Overview;
 
 /// `GET /console`.
@@ -102,18 +102,8 @@ fn millis(duration: Duration) -> i64 {
 
 /// Whether the request carries the console key (compared by digest, in constant time).
 pub(super) fn authorized(headers: &HeaderMap, api_key_sha256: &str) -> bool {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        // None, or two: ambiguous, refused.
-        return false;
-    };
-    let Some(key) = value
-        .to_str()
-        .ok()
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX)
-    else {
+    // None, or two (ambiguous): refused.
+    let Some(key) = crate::api::bearer_key(headers) else {
         return false;
     };
     let digest = hex::encode(Sha256::digest(key.as_bytes()));
