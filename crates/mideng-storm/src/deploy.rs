@@ -682,6 +682,16 @@ impl Deployment {
         Ok(repaired)
     }
 
+    /// Brings every replicated server back up and replicated (`all up`), whatever a failed
+    /// fault left behind; nothing is left to repair after it.
+    pub async fn restore_replicated(&mut self) -> anyhow::Result<()> {
+        let servers = self.replicated_servers()?;
+        servers.run(&["all", "up"]).await?;
+        servers.pg_degraded = false;
+        servers.redis_degraded = false;
+        Ok(())
+    }
+
     /// Stops everything: instances between requests, the simulator.
     pub async fn stop(mut self) {
         self.stop.send_replace(true);

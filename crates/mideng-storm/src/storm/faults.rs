@@ -115,6 +115,10 @@ const REPLICATED_WINDOW_KINDS: [&str; 8] = [
     NATS_RESTART,
 ];
 
+/// A replicated stack's fault whose script failed (the servers were then brought back whole
+/// with `all up` and the run went on); the log has the script's error.
+const FAULT_FAILED: &str = "fault not injected: its script failed (servers brought back)";
+
 /// The instance crash when the instances are processes.
 const PROCESS_KILLED: &str = "service process killed (SIGKILL)";
 
@@ -270,32 +274,49 @@ pub(super) async fn inject(
         {
             tracing::info!(took = ?took, "replicated: {repaired}");
         }
-        return inject_replicated(deployment, shared, rng, kind, hold).await;
+        return match inject_replicated(deployment, shared, rng, kind, hold).await {
+            Ok(done) => Ok(done),
+            Err(error) => {
+                // A server that would not fail over or restart as asked is the deployment's
+                // trouble, not the service's: logged, counted in the report, the deployment
+                // brought back whole, and the run goes on (if that fails too, the run ends).
+                tracing::error!("{error:#}; bringing every replicated server back");
+                deployment
+                    .restore_replicated()
+                    .await
+                    .context("bringing the replicated servers back after a failed fault")?;
+                Ok(&[FAULT_FAILED])
+            }
+        };
     }
     let window = shared
         .faults
         .open(window_kind(deployment, &WINDOW_KINDS, kind));
-    let done: &'static [&'static str] = match kind {
-        0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
-        2 => {
-            deployment.cut_redis();
-            tokio::time::sleep(hold).await;
-            deployment.restore_redis();
-            &["Redis cut off"]
-        }
-        3 => {
-            deployment.cut_broker();
-            tokio::time::sleep(hold).await;
-            deployment.restore_broker();
-            &["broker cut off"]
-        }
-        _ => {
-            deployment.kill_database_connections().await?;
-            &["database connections killed"]
-        }
-    };
+    let done: anyhow::Result<&'static [&'static str]> = async {
+        Ok(match kind {
+            0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
+            2 => {
+                deployment.cut_redis();
+                tokio::time::sleep(hold).await;
+                deployment.restore_redis();
+                &["Redis cut off"]
+            }
+            3 => {
+                deployment.cut_broker();
+                tokio::time::sleep(hold).await;
+                deployment.restore_broker();
+                &["broker cut off"]
+            }
+            _ => {
+                deployment.kill_database_connections().await?;
+                &["database connections killed"]
+            }
+        })
+    }
+    .await;
+    // Closed whatever happened: a window left open would excuse every later 5xx.
     shared.faults.close(window);
-    Ok(done)
+    done
 }
 
 /// One fault of the replicated stack's schedule (`kind` below [`FAULT_KINDS`]): the crash, the
@@ -310,50 +331,54 @@ async fn inject_replicated(
     let name = window_kind(deployment, &REPLICATED_WINDOW_KINDS, kind);
     let window = shared.faults.open(name);
     let started = Instant::now();
-    let done: &'static [&'static str] = match kind {
-        0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
-        2 => {
-            let port = deployment
-                .pg_failover(hold)
-                .await
-                .context("the PostgreSQL failover")?;
-            tracing::info!(took = ?started.elapsed(), port, "replicated: {PG_FAILOVER}");
-            &[PG_FAILOVER]
-        }
-        3 => {
-            let master = deployment
-                .redis_failover(rng.usize(..3))
-                .await
-                .context("the Redis failover")?;
-            tracing::info!(took = ?started.elapsed(), master, "replicated: {REDIS_FAILOVER}");
-            &[REDIS_FAILOVER]
-        }
-        4 => {
-            deployment
-                .nats_outage(rng.usize(..3), hold)
-                .await
-                .context("the NATS node's outage")?;
-            tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
-            &[NATS_OUTAGE]
-        }
-        _ => {
-            let (server, name) = match kind {
-                5 => (ServerRestart::Postgres, PG_RESTART),
-                6 => (ServerRestart::Redis, REDIS_RESTART),
-                _ => (ServerRestart::Nats, NATS_RESTART),
-            };
-            let printed = deployment
-                .server_restart(server, hold)
-                .await
-                .context(name)?;
-            tracing::info!(took = ?started.elapsed(), printed, "replicated: {name}");
-            match server {
-                ServerRestart::Postgres => &[PG_RESTART],
-                ServerRestart::Redis => &[REDIS_RESTART],
-                ServerRestart::Nats => &[NATS_RESTART],
+    let done: anyhow::Result<&'static [&'static str]> = async {
+        Ok(match kind {
+            0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
+            2 => {
+                let port = deployment
+                    .pg_failover(hold)
+                    .await
+                    .context("the PostgreSQL failover")?;
+                tracing::info!(took = ?started.elapsed(), port, "replicated: {PG_FAILOVER}");
+                &[PG_FAILOVER]
             }
-        }
-    };
+            3 => {
+                let master = deployment
+                    .redis_failover(rng.usize(..3))
+                    .await
+                    .context("the Redis failover")?;
+                tracing::info!(took = ?started.elapsed(), master, "replicated: {REDIS_FAILOVER}");
+                &[REDIS_FAILOVER]
+            }
+            4 => {
+                deployment
+                    .nats_outage(rng.usize(..3), hold)
+                    .await
+                    .context("the NATS node's outage")?;
+                tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
+                &[NATS_OUTAGE]
+            }
+            _ => {
+                let (server, name) = match kind {
+                    5 => (ServerRestart::Postgres, PG_RESTART),
+                    6 => (ServerRestart::Redis, REDIS_RESTART),
+                    _ => (ServerRestart::Nats, NATS_RESTART),
+                };
+                let printed = deployment
+                    .server_restart(server, hold)
+                    .await
+                    .context(name)?;
+                tracing::info!(took = ?started.elapsed(), printed, "replicated: {name}");
+                match server {
+                    ServerRestart::Postgres => &[PG_RESTART],
+                    ServerRestart::Redis => &[REDIS_RESTART],
+                    ServerRestart::Nats => &[NATS_RESTART],
+                }
+            }
+        })
+    }
+    .await;
+    // Closed whatever happened: a window left open would excuse every later 5xx.
     shared.faults.close(window);
-    Ok(done)
+    done
 }
