@@ -39,6 +39,34 @@ pub(super) enum Metrics {
 }
 
 impl Metrics {
+    /// Each source's counters in Prometheus' text format, apart (`None`: that source did not
+    /// answer), so that a source that restarts counts from zero on its own: on their sum, one
+    /// instance of three restarted would read as the other two's whole counts caught at once.
+    async fn render_each(&self, http: &reqwest::Client, timeout: Duration) -> Vec<Option<String>> {
+        match self {
+            Metrics::InProcess => {
+                vec![mideng_pay::app::metrics_handle().map(|handle| handle.render())]
+            }
+            Metrics::Listeners(bases) => {
+                let mut texts = Vec::with_capacity(bases.len());
+                for base in bases {
+                    let response = http
+                        .get(format!("{base}/metrics"))
+                        .timeout(timeout)
+                        .send()
+                        .await;
+                    texts.push(match response {
+                        Ok(response) if response.status().is_success() => {
+                            response.text().await.ok()
+                        }
+                        _ => None,
+                    });
+                }
+                texts
+            }
+        }
+    }
+
     /// The counters in Prometheus' text format, every source's after the other.
     pub(super) async fn render(&self, http: &reqwest::Client, timeout: Duration) -> String {
         match self {
@@ -78,6 +106,43 @@ fn layer_totals(metrics: &str) -> BTreeMap<String, u64> {
         .into_iter()
         .map(|(layer, outcomes)| (layer, outcomes.values().sum()))
         .collect()
+}
+
+/// Every source's totals now; a source that did not answer keeps its `previous` totals (or
+/// none), so that it counts nothing in this interval and its next reading is compared with its
+/// last.
+async fn source_totals(
+    metrics: &Metrics,
+    http: &reqwest::Client,
+    previous: Vec<Option<BTreeMap<String, u64>>>,
+) -> Vec<Option<BTreeMap<String, u64>>> {
+    metrics
+        .render_each(http, SAMPLE_TIMEOUT)
+        .await
+        .into_iter()
+        .enumerate()
+        .map(|(index, text)| match text {
+            Some(text) => Some(layer_totals(&text)),
+            None => previous.get(index).cloned().flatten(),
+        })
+        .collect()
+}
+
+/// What each layer caught between two readings, source by source, summed.
+fn caught_by_sources(
+    before: &[Option<BTreeMap<String, u64>>],
+    after: &[Option<BTreeMap<String, u64>>],
+) -> BTreeMap<String, u64> {
+    let mut caught: BTreeMap<String, u64> = BTreeMap::new();
+    for (index, after) in after.iter().enumerate() {
+        let (Some(Some(before)), Some(after)) = (before.get(index), after) else {
+            continue;
+        };
+        for (layer, count) in caught_between(before, after) {
+            *caught.entry(layer).or_default() += count;
+        }
+    }
+    caught
 }
 
 /// What each layer caught between two readings of the totals (a counter that went down, an
@@ -163,7 +228,7 @@ impl Sampler {
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
-            let mut totals = layer_totals(&metrics.render(&shared.http, SAMPLE_TIMEOUT).await);
+            let mut totals = source_totals(&metrics, &shared.http, Vec::new()).await;
             let mut requests = shared.requests.load(Ordering::Relaxed);
             let mut from = Instant::now();
             let mut ticker = tokio::time::interval(TICK);
@@ -184,7 +249,7 @@ impl Sampler {
                 if !last && from.elapsed() + TICK / 2 < interval {
                     continue;
                 }
-                let now_totals = layer_totals(&metrics.render(&shared.http, SAMPLE_TIMEOUT).await);
+                let now_totals = source_totals(&metrics, &shared.http, totals.clone()).await;
                 let now_requests = shared.requests.load(Ordering::Relaxed);
                 let to = Instant::now();
                 push_sample(
@@ -193,7 +258,7 @@ impl Sampler {
                         from_ms: millis(from.saturating_duration_since(origin)),
                         to_ms: millis(to.saturating_duration_since(origin)),
                         requests: now_requests.saturating_sub(requests),
-                        caught: caught_between(&totals, &now_totals),
+                        caught: caught_by_sources(&totals, &now_totals),
                     },
                     millis(interval),
                 );
@@ -258,6 +323,25 @@ mod tests {
         push_sample(&mut samples, sample(1000, 2000, 1, 7), 1000);
         push_sample(&mut samples, sample(2000, 2040, 1, 2), 1000);
         assert_eq!(samples, [sample(0, 1000, 1, 5), sample(1000, 2040, 2, 9)]);
+    }
+
+    #[test]
+    fn one_source_restarting_counts_only_its_own_new_catches() {
+        let totals = |key: u64| Some(BTreeMap::from([("key".to_owned(), key)]));
+        // Three instances; the second is killed (no answer), then back counting from zero.
+        let first = vec![totals(100), totals(200), totals(300)];
+        let down = vec![totals(110), totals(200), totals(305)];
+        let back = vec![totals(120), totals(7), totals(310)];
+        assert_eq!(
+            caught_by_sources(&first, &down),
+            BTreeMap::from([("key".to_owned(), 15)])
+        );
+        assert_eq!(
+            caught_by_sources(&down, &back),
+            BTreeMap::from([("key".to_owned(), 22)]),
+            "10 + 7 new on the restarted one + 5, not the others' whole totals"
+        );
+        assert!(caught_by_sources(&[None], &[totals(5)]).is_empty());
     }
 
     #[test]
