@@ -67,30 +67,14 @@ impl Metrics {
         }
     }
 
-    /// The counters in Prometheus' text format, every source's after the other.
+    /// The counters in Prometheus' text format, every answering source's after the other.
     pub(super) async fn render(&self, http: &reqwest::Client, timeout: Duration) -> String {
-        match self {
-            Metrics::InProcess => mideng_pay::app::metrics_handle()
-                .map(|handle| handle.render())
-                .unwrap_or_default(),
-            Metrics::Listeners(bases) => {
-                let mut text = String::new();
-                for base in bases {
-                    let response = http
-                        .get(format!("{base}/metrics"))
-                        .timeout(timeout)
-                        .send()
-                        .await;
-                    if let Ok(response) = response
-                        && let Ok(body) = response.text().await
-                    {
-                        text.push_str(&body);
-                        text.push('\n');
-                    }
-                }
-                text
-            }
+        let mut text = String::new();
+        for body in self.render_each(http, timeout).await.into_iter().flatten() {
+            text.push_str(&body);
+            text.push('\n');
         }
+        text
     }
 }
 
