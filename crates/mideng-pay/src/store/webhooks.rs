@@ -164,6 +164,38 @@ pub enum AttemptOutcome {
     Exhausted,
 }
 
+/// What an attempt's outcome makes of its delivery, as the delivery is now (`current`), when
+/// the attempt was made under the claim that set its next attempt to `claimed_until_ms`: the
+/// new status, step and next attempt, or `None` when the attempt only joins the history.
+///
+/// A claim is a lease: a dispatcher whose attempt, or whose write of it, outlasted the claim may
+/// finish after another dispatcher claimed the delivery again and settled it. Its failure must
+/// not undo what came after it (a `DELIVERED` made `PENDING` again, a `FAILED` that disables
+/// the endpoint, a redelivery by hand overtaken), so a failure counts only under the claim
+/// that is still the delivery's. A 2xx is a fact whatever the claim: the receiver has the
+/// message, so it settles any delivery not yet `DELIVERED`.
+fn settled_by(
+    current: &Delivery,
+    claimed_until_ms: i64,
+    outcome: AttemptOutcome,
+    now_ms: i64,
+) -> Option<(DeliveryStatus, i64, i64)> {
+    let step = current.step.saturating_add(1);
+    let still_ours =
+        current.status == DeliveryStatus::Pending && current.next_attempt_at_ms == claimed_until_ms;
+    match outcome {
+        AttemptOutcome::Delivered => (current.status != DeliveryStatus::Delivered).then_some((
+            DeliveryStatus::Delivered,
+            step,
+            now_ms,
+        )),
+        AttemptOutcome::Retry { next_at_ms } => {
+            still_ours.then_some((DeliveryStatus::Pending, step, next_at_ms))
+        }
+        AttemptOutcome::Exhausted => still_ours.then_some((DeliveryStatus::Failed, step, now_ms)),
+    }
+}
+
 /// Attempts kept per delivery at most: the schedule's and the redeliveries by hand.
 pub const ATTEMPTS_PER_DELIVERY_MAX: i64 = 100;
 
@@ -264,6 +296,10 @@ const DELIVERY_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
 const DELIVERY_FINISH: PerDialect<&str> = dialect_sql!(
     "UPDATE pay_webhook_deliveries SET status = " ? ", step = " ? ", attempts = " ?
     ", next_attempt_at = " ? ", updated_at = " ? " WHERE delivery_id = " ?
+);
+
+const DELIVERY_COUNT_ATTEMPT: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_webhook_deliveries SET attempts = " ? ", updated_at = " ? " WHERE delivery_id = " ?
 );
 
 const ENDPOINT_SET_STATUS: PerDialect<&str> = dialect_sql!(
@@ -394,7 +430,9 @@ pub trait Webhooks: Send + Sync {
     async fn due(&self, now_ms: i64, limit: u32) -> Result<Vec<DueDelivery>, StoreError>;
     /// Claims a due delivery until `until_ms`, if no one moved it since it was read.
     async fn claim(&self, delivery: &Delivery, until_ms: i64) -> Result<bool, StoreError>;
-    /// Records an attempt and what it came to.
+    /// Records an attempt and what it came to: `delivery` as it was claimed (its
+    /// `next_attempt_at_ms` the claim's `until_ms`). A failure under a claim that lapsed and
+    /// was taken again is recorded without changing the delivery.
     async fn finish(
         &self,
         delivery: &Delivery,
@@ -524,17 +562,33 @@ async fn finish_on<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
-    let (status, next_at_ms) = match outcome {
-        AttemptOutcome::Delivered => (DeliveryStatus::Delivered, now_ms),
-        AttemptOutcome::Retry { next_at_ms } => (DeliveryStatus::Pending, next_at_ms),
-        AttemptOutcome::Exhausted => (DeliveryStatus::Failed, now_ms),
+    let Some((status, step, next_at_ms)) =
+        settled_by(&current, delivery.next_attempt_at_ms, outcome, now_ms)
+    else {
+        tracing::info!(
+            delivery_id = %current.delivery_id, attempt = number, outcome = ?outcome,
+            status = current.status.as_str(),
+            "an attempt finished after its claim lapsed: recorded, the delivery left as it is"
+        );
+        connection
+            .run(
+                DELIVERY_COUNT_ATTEMPT.get::<D>(),
+                &[
+                    Arg::Int(number),
+                    Arg::Int(now_ms),
+                    Arg::Text(&current.delivery_id),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+        return Ok(());
     };
     connection
         .run(
             DELIVERY_FINISH.get::<D>(),
             &[
                 Arg::Text(status.as_str()),
-                Arg::Int(current.step.saturating_add(1)),
+                Arg::Int(step),
                 Arg::Int(number),
                 Arg::Int(next_at_ms),
                 Arg::Int(now_ms),
@@ -747,5 +801,70 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
                 ))
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(status: DeliveryStatus, step: i64, next_attempt_at_ms: i64) -> Delivery {
+        Delivery {
+            delivery_id: "W1".to_owned(),
+            tenant_id: "t".to_owned(),
+            endpoint_id: "E1".to_owned(),
+            event_id: "evt_1".to_owned(),
+            event_type: "payment.succeeded".to_owned(),
+            payload: "{}".to_owned(),
+            status,
+            step,
+            attempts: step,
+            next_attempt_at_ms,
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_lapsed_claims_failure_does_not_undo_what_came_after_it() {
+        use AttemptOutcome::{Delivered, Exhausted, Retry};
+        use DeliveryStatus::{Failed, Pending};
+        let retry = Retry { next_at_ms: 900 };
+        // Still under its claim: every outcome counts.
+        let ours = delivery(Pending, 3, 500);
+        assert_eq!(settled_by(&ours, 500, retry, 700), Some((Pending, 4, 900)));
+        assert_eq!(
+            settled_by(&ours, 500, Exhausted, 700),
+            Some((Failed, 4, 700))
+        );
+        assert_eq!(
+            settled_by(&ours, 500, Delivered, 700),
+            Some((DeliveryStatus::Delivered, 4, 700))
+        );
+        // Claimed again by another dispatcher (a later mark): only a 2xx counts.
+        let taken = delivery(Pending, 3, 650);
+        assert_eq!(settled_by(&taken, 500, retry, 700), None);
+        assert_eq!(settled_by(&taken, 500, Exhausted, 700), None);
+        assert!(settled_by(&taken, 500, Delivered, 700).is_some());
+        // Delivered meanwhile (seen in a storm: a 204 made PENDING again, then FAILED, by
+        // attempts that outlasted their claims): it stays delivered.
+        for outcome in [retry, Exhausted, Delivered] {
+            let delivered = delivery(DeliveryStatus::Delivered, 4, 500);
+            assert_eq!(
+                settled_by(&delivered, 500, outcome, 700),
+                None,
+                "{outcome:?}"
+            );
+        }
+        // Failed meanwhile: a failure leaves it failed; a 2xx proves it arrived.
+        let failed = delivery(Failed, 8, 500);
+        assert_eq!(settled_by(&failed, 500, retry, 700), None);
+        assert_eq!(settled_by(&failed, 500, Exhausted, 700), None);
+        assert_eq!(
+            settled_by(&failed, 500, Delivered, 700),
+            Some((DeliveryStatus::Delivered, 9, 700))
+        );
+        // Redelivered by hand after the claim (step 0, due at once): the old failure is history.
+        let redelivered = delivery(Pending, 0, 680);
+        assert_eq!(settled_by(&redelivered, 500, retry, 700), None);
     }
 }

@@ -8,7 +8,9 @@
 //! after the schedule's next delay, and the schedule's last failure fails the delivery and
 //! disables its endpoint, its deliveries kept. A dispatcher that dies mid-attempt leaves the
 //! delivery due again once its claim runs out: delivery is at least once, and the unchanged
-//! `webhook-id` lets the receiver apply it once.
+//! `webhook-id` lets the receiver apply it once. One whose attempt or write outlasts its claim
+//! finds the delivery claimed again: its 2xx still settles it, its failure is only recorded
+//! (it would otherwise undo a later `DELIVERED`, or fail the delivery and disable the endpoint).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -140,8 +142,10 @@ pub async fn dispatch_once(
     // The claim outlasts the attempt, so that no other dispatcher takes it meanwhile.
     let until_ms = now_ms.saturating_add(ms(settings.timeout.saturating_mul(2)));
     let mut claimed = Vec::with_capacity(due.len());
-    for candidate in due {
+    for mut candidate in due {
         if store.claim(&candidate.delivery, until_ms).await? {
+            // The claim is its mark: the attempt's result counts only while it is still there.
+            candidate.delivery.next_attempt_at_ms = until_ms;
             claimed.push(candidate);
         }
     }
