@@ -99,6 +99,10 @@ use crate::attacker::{self, AttackerKeys};
 pub use crate::deploy::StackKind;
 use crate::deploy::{DeployOptions, Deployment, Processes, TenantAccess};
 
+/// How long quiescence's reconciliation, the drains and the audit may take at most, for
+/// deciding whether a payment code can expire before the audit is done.
+const AUDIT_MARGIN: Duration = Duration::from_secs(300);
+
 /// Runs the storm: deploy, workload with faults, quiescence, audit.
 pub async fn run(
     args: StormArgs,
@@ -378,6 +382,23 @@ pub async fn run(
     let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
     bar.set_prefix("quiescence: settling notifies");
     settle_notifies(&shared, &payments).await;
+    if deployment.is_some() {
+        // A payment nobody pays is closed by the channel itself when its code expires. One
+        // that expires between the audit's reading of the database and of the channel reads as
+        // closed there and pending here (seen at the end of a 80-minute storm): when a code may
+        // expire around the audit, wait until the last one has (no payment is created from now
+        // on), so that the rounds below close every one of them first.
+        let payment_settings = PaymentSettings::default();
+        let expiry = payment_settings.expire_after + payment_settings.expiry_grace;
+        if Instant::now() + AUDIT_MARGIN >= origin + expiry {
+            bar.set_prefix("quiescence: waiting for the last payment codes to expire");
+            tracing::info!(
+                secs = expiry.as_secs(),
+                "waiting for the last payment codes to expire before reconciling"
+            );
+            tokio::time::sleep(expiry).await;
+        }
+    }
     if let Some(deployment) = &deployment {
         bar.set_prefix("quiescence: reconciling");
         let operator = deployment.operator().clone();
@@ -440,7 +461,12 @@ pub async fn run(
     let invariants =
         crate::audit::invariant_results(&violations, merchant.is_some(), !args.no_attacker);
     let duplicates = shared.log().duplicates.clone();
-    let metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
+    let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
+    // A killed process's counters died with it; what it had counted up to just before.
+    for text in deployment.iter().flat_map(Deployment::killed_metrics) {
+        metrics.push_str(text);
+        metrics.push('\n');
+    }
     let report = StormReport {
         seed,
         stack: stack_label,
