@@ -225,9 +225,6 @@ pub struct Deployment {
     stop: watch::Sender<bool>,
     /// Asks the processes whether they answer yet.
     http: reqwest::Client,
-    /// Each killed process's metrics, read just before its SIGKILL: its counters die with it,
-    /// and the final layer table adds these to what the live processes answer.
-    last_metrics: Vec<String>,
 }
 
 impl std::fmt::Debug for Deployment {
@@ -345,7 +342,6 @@ impl Deployment {
             replicated: replicated.map(|(servers, _)| servers),
             stop,
             http,
-            last_metrics: Vec::new(),
         };
         for (index, (listener, port)) in listeners.into_iter().enumerate() {
             let base = format!("http://127.0.0.1:{port}");
@@ -470,10 +466,15 @@ impl Deployment {
     /// The process instances' metrics listeners (base URLs); empty when the instances run in
     /// this process (their counters are this process's).
     pub fn metrics_bases(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .filter_map(|instance| instance.process.as_ref().map(|(_, url)| url.clone()))
+        (0..self.instances.len())
+            .filter_map(|index| self.metrics_base(index))
             .collect()
+    }
+
+    /// Instance `index`'s metrics listener, if it is a process.
+    pub fn metrics_base(&self, index: usize) -> Option<String> {
+        let (_, url) = self.instances.get(index)?.process.as_ref()?;
+        Some(url.clone())
     }
 
     /// Crashes instance `index` at once: its runtime dropped mid-flight, or its process
@@ -488,44 +489,12 @@ impl Deployment {
                 let _ = crash.send(());
             }
             Some(Running::Process(mut child)) => {
-                if let Some(text) = self.read_metrics(index).await {
-                    self.last_metrics.push(text);
-                }
                 if let Err(error) = child.kill().await {
                     tracing::warn!(%error, index, "killing an instance's process");
                 }
             }
             None => {}
         }
-    }
-
-    /// Instance `index`'s metrics in Prometheus' text format, if it is a process whose listener
-    /// answers within two seconds.
-    async fn read_metrics(&self, index: usize) -> Option<String> {
-        let (_, url) = self.instances.get(index)?.process.as_ref()?;
-        let response = self
-            .http
-            .get(format!("{url}/metrics"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await;
-        match response {
-            Ok(response) if response.status().is_success() => response.text().await.ok(),
-            Ok(response) => {
-                tracing::warn!(index, status = %response.status(), "an instance's metrics before its kill");
-                None
-            }
-            Err(error) => {
-                tracing::warn!(%error, index, "an instance's metrics before its kill");
-                None
-            }
-        }
-    }
-
-    /// The metrics of every process killed so far, each read just before its SIGKILL (counts
-    /// made between that reading and the kill are not in them).
-    pub fn killed_metrics(&self) -> &[String] {
-        &self.last_metrics
     }
 
     /// Starts instance `index` again on its port (no-op if it runs).

@@ -121,6 +121,9 @@ pub(crate) struct Shared {
     /// Latencies of answered requests, by operation; a lock of its own, apart from the log's,
     /// since every answer takes it.
     pub(super) latencies: Mutex<BTreeMap<String, LatencyHistogram>>,
+    /// Each killed process instance's metrics, read just before its SIGKILL
+    /// ([`super::sampler::read_before_kill`]).
+    pub(super) killed_metrics: Mutex<Vec<String>>,
 }
 
 impl Shared {

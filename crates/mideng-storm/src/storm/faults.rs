@@ -213,6 +213,7 @@ async fn common_fault(
 ) -> anyhow::Result<&'static [&'static str]> {
     if kind == 0 {
         let index = rng.usize(..deployment.instance_count());
+        super::sampler::read_before_kill(shared, deployment.metrics_base(index), index).await;
         deployment.crash(index).await;
         tokio::time::sleep(hold).await;
         deployment.restart(index).await?;

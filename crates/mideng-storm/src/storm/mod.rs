@@ -233,6 +233,7 @@ pub async fn run(
         requests: AtomicU64::new(0),
         excused: AtomicU64::new(0),
         latencies: Mutex::new(BTreeMap::new()),
+        killed_metrics: Mutex::new(Vec::new()),
     });
     let bar = if progress {
         let bar = indicatif::ProgressBar::new(args.duration_secs);
@@ -463,7 +464,12 @@ pub async fn run(
     let duplicates = shared.log().duplicates.clone();
     let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     // A killed process's counters died with it; what it had counted up to just before.
-    for text in deployment.iter().flat_map(Deployment::killed_metrics) {
+    for text in shared
+        .killed_metrics
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
         metrics.push_str(text);
         metrics.push('\n');
     }

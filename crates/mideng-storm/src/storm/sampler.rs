@@ -50,17 +50,7 @@ impl Metrics {
             Metrics::Listeners(bases) => {
                 let mut texts = Vec::with_capacity(bases.len());
                 for base in bases {
-                    let response = http
-                        .get(format!("{base}/metrics"))
-                        .timeout(timeout)
-                        .send()
-                        .await;
-                    texts.push(match response {
-                        Ok(response) if response.status().is_success() => {
-                            response.text().await.ok()
-                        }
-                        _ => None,
-                    });
+                    texts.push(read_listener(http, base, timeout).await.ok());
                 }
                 texts
             }
@@ -75,6 +65,41 @@ impl Metrics {
             text.push('\n');
         }
         text
+    }
+}
+
+/// One metrics listener's counters in Prometheus' text format, or why they could not be read.
+pub(super) async fn read_listener(
+    http: &reqwest::Client,
+    base: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let response = http
+        .get(format!("{base}/metrics"))
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|error| error.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()));
+    }
+    response.text().await.map_err(|error| error.to_string())
+}
+
+/// Reads the counters of process instance `index` just before it is killed, and keeps them in
+/// `shared`: its counters die with it, and the final layer table adds what it had counted up
+/// to this reading (counts made between the reading and the kill are lost).
+pub(super) async fn read_before_kill(shared: &Shared, base: Option<String>, index: usize) {
+    let Some(base) = base else {
+        return;
+    };
+    match read_listener(&shared.http, &base, SAMPLE_TIMEOUT).await {
+        Ok(text) => shared
+            .killed_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(text),
+        Err(error) => tracing::warn!(%error, index, "an instance's metrics before its kill"),
     }
 }
 
