@@ -5,13 +5,19 @@
 //! it kills instances with SIGKILL and starts new ones, fails every replicated server over for
 //! real, and crashes each in place (the primary into crash recovery, Redis with its memory lost,
 //! the whole NATS cluster stopped). The audit must find nothing, and every kind of fault must
-//! be on the report's timeline.
+//! be on the report's timeline. Then the toolkit's cluster store meets every Redis node
+//! restarted at once, and must issue tokens again by itself.
 //!
 //! The script's ports are fixed (one deployment per machine): this binary holds this one test,
 //! in the nextest group of the deployments (`.config/nextest.toml`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mideng::Scope;
+use mideng::store::redis::RedisStore;
+use mideng::token::TokenStore;
 
 /// Stops and removes the script's servers when the test ends, passed or not: their ports are
 /// fixed, and a later run from another checkout must find them free.
@@ -119,5 +125,68 @@ fn processes_on_replicated_servers_survive_every_failover_and_crash() {
             .as_object()
             .is_some_and(|layers| !layers.is_empty()),
         "no layer counted a catch: {stdout}"
+    );
+    cluster_store_issues_tokens_again_after_every_node_restarted(&script);
+}
+
+/// How long after `redis restart-all` returned (the cluster healthy again) the toolkit's store
+/// has to issue a token again: redis-rs's bounded retries plus one fresh connection from the
+/// seed nodes, with room for a loaded machine.
+const STORE_RECOVERY_BOUND: Duration = Duration::from_secs(15);
+
+/// The toolkit's cluster store, on the servers the storm left up: every node killed and
+/// started again with its memory lost, and the same store value (nothing rebuilt by its caller)
+/// issues tokens again within a bounded wait once the cluster answers.
+fn cluster_store_issues_tokens_again_after_every_node_restarted(script: &Path) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let nodes: Vec<String> = (7100..7103)
+        .map(|port| format!("redis://127.0.0.1:{port}/"))
+        .collect();
+    let scope = Scope::new("tenant", "restart-all").expect("a scope");
+    let ttl = Duration::from_secs(60);
+    let store = runtime.block_on(async {
+        let store = RedisStore::connect_cluster(&nodes)
+            .await
+            .expect("the script's Redis Cluster");
+        store
+            .issue_token(&scope, ttl)
+            .await
+            .expect("a token before the restart");
+        store
+    });
+    // The runtime's workers keep driving the store's connection while this thread waits.
+    let restarted = Command::new(script)
+        .args(["redis", "restart-all", "0"])
+        .status();
+    assert!(
+        matches!(restarted, Ok(status) if status.success()),
+        "redis restart-all: {restarted:?}"
+    );
+    let answered = Instant::now();
+    runtime.block_on(async {
+        loop {
+            match store.issue_token(&scope, ttl).await {
+                Ok(_) => break,
+                Err(error) if answered.elapsed() < STORE_RECOVERY_BOUND => {
+                    eprintln!(
+                        "not yet, {:?} after the restart: {error}",
+                        answered.elapsed()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => panic!(
+                    "no token {STORE_RECOVERY_BOUND:?} after the cluster answered again: {error}"
+                ),
+            }
+        }
+    });
+    eprintln!(
+        "the store issued tokens again {:?} after the cluster answered ({} fresh connections)",
+        answered.elapsed(),
+        store.connection().rebuilds()
     );
 }

@@ -13,6 +13,13 @@
 //! every Redis node restarted with its memory lost, the whole NATS cluster stopped and started);
 //! a deployment the storm did not start gets the simulator's faults only.
 //!
+//! A Redis fault's window (a master failed over, every node restarted) closes when every
+//! running instance issues a token again (`POST /v1/tokens`, the one request that needs Redis
+//! and has no database fallback), not when the script sees the cluster healthy: the instances'
+//! own connections reconnect only after that. That wait is bounded by
+//! [`REDIS_RECOVERY_BOUND`]; an instance still refusing tokens then is a violation of its own
+//! (the window closes regardless, so every 5xx after it counts too).
+//!
 //! With `--processes` the instance crash is a `mideng serve` process killed with SIGKILL and a
 //! new one started.
 
@@ -349,6 +356,7 @@ async fn inject_replicated(
                     .await
                     .context("the Redis failover")?;
                 tracing::info!(took = ?started.elapsed(), master, "replicated: {REDIS_FAILOVER}");
+                tokens_issued_again(deployment, shared, REDIS_FAILOVER).await;
                 &[REDIS_FAILOVER]
             }
             4 => {
@@ -370,6 +378,9 @@ async fn inject_replicated(
                     .await
                     .context(name)?;
                 tracing::info!(took = ?started.elapsed(), printed, "replicated: {name}");
+                if server == ServerRestart::Redis {
+                    tokens_issued_again(deployment, shared, name).await;
+                }
                 match server {
                     ServerRestart::Postgres => &[PG_RESTART],
                     ServerRestart::Redis => &[REDIS_RESTART],
@@ -382,4 +393,52 @@ async fn inject_replicated(
     // Closed whatever happened: a window left open would excuse every later 5xx.
     shared.faults.close(window);
     done
+}
+
+/// How long every running instance has, after a Redis fault's script returned, to issue a
+/// token again before its refusals count as violations.
+const REDIS_RECOVERY_BOUND: Duration = Duration::from_secs(10);
+
+/// Waits until every running instance issues a token, up to [`REDIS_RECOVERY_BOUND`]; an
+/// instance that does not is recorded as a violation of fault `kind`. The probes are the
+/// storm's own requests, not the workload's: they are neither counted nor timed.
+async fn tokens_issued_again(deployment: &Deployment, shared: &Shared, kind: &str) {
+    let started = Instant::now();
+    let deadline = started + REDIS_RECOVERY_BOUND;
+    let Some(tenant) = shared.tenants.first() else {
+        return;
+    };
+    for (index, base) in shared.bases.iter().enumerate() {
+        if !deployment.is_up(index) {
+            continue;
+        }
+        loop {
+            let issued = shared
+                .http
+                .post(format!("{base}/v1/tokens"))
+                .bearer_auth(&tenant.api_key)
+                .json(&json!({}))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .is_ok_and(|response| response.status() == reqwest::StatusCode::CREATED);
+            if issued {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::error!(
+                    instance = index,
+                    bound = ?REDIS_RECOVERY_BOUND,
+                    "issued no token within the bound after \"{kind}\""
+                );
+                shared.log().client.unexcused_errors.push(format!(
+                    "instance {index} issued no token within {}s after \"{kind}\"",
+                    REDIS_RECOVERY_BOUND.as_secs()
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tracing::info!(took = ?started.elapsed(), "every instance issues tokens again after \"{kind}\"");
 }

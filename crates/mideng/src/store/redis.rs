@@ -51,6 +51,8 @@
 //! Times are the callers' clocks (Unix ms, as in every store) for the record's own fields and
 //! `PEXPIREAT`; lock and token lifetimes are relative (`PX`) and run on the Redis server's clock.
 
+mod cluster;
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -60,6 +62,7 @@ use redis::{
     ErrorKind, FromRedisValue, RedisError, Script, ScriptInvocation, ServerErrorKind, Value,
 };
 
+pub use self::cluster::ClusterConnection;
 use crate::clock::now_ms;
 use crate::error::{InvalidInput, StoreError};
 use crate::key::{Fingerprint, IdempotencyKey, Name, Scope};
@@ -85,6 +88,10 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection attempt may take. redis-rs 1.x defaults to 1 s, too tight for the
 /// same reason, and for TLS handshakes across regions.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often redis-rs may retry one call on a Redis Cluster (a redirect, a reconnect, a wait
+/// for the slots to settle) before the call fails.
+pub const CLUSTER_RETRIES: u32 = 8;
 
 /// Percent-escapes the characters that would break a hash tag (`{`, `}`) or the `|` separator,
 /// and `%` itself so that the escaping cannot be confused with text.
@@ -313,18 +320,30 @@ impl RedisStore {
     }
 }
 
-impl RedisStore<redis::cluster_async::ClusterConnection> {
+impl RedisStore<ClusterConnection> {
     /// Connects to a Redis Cluster through its seed `nodes` (`redis://host:port` each; one
     /// reachable node is enough to discover the rest). The connection follows slot moves and
-    /// reconnects to nodes by itself. Every script's keys share one hash slot, so each state
-    /// change still runs atomically on one node.
+    /// reconnects to nodes by itself; if it is ever left without a connection to any node
+    /// (every node was restarted at once), it starts over from the seed nodes
+    /// ([`ClusterConnection`]). Every script's keys share one hash slot, so each state change
+    /// still runs atomically on one node.
+    ///
+    /// redis-rs's retries inside one call are bounded to [`CLUSTER_RETRIES`], with waits of
+    /// 100 ms to 1 s between them (its defaults, 16 retries and waits up to 655 s, could hold a
+    /// call for minutes while a cluster re-forms): a call fails within a few seconds, and the
+    /// caller's own retry or fallback decides what happens next.
     pub async fn connect_cluster(nodes: &[String]) -> Result<Self, StoreError> {
         let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
             .response_timeout(RESPONSE_TIMEOUT)
             .connection_timeout(CONNECTION_TIMEOUT)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(100)
+            .max_retry_wait(1_000)
             .build()
             .map_err(store_error)?;
-        let connection = client.get_async_connection().await.map_err(store_error)?;
+        let connection = ClusterConnection::connect(client)
+            .await
+            .map_err(store_error)?;
         Ok(Self::from_connection(connection))
     }
 }
@@ -363,6 +382,11 @@ where
     /// The prefix of every key this store writes.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The connection the store sends on (a clone of it is a connection to the same server).
+    pub fn connection(&self) -> &C {
+        &self.connection
     }
 
     fn record_key(&self, scope: &Scope, key: &IdempotencyKey) -> String {
@@ -428,7 +452,9 @@ where
 }
 
 /// Unreachable, timed-out, failing-over or loading servers are transient
-/// ([`StoreError::Unavailable`]); anything else (a script error, a key of the wrong type) is
+/// ([`StoreError::Unavailable`]), and so is a redirect (`MOVED`, `ASK`) that redis-rs's
+/// retries did not get past: a cluster still moving its slots after its nodes restarted
+/// answers so for a moment. Anything else (a script error, a key of the wrong type) is
 /// not.
 fn store_error(error: RedisError) -> StoreError {
     let transient = error.is_io_error()
@@ -439,7 +465,9 @@ fn store_error(error: RedisError) -> StoreError {
             error.kind(),
             ErrorKind::ClusterConnectionNotFound
                 | ErrorKind::Server(
-                    ServerErrorKind::ClusterDown
+                    ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                        | ServerErrorKind::ClusterDown
                         | ServerErrorKind::MasterDown
                         | ServerErrorKind::TryAgain
                         | ServerErrorKind::BusyLoading
