@@ -34,6 +34,22 @@ pub const RETENTION_MS_MAX: u64 = 400 * 24 * 60 * 60 * 1000;
 /// Longest life of a one-time token: a checkout page left open for a day is a new checkout.
 pub const TOKEN_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 
+/// Unspent, unexpired one-time tokens one scope may hold at once unless the store is told
+/// otherwise ([`crate::token::TokenLimits`]). A checkout page asks for one token when it opens,
+/// so this is a thousand pages open and not yet submitted in one tenant's operation: far above
+/// what a merchant's buyers do within a token's life, and a ceiling on what one tenant calling
+/// the issuing route in a loop can make a store hold (in memory, about 300 bytes a token).
+pub const TOKENS_PER_SCOPE_MAX: u32 = 1_000;
+
+/// Unspent, unexpired one-time tokens a store holds at once, all scopes together, unless told
+/// otherwise: a hundred scopes at their own limit, and about 30 MB in the memory store, which
+/// also keeps no more tokens than this, spent ones included (it forgets spent ones first).
+pub const TOKENS_TOTAL_MAX: u32 = 100_000;
+
+/// Largest total a store may be configured to hold ([`crate::token::TokenLimits::new`]): a
+/// hundred times the default, about 3 GB in the memory store.
+pub const TOKENS_TOTAL_CEILING: u32 = 10_000_000;
+
 /// Longest time `acquire` may wait for a lock. Callers wait briefly and re-check state; they
 /// never queue for minutes.
 pub const LOCK_WAIT_MS_MAX: u64 = 60 * 1000;

@@ -11,6 +11,8 @@
 //! skipped — never silently passed.
 
 mod support;
+#[path = "conformance/tokens.rs"]
+mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,12 +21,12 @@ use mideng::clock::now_ms;
 use mideng::dedup::{DedupOutcome, DedupTable};
 use mideng::key::Name;
 use mideng::state::{Machine, StateMachine, Transition};
-use mideng::token::Consumption;
 use mideng::{
     Decision, Fingerprint, IdempotencyKey, RecordPolicy, RecordState, Scope, StoreError,
     StoredResponse,
 };
 use support::{Stores, race, unique};
+use tokens::*;
 
 const TASKS: usize = 64;
 
@@ -412,89 +414,6 @@ pub(crate) async fn purge_deletes_only_expired_records_in_bounded_batches(stores
     }
 }
 
-pub(crate) async fn a_token_is_consumed_once_under_contention(stores: Stores) {
-    let scope = scope();
-    let issued = stores
-        .tokens
-        .issue_token(&scope, Duration::from_secs(60))
-        .await
-        .expect("issue");
-    assert!(issued.expires_at_ms > now_ms());
-    let outcomes: Vec<Consumption> = race(TASKS, |_| {
-        let (tokens, scope, token) = (stores.tokens.clone(), scope.clone(), issued.token.clone());
-        async move { tokens.consume_token(&scope, &token).await }
-    })
-    .await
-    .into_iter()
-    .map(|outcome| outcome.expect("consume succeeds"))
-    .collect();
-    assert_eq!(
-        outcomes
-            .iter()
-            .filter(|o| **o == Consumption::Consumed)
-            .count(),
-        1,
-        "consumed exactly once"
-    );
-    assert!(
-        outcomes
-            .iter()
-            .all(|o| matches!(o, Consumption::Consumed | Consumption::AlreadyConsumed))
-    );
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token(&scope, &issued.token)
-            .await
-            .expect("consume"),
-        Consumption::AlreadyConsumed
-    );
-
-    let other_scope = Scope::new(&unique("tenant"), scope.operation()).expect("scope");
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token(&other_scope, &issued.token)
-            .await
-            .expect("consume"),
-        Consumption::Unknown,
-        "a token is only good in the scope it was issued for"
-    );
-    let never_issued = mideng::token::Token::parse(&unique("forged")).expect("token");
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token(&scope, &never_issued)
-            .await
-            .expect("consume"),
-        Consumption::Unknown
-    );
-
-    let short = stores
-        .tokens
-        .issue_token(&scope, Duration::from_millis(50))
-        .await
-        .expect("issue");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token(&scope, &short.token)
-            .await
-            .expect("consume"),
-        Consumption::Unknown,
-        "expired"
-    );
-    assert!(
-        stores
-            .tokens
-            .purge_expired_tokens(now_ms(), 100)
-            .await
-            .expect("purge")
-            <= 100
-    );
-}
-
 fn lock_name() -> Name {
     Name::parse(&unique("}lock:payment:{t1|o1}")).expect("name")
 }
@@ -839,6 +758,9 @@ macro_rules! backend_suite {
                 abandon_frees_the_key_for_any_retry,
                 purge_deletes_only_expired_records_in_bounded_batches,
                 a_token_is_consumed_once_under_contention,
+                a_scope_holds_at_most_its_limit_of_unspent_tokens,
+                a_store_holds_at_most_its_limit_of_unspent_tokens_in_all,
+                concurrent_issues_at_a_limit_never_pass_it,
                 lock_release_by_a_non_owner_has_no_effect,
                 lock_fences_strictly_increase_and_one_of_many_wins,
                 acquire_waits_briefly_then_gives_up,

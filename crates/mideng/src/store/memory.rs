@@ -4,8 +4,14 @@
 //! processes do not see each other's records: use a SQL store or Redis as soon as more than one
 //! instance serves the same keys. The mutex is a std mutex held only for map operations, never
 //! across an `.await`.
+//!
+//! Tokens are the one table a caller outside can grow (any client of a route that issues them),
+//! so it is bounded twice: by [`TokenLimits`] on the unspent ones, and by keeping no more
+//! tokens than [`TokenLimits::total_max`] at all — a spent token, kept only to tell a duplicate
+//! submission from a forgery, is forgotten first when the store is full (its duplicate is then
+//! answered [`Consumption::Unknown`], still refused).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -21,13 +27,145 @@ use crate::record::{
     judge, new_owner, retry_after,
 };
 use crate::state::StateStore;
-use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
+use crate::token::{
+    self, Consumption, IssueError, IssuedToken, Token, TokenCap, TokenLimits, TokenStore,
+};
+
+/// One token as kept.
+struct TokenEntry {
+    scope: Scope,
+    expires_at_ms: i64,
+    spent: bool,
+}
+
+/// A token's place in an expiry order: (expires_at_ms, token).
+type ByExpiry = BTreeSet<(i64, Arc<str>)>;
+
+/// Every token kept until it expires, and the orders the limits and the purge walk. Issued
+/// tokens are 256 random bits, so the text alone names one; its scope is checked on use.
+#[derive(Default)]
+struct Tokens {
+    entries: HashMap<Arc<str>, TokenEntry>,
+    /// Unspent tokens, all scopes: what [`TokenLimits::total_max`] counts.
+    unspent: ByExpiry,
+    /// Unspent tokens per scope: what [`TokenLimits::per_scope_max`] counts.
+    unspent_by_scope: HashMap<Scope, ByExpiry>,
+    /// Spent tokens, kept until they expire to recognise a duplicate; forgotten first when the
+    /// store is full.
+    spent: ByExpiry,
+}
+
+impl Tokens {
+    /// Forgets at most `limit` tokens that expired at `now_ms`, earliest first; returns how many.
+    fn forget_expired(&mut self, now_ms: i64, limit: usize) -> usize {
+        let mut forgotten = 0;
+        while forgotten < limit {
+            let unspent = self.unspent.first().filter(|(at, _)| *at <= now_ms);
+            let spent = self.spent.first().filter(|(at, _)| *at <= now_ms);
+            let next = match (unspent, spent) {
+                (Some(unspent), Some(spent)) if spent < unspent => spent.clone(),
+                (Some(unspent), _) => unspent.clone(),
+                (None, Some(spent)) => spent.clone(),
+                (None, None) => break,
+            };
+            self.forget(&next);
+            forgotten += 1;
+        }
+        forgotten
+    }
+
+    /// Forgets one token, wherever it is kept.
+    fn forget(&mut self, place: &(i64, Arc<str>)) {
+        self.unspent.remove(place);
+        self.spent.remove(place);
+        if let Some(entry) = self.entries.remove(&place.1) {
+            self.remove_from_scope(&entry.scope, place);
+        }
+    }
+
+    fn remove_from_scope(&mut self, scope: &Scope, place: &(i64, Arc<str>)) {
+        if let Some(of_scope) = self.unspent_by_scope.get_mut(scope) {
+            of_scope.remove(place);
+            if of_scope.is_empty() {
+                self.unspent_by_scope.remove(scope);
+            }
+        }
+    }
+
+    fn issue(
+        &mut self,
+        scope: &Scope,
+        token: &Token,
+        expires_at_ms: i64,
+        limits: TokenLimits,
+        now_ms: i64,
+    ) -> Result<(), IssueError> {
+        self.forget_expired(now_ms, usize::MAX);
+        let per_scope_max = limits.per_scope_max() as usize;
+        let total_max = limits.total_max() as usize;
+        if let Some(of_scope) = self.unspent_by_scope.get(scope)
+            && of_scope.len() >= per_scope_max
+        {
+            let earliest = of_scope.first().map(|(at, _)| *at);
+            return Err(token::full(TokenCap::Scope, earliest, now_ms));
+        }
+        if self.unspent.len() >= total_max {
+            let earliest = self.unspent.first().map(|(at, _)| *at);
+            return Err(token::full(TokenCap::Total, earliest, now_ms));
+        }
+        // Room for an unspent one, but perhaps not for one more kept token: a spent one goes.
+        while self.entries.len() >= total_max {
+            let Some(oldest) = self.spent.first().cloned() else {
+                break;
+            };
+            self.forget(&oldest);
+        }
+        let text: Arc<str> = Arc::from(token.as_str());
+        let place = (expires_at_ms, text.clone());
+        self.unspent.insert(place.clone());
+        self.unspent_by_scope
+            .entry(scope.clone())
+            .or_default()
+            .insert(place);
+        self.entries.insert(
+            text,
+            TokenEntry {
+                scope: scope.clone(),
+                expires_at_ms,
+                spent: false,
+            },
+        );
+        debug_assert!(self.entries.len() <= total_max);
+        Ok(())
+    }
+
+    fn consume(&mut self, scope: &Scope, token: &Token, now_ms: i64) -> Consumption {
+        let Some(entry) = self
+            .entries
+            .get_mut(token.as_str())
+            .filter(|entry| entry.scope == *scope)
+        else {
+            return Consumption::Unknown;
+        };
+        if entry.expires_at_ms <= now_ms {
+            return Consumption::Unknown;
+        }
+        if entry.spent {
+            return Consumption::AlreadyConsumed;
+        }
+        entry.spent = true;
+        let place = (entry.expires_at_ms, Arc::<str>::from(token.as_str()));
+        self.unspent.remove(&place);
+        self.remove_from_scope(scope, &place);
+        self.spent.insert(place);
+        Consumption::Consumed
+    }
+}
 
 #[derive(Default)]
 struct Tables {
     records: HashMap<(Scope, IdempotencyKey), Record>,
-    /// token -> (scope, expires_at_ms, consumed)
-    tokens: HashMap<(Scope, String), (i64, bool)>,
+    tokens: Tokens,
     /// name -> (owner, fence, held_until_ms)
     locks: HashMap<Name, (String, u64, i64)>,
     /// (kind, id) -> (state, version)
@@ -38,6 +176,7 @@ struct Tables {
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     tables: Arc<Mutex<Tables>>,
+    token_limits: TokenLimits,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -50,6 +189,13 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same store (the same tables) issuing tokens under `limits` instead of the default
+    /// ones; the limits belong to this handle, the tables to every clone.
+    pub fn with_token_limits(mut self, limits: TokenLimits) -> Self {
+        self.token_limits = limits;
+        self
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -193,14 +339,14 @@ impl RecordStore for MemoryStore {
 
 #[async_trait]
 impl TokenStore for MemoryStore {
-    async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
+    async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, IssueError> {
         let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_ISSUE);
-        let expires_at_ms = now_ms().saturating_add(token::ttl_ms(ttl)?);
+        let now = now_ms();
+        let expires_at_ms = now.saturating_add(token::ttl_ms(ttl)?);
         let token = Token::generate();
-        self.tables().tokens.insert(
-            (scope.clone(), token.as_str().to_owned()),
-            (expires_at_ms, false),
-        );
+        self.tables()
+            .tokens
+            .issue(scope, &token, expires_at_ms, self.token_limits, now)?;
         Ok(IssuedToken {
             token,
             expires_at_ms,
@@ -210,37 +356,14 @@ impl TokenStore for MemoryStore {
     async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_CONSUME);
         let now = now_ms();
-        let mut tables = self.tables();
-        Ok(
-            match tables
-                .tokens
-                .get_mut(&(scope.clone(), token.as_str().to_owned()))
-            {
-                Some((expires_at_ms, _)) if *expires_at_ms <= now => Consumption::Unknown,
-                Some((_, consumed)) if *consumed => Consumption::AlreadyConsumed,
-                Some((_, consumed)) => {
-                    *consumed = true;
-                    Consumption::Consumed
-                }
-                None => Consumption::Unknown,
-            },
-        )
+        Ok(self.tables().tokens.consume(scope, token, now))
     }
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_PURGE);
-        let mut tables = self.tables();
-        let doomed: Vec<_> = tables
-            .tokens
-            .iter()
-            .filter(|(_, (expires_at_ms, _))| *expires_at_ms <= now_ms)
-            .map(|(identity, _)| identity.clone())
-            .take(limit as usize)
-            .collect();
-        for identity in &doomed {
-            tables.tokens.remove(identity);
-        }
-        Ok(doomed.len() as u64)
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let forgotten = self.tables().tokens.forget_expired(now_ms, limit);
+        Ok(u64::try_from(forgotten).unwrap_or(u64::MAX))
     }
 }
 
@@ -343,5 +466,60 @@ impl StateStore for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_store_forgets_spent_tokens_first_and_never_keeps_more_than_its_total() {
+        let limits = TokenLimits::new(1, 2).expect("valid limits");
+        let scopes: Vec<Scope> = (0..3)
+            .map(|index| Scope::new(&format!("t{index}"), "checkout").expect("scope"))
+            .collect();
+        let (now, expires) = (1_000, 60_000);
+        let mut tokens = Tokens::default();
+        let spent = Token::generate();
+        tokens
+            .issue(&scopes[0], &spent, expires, limits, now)
+            .expect("room");
+        assert_eq!(
+            tokens.consume(&scopes[0], &spent, now),
+            Consumption::Consumed
+        );
+        let kept = Token::generate();
+        tokens
+            .issue(&scopes[1], &kept, expires, limits, now)
+            .expect("room: one unspent");
+        assert_eq!(
+            tokens.consume(&scopes[0], &spent, now),
+            Consumption::AlreadyConsumed,
+            "a spent token is kept while there is room"
+        );
+        let last = Token::generate();
+        tokens
+            .issue(&scopes[2], &last, expires, limits, now)
+            .expect("two unspent is the total");
+        assert_eq!(tokens.entries.len(), 2, "the spent one made room");
+        assert_eq!(
+            tokens.consume(&scopes[0], &spent, now),
+            Consumption::Unknown,
+            "forgotten, and still refused"
+        );
+        assert!(matches!(
+            tokens.issue(&scopes[0], &Token::generate(), expires, limits, now),
+            Err(IssueError::Full {
+                cap: TokenCap::Total,
+                ..
+            })
+        ));
+        assert_eq!(
+            tokens.consume(&scopes[2], &last, now),
+            Consumption::Consumed
+        );
+        assert_eq!(tokens.forget_expired(expires, usize::MAX), 2);
+        assert!(tokens.entries.is_empty() && tokens.unspent_by_scope.is_empty());
     }
 }

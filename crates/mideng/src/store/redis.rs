@@ -13,7 +13,9 @@
 //! | data | key | type |
 //! |---|---|---|
 //! | record | `prefix:rec:{tenant\|operation\|key}` | hash: fingerprint, state, fence, owner, lease_until, status, headers, body, created_at, expires_at |
-//! | token | `prefix:tok:{tenant\|operation\|token}` | string: `1` unconsumed, `0` consumed |
+//! | token | `prefix:tok:{tenant\|operation}:token` | string: `1` unspent, `0` spent |
+//! | a scope's unspent tokens | `prefix:unspent:{tenant\|operation}` | sorted set: token, scored by its expiry |
+//! | every unspent token | `prefix:unspent` | sorted set: `tenant\|operation\|token`, scored by its expiry |
 //! | lock | `prefix:lock:{name}` | string: the owner nonce |
 //! | lock fence | `prefix:fence:{name}` | integer counter |
 //! | state | `prefix:state:{kind\|id}` | hash: state, version |
@@ -30,12 +32,20 @@
 //!   would let two callers both see "free". Scripts go out as `EVALSHA` and are reloaded on
 //!   `NOSCRIPT` (after a restart or failover).
 //! - **Hash tags.** Every key a script touches is passed in `KEYS` and carries the same hash
-//!   tag, so on Redis Cluster they live in one slot and the script may run there. Only the lock
-//!   script touches two keys (the lock and its fence counter), and both are tagged with the
-//!   lock's name.
-//! - **Native expiry.** Records expire at their `expires_at` (`PEXPIREAT`), tokens and locks
-//!   after their time-to-live (`PX`), so Redis purges them itself: `purge_expired` and
-//!   `purge_expired_tokens` have nothing to do and return 0.
+//!   tag, so on Redis Cluster they live in one slot and the script may run there. The lock
+//!   script touches two keys (the lock and its fence counter), both tagged with the lock's
+//!   name; the token scripts a token and its scope's set of unspent tokens, both tagged with
+//!   the scope.
+//! - **Token limits in two steps** (`redis/token.rs`). A scope's limit is one script on its
+//!   slot; the store-wide limit is a second set, on its own slot, in which an issue reserves a
+//!   place *before* its scope's script runs and gives it back if that script refuses, and from
+//!   which a spent token is removed *after* it is spent. Between the steps the store-wide count
+//!   is high, never low, so neither limit is ever exceeded.
+//! - **Native expiry.** Records expire at their `expires_at` (`PEXPIREAT`), tokens at theirs
+//!   (`PXAT`), locks after their time-to-live (`PX`), so Redis purges them itself:
+//!   `purge_expired` and `purge_expired_tokens` have nothing to do and return 0. The sets of
+//!   unspent tokens drop their expired members whenever a token is issued, and vanish with
+//!   their last member's expiry.
 //! - **Fence counters are kept forever.** A lock key vanishes when its time runs out, but its
 //!   fence counter has no time-to-live, so a later holder never gets a fence an earlier holder
 //!   already had. A record's fence lives in the record and restarts at 1 once the record has
@@ -49,9 +59,11 @@
 //!   even when nobody took the lock in between.
 //!
 //! Times are the callers' clocks (Unix ms, as in every store) for the record's own fields and
-//! `PEXPIREAT`; lock and token lifetimes are relative (`PX`) and run on the Redis server's clock.
+//! `PEXPIREAT`, and for a token's expiry (the score the limits count by, and `PXAT`); lock
+//! lifetimes are relative (`PX`) and run on the Redis server's clock.
 
 mod cluster;
+mod token;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -74,7 +86,7 @@ use crate::record::{
     retry_after,
 };
 use crate::state::StateStore;
-use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
+use crate::token::TokenLimits;
 
 /// The prefix of every key unless [`RedisStore::with_prefix`] says otherwise.
 const DEFAULT_PREFIX: &str = "mideng";
@@ -193,28 +205,6 @@ return 1
     )
 });
 
-/// Consumes a token. KEYS: the token. Returns 1 consumed now, 2 consumed before, 0 unknown or
-/// expired, -1 for a value this store never writes. `KEEPTTL` keeps a consumed token only as
-/// long as it would have lived, so a duplicate is recognised until then.
-static CONSUME_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value == '1' then
-  redis.call('SET', KEYS[1], '0', 'KEEPTTL')
-  return 1
-end
-if value == '0' then
-  return 2
-end
-if value then
-  return -1
-end
-return 0
-",
-    )
-});
-
 /// Takes a lock. KEYS: the lock, its fence counter. ARGV: owner, time-to-live in ms. Returns
 /// the new fence, or 0 when the lock is held. The counter grows only when the lock was taken,
 /// so fences have no gaps caused by failed attempts.
@@ -291,6 +281,7 @@ return 0
 pub struct RedisStore<C = ConnectionManager> {
     connection: C,
     prefix: String,
+    token_limits: TokenLimits,
 }
 
 /// Prints the prefix only: the connection may carry credentials.
@@ -358,7 +349,16 @@ where
         Self {
             connection,
             prefix: DEFAULT_PREFIX.to_owned(),
+            token_limits: TokenLimits::default(),
         }
+    }
+
+    /// The same store issuing tokens under `limits` instead of the default ones. Every
+    /// instance on the server should use the same: each enforces its own against the tokens
+    /// of all.
+    pub fn with_token_limits(mut self, limits: TokenLimits) -> Self {
+        self.token_limits = limits;
+        self
     }
 
     /// The same store with every key under `prefix` instead, for several applications (or
@@ -397,17 +397,6 @@ where
             scope.tenant(),
             scope.operation(),
             key
-        )
-    }
-
-    fn token_key(&self, scope: &Scope, token: &Token) -> String {
-        let token = tag_part(token.as_str());
-        format!(
-            "{}:tok:{{{}|{}|{}}}",
-            self.prefix,
-            scope.tenant(),
-            scope.operation(),
-            token
         )
     }
 
@@ -731,50 +720,6 @@ where
 
     /// Always 0: records carry `PEXPIREAT` at their expiry, and Redis deletes them itself.
     async fn purge_expired(&self, _now_ms: i64, _limit: u32) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-}
-
-#[async_trait]
-impl<C> TokenStore for RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
-        let _timer = StoreTimer::start(Backend::Redis, op::TOKEN_ISSUE);
-        let ttl_ms = token::ttl_ms(ttl)?;
-        let expires_at_ms = now_ms().saturating_add(ttl_ms);
-        let token = Token::generate();
-        // A single SET is already atomic, and a fresh 256-bit token cannot collide with a live
-        // one, so no script is needed here.
-        let mut command = redis::cmd("SET");
-        command
-            .arg(self.token_key(scope, &token))
-            .arg("1")
-            .arg("PX")
-            .arg(ttl_ms);
-        let _: Value = self.query(&command).await?;
-        Ok(IssuedToken {
-            token,
-            expires_at_ms,
-        })
-    }
-
-    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
-        let _timer = StoreTimer::start(Backend::Redis, op::TOKEN_CONSUME);
-        let mut invocation = CONSUME_SCRIPT.prepare_invoke();
-        invocation.key(self.token_key(scope, token));
-        let found: i64 = self.invoke(&invocation).await?;
-        match found {
-            1 => Ok(Consumption::Consumed),
-            2 => Ok(Consumption::AlreadyConsumed),
-            0 => Ok(Consumption::Unknown),
-            _ => Err(corrupt("token holds a value this store never writes")),
-        }
-    }
-
-    /// Always 0: tokens carry their time-to-live, and Redis deletes them itself.
-    async fn purge_expired_tokens(&self, _now_ms: i64, _limit: u32) -> Result<u64, StoreError> {
         Ok(0)
     }
 }

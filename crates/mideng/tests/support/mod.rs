@@ -22,11 +22,20 @@ use mideng::store::sql::mysql::MySqlStore;
 use mideng::store::sql::postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 use mideng::store::sql::sqlite::SqliteStore;
-use mideng::token::TokenStore;
+use mideng::token::{TokenLimits, TokenStore};
 
 pub const POSTGRES_URL: &str = "postgres://mideng:mideng@127.0.0.1:5432/mideng_test";
 pub const MYSQL_URL: &str = "mysql://mideng:mideng@127.0.0.1:3306/mideng_test";
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+/// A token store of one backend under other limits, made on demand. Its future is awaited by
+/// the test itself, never spawned, so it need not be `Send` (MySQL's migration future is not
+/// provably so).
+pub type TokenFactory = Arc<
+    dyn Fn(TokenLimits) -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn TokenStore>>>>
+        + Send
+        + Sync,
+>;
 
 /// Every contract of one store, as trait objects.
 #[derive(Clone)]
@@ -35,15 +44,74 @@ pub struct Stores {
     pub tokens: Arc<dyn TokenStore>,
     pub locks: Arc<dyn LockStore>,
     pub states: Arc<dyn StateStore>,
+    /// The same store (its tables, its server) issuing tokens under other limits: for limits
+    /// per scope, which a fresh scope makes the test's own.
+    pub limited_tokens: TokenFactory,
+    /// A store of the same backend on tables no other test writes (a fresh database, file or
+    /// key prefix), under other limits: for the store-wide limit, which counts every token.
+    pub isolated_tokens: TokenFactory,
 }
 
-fn stores<S: RecordStore + TokenStore + LockStore + StateStore + 'static>(store: S) -> Stores {
+/// A store that can issue tokens under other limits.
+trait Limited: Clone + Send + Sync + 'static {
+    fn limited(self, limits: TokenLimits) -> Self;
+}
+
+#[cfg(feature = "memory")]
+impl Limited for MemoryStore {
+    fn limited(self, limits: TokenLimits) -> Self {
+        self.with_token_limits(limits)
+    }
+}
+
+#[cfg(feature = "_sql")]
+impl<D: mideng::store::sql::Dialect> Limited for mideng::store::sql::SqlStore<D> {
+    fn limited(self, limits: TokenLimits) -> Self {
+        self.with_token_limits(limits)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl<C> Limited for RedisStore<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn limited(self, limits: TokenLimits) -> Self {
+        self.with_token_limits(limits)
+    }
+}
+
+/// A factory from an async constructor of a fresh store.
+fn factory<S, F, Fut>(fresh: F) -> TokenFactory
+where
+    S: TokenStore + Limited,
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = S> + 'static,
+{
+    let fresh = Arc::new(fresh);
+    Arc::new(move |limits| {
+        let fresh = fresh.clone();
+        Box::pin(async move { Arc::new(fresh().await.limited(limits)) as Arc<dyn TokenStore> })
+    })
+}
+
+fn stores<S>(store: S, isolated_tokens: TokenFactory) -> Stores
+where
+    S: RecordStore + TokenStore + LockStore + StateStore + Limited,
+{
+    let shared = store.clone();
+    let limited_tokens: TokenFactory = Arc::new(move |limits| {
+        let store = shared.clone().limited(limits);
+        Box::pin(async move { Arc::new(store) as Arc<dyn TokenStore> })
+    });
     let store = Arc::new(store);
     Stores {
         records: store.clone(),
         tokens: store.clone(),
         locks: store.clone(),
         states: store,
+        limited_tokens,
+        isolated_tokens,
     }
 }
 
@@ -78,7 +146,7 @@ fn settings() -> PoolSettings {
 
 #[cfg(feature = "memory")]
 pub async fn memory() -> Stores {
-    stores(MemoryStore::new())
+    stores(MemoryStore::new(), factory(|| async { MemoryStore::new() }))
 }
 
 /// `stores` with its records behind the replay cache.
@@ -115,7 +183,28 @@ pub async fn sqlite_store() -> SqliteStore {
 
 #[cfg(feature = "sqlite")]
 pub async fn sqlite() -> Stores {
-    stores(sqlite_store().await)
+    stores(sqlite_store().await, factory(sqlite_store))
+}
+
+/// A database name of its own (`mideng_iso_<hex>`, which `scripts/services fresh` drops) and
+/// its URL on the server of `url`.
+#[cfg(feature = "_sql")]
+fn isolated_database(url: &str) -> (String, String) {
+    let name = unique("mideng_iso").replace('-', "_");
+    let (server, _) = url
+        .rsplit_once('/')
+        .expect("a database URL ends with its name");
+    (format!("{server}/{name}"), name)
+}
+
+/// `CREATE DATABASE name`, on the connection of the test user (who may create mideng_iso_
+/// databases: `scripts/services up`).
+#[cfg(feature = "_sql")]
+fn create_database(name: &str) -> mideng::sqlx::RawSql {
+    // The name is letters, digits and `_` only: safe to splice.
+    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}"
+    )))
 }
 
 #[cfg(feature = "postgres")]
@@ -128,9 +217,29 @@ pub async fn postgres_store() -> PostgresStore {
     store
 }
 
+/// A PostgreSQL store on a database of its own.
+#[cfg(feature = "postgres")]
+pub async fn isolated_postgres_store() -> PostgresStore {
+    use mideng::sqlx::Connection;
+    let base = url("MIDENG_TEST_POSTGRES_URL", POSTGRES_URL);
+    let (url, name) = isolated_database(&base);
+    let mut admin = mideng::sqlx::PgConnection::connect(&base)
+        .await
+        .expect("connect to create a database");
+    create_database(&name)
+        .execute(&mut admin)
+        .await
+        .expect("the test role may create databases (scripts/services up)");
+    let store = PostgresStore::connect(&url, settings())
+        .await
+        .expect("the isolated PostgreSQL database");
+    store.migrate().await.expect("migrate PostgreSQL");
+    store
+}
+
 #[cfg(feature = "postgres")]
 pub async fn postgres() -> Stores {
-    stores(postgres_store().await)
+    stores(postgres_store().await, factory(isolated_postgres_store))
 }
 
 #[cfg(feature = "mysql")]
@@ -143,9 +252,29 @@ pub async fn mysql_store() -> MySqlStore {
     store
 }
 
+/// A MySQL store on a database of its own.
+#[cfg(feature = "mysql")]
+pub async fn isolated_mysql_store() -> MySqlStore {
+    use mideng::sqlx::Connection;
+    let base = url("MIDENG_TEST_MYSQL_URL", MYSQL_URL);
+    let (url, name) = isolated_database(&base);
+    let mut admin = mideng::sqlx::MySqlConnection::connect(&base)
+        .await
+        .expect("connect to create a database");
+    create_database(&name)
+        .execute(&mut admin)
+        .await
+        .expect("the test user may create mideng_iso_ databases (scripts/services up)");
+    let store = MySqlStore::connect(&url, settings())
+        .await
+        .expect("the isolated MySQL database");
+    store.migrate().await.expect("migrate MySQL");
+    store
+}
+
 #[cfg(feature = "mysql")]
 pub async fn mysql() -> Stores {
-    stores(mysql_store().await)
+    stores(mysql_store().await, factory(isolated_mysql_store))
 }
 
 #[cfg(feature = "redis")]
@@ -154,7 +283,14 @@ pub async fn redis() -> Stores {
     let store = RedisStore::connect(&url)
         .await
         .unwrap_or_else(|error| unreachable("redis", "MIDENG_TEST_REDIS_URL", &url, error));
-    stores(store)
+    let isolated = store.clone();
+    stores(
+        store,
+        factory(move || {
+            let store = isolated.clone();
+            async move { store.with_prefix(&unique("iso")).expect("a valid prefix") }
+        }),
+    )
 }
 
 /// The seed nodes of the test Redis Cluster (`MIDENG_TEST_REDIS_CLUSTER_URLS`, comma-separated).
@@ -175,7 +311,14 @@ pub async fn redis_cluster() -> Stores {
                 error,
             )
         });
-    stores(store)
+    let isolated = store.clone();
+    stores(
+        store,
+        factory(move || {
+            let store = isolated.clone();
+            async move { store.with_prefix(&unique("iso")).expect("a valid prefix") }
+        }),
+    )
 }
 
 /// Runs `attempt(i)` for `i` in `0..tasks` on separate tasks, released together by a barrier so

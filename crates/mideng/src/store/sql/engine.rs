@@ -22,6 +22,7 @@ use sqlx::{Database, Pool, Transaction};
 use crate::error::StoreError;
 use crate::latency::{Backend, StoreTimer};
 use crate::limits::CONFLICT_RETRIES_MAX;
+use crate::token::TokenLimits;
 
 /// A bound parameter of the dialect-generic port. Applications on the toolkit may use the port
 /// ([`SqlConn`], [`SqlRow`], [`Arg`]) to write their own storage once for every dialect.
@@ -231,6 +232,7 @@ pub trait Dialect: Send + Sync + 'static {
 /// `SqliteStore`.
 pub struct SqlStore<D: Dialect> {
     pool: Pool<D::Db>,
+    token_limits: TokenLimits,
     dialect: PhantomData<D>,
 }
 
@@ -238,6 +240,7 @@ impl<D: Dialect> Clone for SqlStore<D> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            token_limits: self.token_limits,
             dialect: PhantomData,
         }
     }
@@ -334,8 +337,22 @@ impl<D: Dialect> SqlStore<D> {
     pub fn from_pool(pool: Pool<D::Db>) -> Self {
         Self {
             pool,
+            token_limits: TokenLimits::default(),
             dialect: PhantomData,
         }
+    }
+
+    /// The same store issuing tokens under `limits` instead of the default ones. Every
+    /// instance on the database should use the same: each enforces its own against the
+    /// tokens of all.
+    pub fn with_token_limits(mut self, limits: TokenLimits) -> Self {
+        self.token_limits = limits;
+        self
+    }
+
+    /// The limits this store issues tokens under.
+    pub fn token_limits(&self) -> TokenLimits {
+        self.token_limits
     }
 
     /// The pool, for callers that run their own queries next to the toolkit's.

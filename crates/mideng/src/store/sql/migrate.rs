@@ -36,10 +36,18 @@ pub fn versioned_migrator(
 }
 
 /// The toolkit's own migrator for one dialect.
-pub(crate) fn migrator(toolkit: &'static str, outbox: &'static str) -> sqlx::migrate::Migrator {
+pub(crate) fn migrator(
+    toolkit: &'static str,
+    outbox: &'static str,
+    token_limits: &'static str,
+) -> sqlx::migrate::Migrator {
     versioned_migrator(
         "mideng_migrations",
-        &[(1, "toolkit", toolkit), (2, "outbox", outbox)],
+        &[
+            (1, "toolkit", toolkit),
+            (2, "outbox", outbox),
+            (3, "token limits", token_limits),
+        ],
     )
 }
 

@@ -11,7 +11,7 @@
 //! | `engine.rs` | the port ([`SqlConn`], [`SqlRow`], [`Arg`]), [`Dialect`], [`SqlDialect`], [`SqlStore`], [`SqlStore::write`], [`back_off`], [`store_error`] | write transactions open the dialect's way; transient conflicts are retried whole, at most [`crate::limits::CONFLICT_RETRIES_MAX`] times, never inside a caller's transaction; driver errors become [`crate::StoreError`] variants |
 //! | `statements.rs` | [`PerDialect`] and [`dialect_sql!`](crate::dialect_sql), the one way to write a statement per dialect | parameters are numbered in order and each is used once, so one argument list serves every dialect |
 //! | `record.rs` | [`crate::record::RecordStore`], `begin_in`, `complete_in`, [`FirstClaim`] and `postgres_claim_cte!` (a record claimed by the caller's own statement) | one row per key; the inserter is told by its owner nonce; a take-over raises the fence; only the current lease completes |
-//! | `token.rs` | [`crate::token::TokenStore`] | one conditional update consumes a token, once |
+//! | `token.rs` | [`crate::token::TokenStore`] | one conditional update consumes a token, once; an issue counts and inserts under one locked row, so the [`crate::token::TokenLimits`] hold |
 //! | `lock.rs` | [`crate::lock::LockStore`] | fences only grow; only the owner releases or renews |
 //! | `state.rs` | [`crate::state::StateStore`] | a transition is one compare-and-set |
 //! | `migrate.rs` | [`versioned_migrator`], [`PoolSettings`] | the toolkit's migration history never mixes with an application's |

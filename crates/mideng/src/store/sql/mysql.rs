@@ -67,6 +67,7 @@ impl MySqlStore {
             super::migrator(
                 include_str!("../../../migrations/mysql/0001_toolkit.sql"),
                 include_str!("../../../migrations/mysql/0002_outbox.sql"),
+                include_str!("../../../migrations/mysql/0003_token_limits.sql"),
             ),
         )
         .await

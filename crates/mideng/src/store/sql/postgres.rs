@@ -58,6 +58,7 @@ impl PostgresStore {
         super::migrator(
             include_str!("../../../migrations/postgres/0001_toolkit.sql"),
             include_str!("../../../migrations/postgres/0002_outbox.sql"),
+            include_str!("../../../migrations/postgres/0003_token_limits.sql"),
         )
         .run(self.pool())
         .await

@@ -82,6 +82,7 @@ impl SqliteStore {
         super::migrator(
             include_str!("../../../migrations/sqlite/0001_toolkit.sql"),
             include_str!("../../../migrations/sqlite/0002_outbox.sql"),
+            include_str!("../../../migrations/sqlite/0003_token_limits.sql"),
         )
         .run(self.pool())
         .await

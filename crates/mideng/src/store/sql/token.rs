@@ -3,19 +3,44 @@
 //! Consumption is one conditional update (`consumed_at IS NULL AND expires_at > now`): of many
 //! concurrent consumers exactly one changes the row, whatever the isolation level, so the
 //! token takes effect once. The read that follows a refusal only explains it.
+//!
+//! Issuing is one write transaction that locks the single row of `mideng_token_issuer` (toolkit
+//! migration 3), counts the unspent tokens of the scope and of the store, and inserts only under
+//! both [`TokenLimits`]: two issuers can never both see the last free place. The lock is one
+//! row for the whole store, because the store-wide limit is one count: issues queue behind each
+//! other for the length of two counts and an insert (the scope's count reads its primary-key
+//! range; the store's an index of unspent tokens by expiry). Consumption does not take it: it
+//! only ever lowers the counts.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::engine::{Arg, Dialect, SqlRow, SqlStore, timer};
+use sqlx::Database;
+
+use super::engine::{Arg, Dialect, SqlConn, SqlRow, SqlStore, store_error, timer};
 use super::statements::PerDialect;
 use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::key::Scope;
 use crate::latency::op;
 use crate::limits::PURGE_BATCH_ROWS_MAX;
-use crate::token::{self, Consumption, IssuedToken, Token, TokenStore};
+use crate::token::{
+    self, Consumption, IssueError, IssuedToken, Token, TokenCap, TokenLimits, TokenStore,
+};
+
+/// The row every issue locks first (see the module's documentation).
+const LOCK_ISSUER: PerDialect<&str> =
+    crate::dialect_sql!("SELECT id FROM mideng_token_issuer WHERE id = 1" for_update);
+/// The scope's unspent tokens: how many, and when the first of them expires.
+const COUNT_SCOPE: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT COUNT(*), MIN(expires_at) FROM mideng_tokens WHERE tenant = " ? " AND operation = " ?
+    " AND consumed_at IS NULL AND expires_at > " ?
+);
+/// The store's unspent tokens: how many, and when the first of them expires.
+const COUNT_ALL: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT COUNT(*), MIN(expires_at) FROM mideng_tokens WHERE consumed_at IS NULL AND expires_at > "?
+);
 
 const INSERT: PerDialect<&str> = crate::dialect_sql!(
     "INSERT INTO mideng_tokens (tenant, operation, token, expires_at) VALUES (" ? ", " ? ", " ? ", " ? ")"
@@ -40,13 +65,60 @@ const PURGE: PerDialect<&str> = crate::dialect_sql!(
     { postgres: " FOR UPDATE SKIP LOCKED)", sqlite: ")", mysql: "" }
 );
 
-#[async_trait]
-impl<D: Dialect> TokenStore for SqlStore<D> {
-    async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, StoreError> {
-        let _timer = timer::<D>(op::TOKEN_ISSUE);
-        let expires_at_ms = now_ms().saturating_add(token::ttl_ms(ttl)?);
-        let token = Token::generate();
-        self.run_once(
+/// Unspent tokens counted by `sql` with `args`: how many, and the earliest expiry among them.
+async fn unspent<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    sql: &'static str,
+    args: &[Arg<'_>],
+) -> Result<(u64, Option<i64>), StoreError> {
+    let row = connection
+        .row(sql, args)
+        .await
+        .map_err(store_error::<D>)?
+        .ok_or_else(|| super::engine::corrupt("a count returned no row"))?;
+    let read = |error: sqlx::Error| StoreError::Corrupt(format!("unreadable count: {error}"));
+    let count = u64::try_from(row.int(0).map_err(read)?)
+        .map_err(|_| super::engine::corrupt("negative count"))?;
+    Ok((count, row.opt_int(1).map_err(read)?))
+}
+
+/// Counts and inserts under the issuer lock, in the caller's write transaction. `Ok(Err(_))`
+/// is a limit reached: nothing was written, and the transaction commits empty.
+async fn issue_in<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    scope: &Scope,
+    token: &Token,
+    ttl_ms: i64,
+    limits: TokenLimits,
+) -> Result<Result<i64, IssueError>, StoreError> {
+    connection
+        .row(LOCK_ISSUER.get::<D>(), &[])
+        .await
+        .map_err(store_error::<D>)?
+        .ok_or_else(|| super::engine::corrupt("mideng_token_issuer has no row: migrate"))?;
+    // Read after the lock, so that the counts include every issue that held it before.
+    let now = now_ms();
+    let (in_scope, earliest) = unspent::<D>(
+        connection,
+        COUNT_SCOPE.get::<D>(),
+        &[
+            Arg::Text(scope.tenant()),
+            Arg::Text(scope.operation()),
+            Arg::Int(now),
+        ],
+    )
+    .await?;
+    if in_scope >= u64::from(limits.per_scope_max()) {
+        return Ok(Err(token::full(TokenCap::Scope, earliest, now)));
+    }
+    let (in_all, earliest) =
+        unspent::<D>(connection, COUNT_ALL.get::<D>(), &[Arg::Int(now)]).await?;
+    if in_all >= u64::from(limits.total_max()) {
+        return Ok(Err(token::full(TokenCap::Total, earliest, now)));
+    }
+    let expires_at_ms = now.saturating_add(ttl_ms);
+    connection
+        .run(
             INSERT.get::<D>(),
             &[
                 Arg::Text(scope.tenant()),
@@ -55,7 +127,23 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
                 Arg::Int(expires_at_ms),
             ],
         )
-        .await?;
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(Ok(expires_at_ms))
+}
+
+#[async_trait]
+impl<D: Dialect> TokenStore for SqlStore<D> {
+    async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, IssueError> {
+        let _timer = timer::<D>(op::TOKEN_ISSUE);
+        let ttl_ms = token::ttl_ms(ttl)?;
+        let token = Token::generate();
+        let limits = self.token_limits();
+        let expires_at_ms = self
+            .write(|transaction| {
+                Box::pin(issue_in::<D>(transaction, scope, &token, ttl_ms, limits))
+            })
+            .await??;
         Ok(IssuedToken {
             token,
             expires_at_ms,
