@@ -1,7 +1,8 @@
 // Drives the channel simulator with the official Alipay Node.js SDK (`alipay-sdk`), using the
 // SDK's own code for everything it offers: request signing, response verification
 // (`validateSign: true`) and notify verification (`checkNotifySignV2`, `checkNotifySign`), over
-// `gateway.do` (`exec`) and over OpenAPI v3 (`curl`, which always verifies its answers' headers).
+// `gateway.do` (`exec`) and over OpenAPI v3 (`curl`, which always verifies its answers' headers),
+// and the day's bill (`alipay.data.dataservice.bill.downloadurl.query` and its zip).
 // Then builds a notify the way the channel would (the SDK's notify sign-content rule: every
 // field but `sign` and `sign_type`, sorted, empty values kept), checks the SDK accepts it, and
 // writes it for the service's adapter to verify.
@@ -14,6 +15,7 @@ import { createRequire } from 'node:module';
 import { createServer } from 'node:http';
 import { createSign } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { inflateRawSync } from 'node:zlib';
 import assert from 'node:assert/strict';
 
 const require = createRequire(process.env.SDK_NODE_MODULES + '/');
@@ -171,6 +173,45 @@ const impostor = new AlipaySdk({
 await assert.rejects(impostor.curl('POST', '/v3/alipay/trade/query', { body: { out_trade_no: v3Paid } }),
   v3Refusal(401, 'invalid-signature'));
 
+// The day's bill: its download URL through exec (the answer's signature verified), then the zip
+// it names, read with Node's own inflate and GBK decoder: the detail lists the paid trade and
+// its totals.
+function unzip(archive) {
+  const end = archive.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+  assert.ok(end >= 0, 'the bill is a zip');
+  let entry = archive.readUInt32LE(end + 16);
+  const files = [];
+  for (let index = 0; index < archive.readUInt16LE(end + 10); index += 1) {
+    assert.equal(archive.readUInt32LE(entry), 0x02014b50, 'a central directory entry');
+    const method = archive.readUInt16LE(entry + 10);
+    const size = archive.readUInt32LE(entry + 20);
+    const local = archive.readUInt32LE(entry + 42);
+    const start = local + 30 + archive.readUInt16LE(local + 26) + archive.readUInt16LE(local + 28);
+    const data = archive.subarray(start, start + size);
+    files.push(method === 8 ? inflateRawSync(data) : data);
+    entry += 46 + archive.readUInt16LE(entry + 28) + archive.readUInt16LE(entry + 30)
+      + archive.readUInt16LE(entry + 32);
+  }
+  return files;
+}
+const day = new Date(Date.now() + 8 * 3600_000).toISOString().slice(0, 10);
+const bill = await exec('alipay.data.dataservice.bill.downloadurl.query',
+  { bill_type: 'trade', bill_date: day });
+assert.equal(bill.code, '10000', JSON.stringify(bill));
+const download = await fetch(bill.bill_download_url);
+assert.equal(download.status, 200, 'the download URL serves the file');
+const texts = unzip(Buffer.from(await download.arrayBuffer()))
+  .map((file) => new TextDecoder('gbk').decode(file));
+const detail = texts.find((text) => text.includes('业务明细列表结束'));
+assert.ok(detail, 'the zip holds the detail');
+assert.ok(texts.some((text) => text.includes('业务汇总列表')), 'and its summary');
+assert.ok(detail.includes(paid) && detail.includes('88.80'), 'the detail lists the paid trade');
+assert.match(detail, /#交易合计：\d+笔，商家实收共[\d.]+元/, 'with its totals');
+const tomorrow = new Date(Date.now() + 32 * 3600_000).toISOString().slice(0, 10);
+const future = await exec('alipay.data.dataservice.bill.downloadurl.query',
+  { bill_type: 'trade', bill_date: tomorrow });
+assert.equal(future.sub_code, 'isp.bill_not_exist', JSON.stringify(future));
+
 // A notify as the channel would sign it, with an empty and a non-ASCII field.
 const built = {
   notify_time: '2026-11-29 12:05:01', notify_type: 'trade_status_sync',
@@ -193,4 +234,4 @@ assert.equal(channelView.checkNotifySignV2(built), true, 'the SDK accepts the bu
 writeFileSync(process.env.NOTIFY_OUT, new URLSearchParams(built).toString());
 
 receiver.close();
-console.log(`alipay-sdk (Node): precreate, query, close (gateway.do and v3 curl) and notifies verified; wrote ${process.env.NOTIFY_OUT}`);
+console.log(`alipay-sdk (Node): precreate, query, close (gateway.do and v3 curl), the day's bill and notifies verified; wrote ${process.env.NOTIFY_OUT}`);

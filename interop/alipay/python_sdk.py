@@ -1,6 +1,7 @@
 """Drives the channel simulator with python-alipay-sdk, using the SDK's own code: request
 signing (sent as a GET query string, as the SDK always does), response verification
-(`verified_sync_response`) and notify verification (`AliPay.verify`). Then builds a notify
+(`verified_sync_response`), the day's bill (`server_api`, then its zip) and notify
+verification (`AliPay.verify`). Then builds a notify
 the way the channel would (the SDK's sign-content rule: every field but `sign` and
 `sign_type`, sorted, empty values kept), checks the SDK accepts it, and writes it for the
 service's adapter to verify.
@@ -10,12 +11,14 @@ CHANNEL_PUBLIC_KEY (PEM files the SDK-built notify is signed and checked with), 
 Exits non-zero on the first failure.
 """
 
+import io
 import json
 import os
 import threading
 import time
 import urllib.parse
 import urllib.request
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from alipay import AliPay
@@ -125,6 +128,21 @@ closed_notify = next_notify(2)
 assert closed_notify["trade_status"] == "TRADE_CLOSED", closed_notify
 assert sdk_accepts(merchant, closed_notify), "the close notify verifies"
 
+# The day's bill through the SDK's generic verified call (it has no method of its own for it),
+# then the zip it names: the GBK detail lists the paid trade and its totals.
+day = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 8 * 3600))
+bill = merchant.server_api(
+    "alipay.data.dataservice.bill.downloadurl.query", {"bill_type": "trade", "bill_date": day}
+)
+assert bill["code"] == "10000", bill
+with urllib.request.urlopen(bill["bill_download_url"], timeout=30) as download:
+    archive = zipfile.ZipFile(io.BytesIO(download.read()))
+texts = [archive.read(name).decode("gbk") for name in archive.namelist()]
+detail = next((text for text in texts if "业务明细列表结束" in text), None)
+assert detail is not None, "the zip holds the detail"
+assert paid in detail and "66.60" in detail, "the detail lists the paid trade"
+assert "#交易合计：" in detail, "with its totals"
+
 # A wrongly signed answer is refused by the SDK: a verifier with another key.
 stranger = sdk(
     os.path.join(SIM_DIR, "alipay-merchant-private.pem"), os.environ["CHANNEL_PUBLIC_KEY"]
@@ -165,4 +183,4 @@ with open(os.environ["NOTIFY_OUT"], "w", encoding="utf-8") as out:
     out.write(urllib.parse.urlencode(built))
 
 server.shutdown()
-print("python-alipay-sdk: precreate, query, close and notifies verified; wrote " + os.environ["NOTIFY_OUT"])
+print("python-alipay-sdk: precreate, query, close, the day's bill and notifies verified; wrote " + os.environ["NOTIFY_OUT"])

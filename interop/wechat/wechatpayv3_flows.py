@@ -2,13 +2,17 @@
 mode: public-key mode (the platform key and its PUB_KEY_ID_ given), or certificate mode (the
 SDK's default: it downloads and decrypts the platform certificates from /v3/certificates).
 
-Native create, query by out-trade-no and by transaction id, close, with the SDK's answer
-verification on (a client holding the wrong key must fail); then the SDK's own notify
-verification and AES-GCM decryption of a notify the simulator delivered.
+Native create, query by out-trade-no and by transaction id, close, the day's trade and
+fund-flow bills (downloaded, the SHA-1 checked), with the SDK's answer verification on (a
+client holding the wrong key must fail); then the SDK's own notify verification and AES-GCM
+decryption of a notify the simulator delivered.
 """
 
+import gzip
+import hashlib
 import json
 import tempfile
+import time
 
 from wechatpayv3 import WeChatPay, WeChatPayType
 
@@ -93,6 +97,24 @@ def main():
     code, message = wxpay.close(out_trade_no=paid_no)
     check(code == 400 and json.loads(message).get("code") == "ORDERPAID",
           f"closing a paid trade is refused with ORDERPAID ({code})")
+
+    print(f"wechatpayv3 ({MODE}): the day's trade bill, gzip, its SHA-1 checked")
+    day = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 8 * 3600))
+    code, message = wxpay.trade_bill(bill_date=day)
+    check(code == 200, f"the trade bill answers 200 with a verified signature ({code} {message})")
+    answer = json.loads(message) if code == 200 else {}
+    check(answer.get("hash_type") == "SHA1", "the answer names its hash")
+    code, content = wxpay.download_bill(answer.get("download_url", ""))
+    check(code == 200 and isinstance(content, bytes), f"the SDK downloads the file ({code})")
+    bill = gzip.decompress(content) if code == 200 else b""
+    check(hashlib.sha1(bill).hexdigest() == answer.get("hash_value"),
+          "the uncompressed file has the announced SHA-1")
+    text = bill.decode("utf-8", errors="replace")
+    check(f"`{paid_no}" in text and "`SUCCESS" in text, "the bill lists the paid trade")
+    check("总交易单数,应结订单总金额,退款总金额" in text, "with its summary")
+    code, message = wxpay.fundflow_bill(bill_date=day)
+    check(code == 200 and json.loads(message).get("download_url"),
+          f"the fund-flow bill answers too ({code})")
 
     print(f"wechatpayv3 ({MODE}): native create and close")
     closed_no = unique("PY")

@@ -176,7 +176,7 @@ pub fn response_body(method: &str, node: &str, sign: &str) -> String {
 }
 
 /// Beijing time, the channel's clock for timestamps.
-const BEIJING: UtcOffset = match UtcOffset::from_hms(8, 0, 0) {
+pub(crate) const BEIJING: UtcOffset = match UtcOffset::from_hms(8, 0, 0) {
     Ok(offset) => offset,
     Err(_) => UtcOffset::UTC,
 };

@@ -15,6 +15,8 @@
 //!   notification resources.
 //! - [`platform_keys`] — the WeChat Pay platform keys trusted by serial, and the rules that
 //!   admit a downloaded `/v3/certificates` list into them.
+//! - [`bill`] — the channels' daily bills (Alipay's zipped GBK CSV, WeChat Pay's trade bill), read
+//!   exactly and checked against their own summaries.
 //! - [`strict`] — forms and JSON parsed once, refusing a repeated name: every message is
 //!   verified over, and read from, the same value.
 //! - [`adapter`] — the [`adapter::Channel`] trait the service calls, with the Alipay and
@@ -23,6 +25,7 @@
 
 pub mod adapter;
 pub mod alipay;
+pub mod bill;
 pub mod keys;
 pub mod kind;
 pub mod money;

@@ -108,6 +108,16 @@ pub const CODE_INVALID_REQUEST: &str = "INVALID_REQUEST";
 pub const CODE_NOT_ENOUGH: &str = "NOT_ENOUGH";
 /// Error `code`: no such order or refund (HTTP 404 to a refund or a refund query).
 pub const CODE_RESOURCE_NOT_EXISTS: &str = "RESOURCE_NOT_EXISTS";
+/// Error `code`: the day's bill is not out yet (HTTP 400 to a bill request).
+pub const CODE_STATEMENT_CREATING: &str = "STATEMENT_CREATING";
+/// Error `code`: the day has no bill: nothing moved, or the day has not begun (HTTP 400).
+pub const CODE_NO_STATEMENT_EXIST: &str = "NO_STATEMENT_EXIST";
+/// `GET` the day's trade bill: `?bill_date=yyyy-MM-dd&bill_type=ALL&tar_type=GZIP`.
+pub const PATH_TRADE_BILL: &str = "/v3/bill/tradebill";
+/// `GET` the day's fund-flow bill: `?bill_date=yyyy-MM-dd&account_type=BASIC&tar_type=GZIP`.
+pub const PATH_FUNDFLOW_BILL: &str = "/v3/bill/fundflowbill";
+/// Where bill download URLs point: `?token=…`, a signed `GET`, the answer unsigned.
+pub const PATH_BILL_DOWNLOAD: &str = "/v3/billdownload/file";
 
 /// When each notify delivery goes out, in seconds after the event: at once, then 15s, 15s, 30s,
 /// 3m, 10m, 20m, 30m, 30m, 30m, 60m, 3h, 3h, 3h, 6h, 6h — 16 deliveries in about a day.

@@ -124,6 +124,9 @@ pub struct SimConfig {
     pub wechat_api_v3_key: String,
     /// Channel seconds per real second (1 = real time; 600 = ten channel minutes a second).
     pub clock_speed: u32,
+    /// Whether a day's bill is served while the day runs (for tests and storms that reconcile
+    /// the day they made), rather than the next morning as the channels publish it.
+    pub bills_as_the_day_runs: bool,
 }
 
 impl std::fmt::Debug for SimConfig {
@@ -141,6 +144,7 @@ impl std::fmt::Debug for SimConfig {
             .field("wechat_platform_serial", &self.wechat_platform_serial)
             .field("wechat_api_v3_key", &"redacted")
             .field("clock_speed", &self.clock_speed)
+            .field("bills_as_the_day_runs", &self.bills_as_the_day_runs)
             .finish_non_exhaustive()
     }
 }
@@ -175,6 +179,7 @@ impl SimConfig {
             wechat_platform_serial: "PUB_KEY_ID_0112340000000000000000000000000001".to_owned(),
             wechat_api_v3_key: "0123456789abcdefghijklmnopqrstuv".to_owned(),
             clock_speed: 1,
+            bills_as_the_day_runs: false,
         };
         let keys = MerchantKeys {
             alipay_private: merchant.clone(),
@@ -225,6 +230,7 @@ impl SimConfig {
             wechat_platform_serial: WechatPlatformMode::PublicKey.random_serial(),
             wechat_api_v3_key: random_nonce(API_V3_KEY_BYTES),
             clock_speed: 1,
+            bills_as_the_day_runs: false,
         };
         let merchant = MerchantKeys {
             alipay_private: alipay_merchant,

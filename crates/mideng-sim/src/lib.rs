@@ -35,6 +35,12 @@
 //!   transaction id, close, `POST /v3/refund/domestic/refunds` (PROCESSING, then SUCCESS,
 //!   ABNORMAL or CLOSED on the channel clock) and `GET …/refunds/{out_refund_no}`,
 //!   `/v3/certificates`; WeChat's own signed 404 for any other `/v3` request.
+//! - `bills` — the daily bills written from the ledger (Alipay's zipped GBK CSV, WeChat Pay's
+//!   trade and fund-flow bills), published the next morning or as the day runs, and the
+//!   rendered files waiting for their download (pure).
+//! - `gateway::alipay_bill`, `gateway::wechat_bill` — `alipay.data.dataservice.bill.downloadurl.query`
+//!   and its download; `GET /v3/bill/tradebill`, `/v3/bill/fundflowbill` and
+//!   `/v3/billdownload/file`.
 //! - `control` — `/sim/…`: scan, pay, close, refund, finish, trade (with its refunds) and
 //!   ledger views, the clock, notify policies, fail-next, the next refund's outcome, WeChat
 //!   platform rotation.
@@ -56,6 +62,7 @@
 //! what is due (signed at send time), and records the merchant's answer; an unacknowledged
 //! notify — a refund's included — is retried on the channel's schedule.
 
+mod bills;
 mod certificates;
 mod clock;
 mod config;

@@ -91,6 +91,22 @@ impl Simulator {
                 &format!("{}/{{out_refund_no}}", wechat::PATH_REFUNDS),
                 get(gateway::wechat::query_refund).fallback(wechat_other_method),
             )
+            .route(
+                wechat::PATH_TRADE_BILL,
+                get(gateway::wechat_bill::trade_bill).fallback(wechat_other_method),
+            )
+            .route(
+                wechat::PATH_FUNDFLOW_BILL,
+                get(gateway::wechat_bill::fundflow_bill).fallback(wechat_other_method),
+            )
+            .route(
+                wechat::PATH_BILL_DOWNLOAD,
+                get(gateway::wechat_bill::download).fallback(wechat_other_method),
+            )
+            .route(
+                gateway::alipay_bill::DOWNLOAD_PATH,
+                get(gateway::alipay_bill::download),
+            )
             .merge(control::routes())
             .fallback(gateway::not_found)
             .with_state(self.clone())

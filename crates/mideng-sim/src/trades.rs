@@ -383,6 +383,9 @@ pub(crate) struct LedgerEntry {
     pub(crate) channel_trade_id: Option<String>,
     /// Amount in fen, always positive.
     pub(crate) amount_fen: i64,
+    /// The merchant's refund number and the channel's (refunds only).
+    pub(crate) out_refund_no: Option<String>,
+    pub(crate) refund_id: Option<String>,
 }
 
 /// Direction of a ledger entry.
@@ -589,6 +592,8 @@ impl TradeBook {
             out_trade_no: trade.out_trade_no.clone(),
             channel_trade_id: trade.channel_trade_id.clone(),
             amount_fen: trade.terms.amount_fen,
+            out_refund_no: None,
+            refund_id: None,
         };
         self.append_ledger(entry);
         Ok((
@@ -806,6 +811,7 @@ impl TradeBook {
         refund.settles_at_ms = None;
         refund.ended_at_ms = Some(at_ms);
         let moved_fen = (refund.status == RefundStatus::Success).then_some(refund.amount_fen);
+        let refund_id = refund.refund_id.clone();
         if let Some(amount_fen) = moved_fen {
             let refunded_fen = trade.refunded_fen();
             assert!(
@@ -824,6 +830,8 @@ impl TradeBook {
                 out_trade_no: trade.out_trade_no.clone(),
                 channel_trade_id: trade.channel_trade_id.clone(),
                 amount_fen,
+                out_refund_no: Some(out_refund_no.to_owned()),
+                refund_id: Some(refund_id),
             };
             self.append_ledger(entry);
         }

@@ -1,5 +1,5 @@
 //! The simulator's whole mutable state behind one lock: trades, refunds and ledger, the notify
-//! queue, the armed faults.
+//! queue, the armed faults, the bills waiting for their download.
 //!
 //! One lock, held for one whole operation and never across an `.await`, is what makes every
 //! transition atomic (a close and a payment of the same trade cannot interleave) and keeps a
@@ -12,6 +12,7 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::MutexGuard;
 
+use crate::bills::BillFiles;
 use crate::config::SimConfig;
 use crate::faults::Faults;
 use crate::notify::payload::notify_for_event;
@@ -24,6 +25,8 @@ pub(crate) struct World {
     pub(crate) trades: TradeBook,
     pub(crate) notifies: NotifyQueue,
     pub(crate) faults: Faults,
+    /// Bills rendered for a download.
+    pub(crate) bills: BillFiles,
 }
 
 /// Channel numbers of one simulator start at a random multiple of this, below
@@ -46,6 +49,7 @@ impl Default for World {
             ),
             notifies: NotifyQueue::default(),
             faults: Faults::default(),
+            bills: BillFiles::default(),
         }
     }
 }

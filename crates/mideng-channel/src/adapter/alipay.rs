@@ -8,6 +8,10 @@
 //! not — a repeat of a refund made before, or one not done yet — and the refund query then says
 //! which. A trade notify that carries refund fields (`refund_fee`, `gmt_refund`, `out_biz_no`)
 //! is decoded as [`NotifiedState::Other`]: the answers and queries are the truth.
+//!
+//! The daily bill (`alipay.data.dataservice.bill.downloadurl.query`) goes through `gateway.do`
+//! whichever API the trades use; its zip is fetched only from the gateway's origin or Alipay's
+//! own `https` hosts.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -15,10 +19,11 @@ use serde_json::{Value, json};
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
     NotifyRejection, NotifyVerdict, Payment, RawNotify, Refund, RefundState, RefundTrade,
-    TradeState, VerifiedNotify, check_refund, check_refund_numbers, http_client, read_body,
+    TradeState, VerifiedNotify, bills, check_refund, check_refund_numbers, http_client, read_body,
     transport_error,
 };
 use crate::alipay::{self as protocol, response_node, v3};
+use crate::bill::{self, Bill, BillDate};
 use crate::keys::{PrivateKey, PublicKey, random_nonce};
 use crate::money::{fen_to_yuan, yuan_to_fen};
 use crate::strict::{self, Form, StrictError};
@@ -643,5 +648,36 @@ impl Channel for AlipayChannel {
             }
             .to_owned(),
         }
+    }
+
+    async fn bill(&self, date: BillDate) -> Result<Option<Bill>, ChannelError> {
+        // Through gateway.do whichever API the trades use: the bill's method is the same there.
+        let asked = json!({
+            "bill_type": bill::ALIPAY_BILL_TYPE_TRADE,
+            "bill_date": date.to_string(),
+        });
+        let node = match self.call_gateway(bill::ALIPAY_BILL_METHOD, &asked).await {
+            Ok(node) => node,
+            Err(error) if is_sub_code(&error, bill::ALIPAY_SUB_BILL_NOT_EXIST) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let url = reqwest::Url::parse(&text(&node, "bill_download_url")).map_err(|_| {
+            ChannelError::OutcomeUnknown("bill_download_url is not a URL".to_owned())
+        })?;
+        if !bills::alipay_download_allowed(&url, &self.config.gateway_url) {
+            return Err(ChannelError::Invalid(format!(
+                "bill download URL outside Alipay: {}",
+                url.origin().ascii_serialization()
+            )));
+        }
+        let response = bills::download_client()?
+            .get(url)
+            .send()
+            .await
+            .map_err(|error| transport_error(&error))?;
+        let bytes = bills::read_download(response).await?;
+        bill::read_alipay(&bytes, date)
+            .map(Some)
+            .map_err(|error| bills::unreadable(&error))
     }
 }

@@ -10,6 +10,7 @@
 //! `out_refund_no`, never a new one: the channel refunds one number once.
 
 pub mod alipay;
+mod bills;
 pub mod wechat;
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use thiserror::Error;
 
+use crate::bill::{Bill, BillDate};
 use crate::money::{AMOUNT_FEN_MAX, AMOUNT_FEN_MIN};
 
 // Which channel an adapter speaks to. Defined outside the adapters, since the simulator and
@@ -400,6 +402,12 @@ pub trait Channel: Send + Sync {
 
     /// The answer that tells the channel what became of the notify.
     fn answer(&self, verdict: NotifyVerdict) -> NotifyAnswer;
+
+    /// The channel's bill of `date` (its trade bill: every charge and every refund that moved
+    /// money that day), downloaded, checked against its own summary (and for WeChat Pay its
+    /// hash) and read. `Ok(None)` while the channel has not published it; a file that cannot
+    /// be read exactly is an unknown outcome, to ask again.
+    async fn bill(&self, date: BillDate) -> Result<Option<Bill>, ChannelError>;
 }
 
 /// Connect timeout for channel calls: the gateway is either reachable quickly or not at all.

@@ -1,6 +1,7 @@
 //! The simulated Alipay open-platform gateway: `GET` or `POST /gateway.do` with
-//! `alipay.trade.precreate`, `alipay.trade.query`, `alipay.trade.close`, `alipay.trade.refund`
-//! and `alipay.trade.fastpay.refund.query`.
+//! `alipay.trade.precreate`, `alipay.trade.query`, `alipay.trade.close`, `alipay.trade.refund`,
+//! `alipay.trade.fastpay.refund.query` and the bill's download URL
+//! (`alipay.data.dataservice.bill.downloadurl.query`, in `alipay_bill`).
 //!
 //! Refunds are synchronous: a new `out_request_no` within what is left to refund moves the
 //! money in the call (`fund_change` `Y`, a ledger entry, the trade's notify with the refund
@@ -26,12 +27,13 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use mideng_channel::strict::{self, Form, StrictError};
 use mideng_channel::{ChannelKind, alipay, money};
 use serde_json::{Map, Value, json};
 
+use super::alipay_bill;
 use super::{
     BodyUnreadable, is_valid_notify_url, is_valid_out_refund_no, is_valid_out_trade_no, read_body,
 };
@@ -56,10 +58,16 @@ const TIMEOUT_MAX_MS: i64 = TIMEOUT_DEFAULT_MS;
 const SUB_INVALID_BUSINESS_PARAMETER: &str = "ACQ.INVALID_PARAMETER";
 
 /// `GET` or `POST /gateway.do`.
-pub(crate) async fn gateway(State(simulator): State<Simulator>, uri: Uri, body: Body) -> Response {
+pub(crate) async fn gateway(
+    State(simulator): State<Simulator>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let shared = &simulator.shared;
+    let host = super::host(&headers);
     let answer = match read_body(body).await {
-        Ok(bytes) => handle(shared, uri.query().unwrap_or_default(), &bytes),
+        Ok(bytes) => handle(shared, host, uri.query().unwrap_or_default(), &bytes),
         Err(BodyUnreadable) => Answer::failure(
             ERROR_NODE,
             Failure::illegal(
@@ -97,7 +105,7 @@ impl Failure {
         }
     }
 
-    fn business(sub_code: &'static str, sub_msg: impl Into<String>) -> Self {
+    pub(super) fn business(sub_code: &'static str, sub_msg: impl Into<String>) -> Self {
         Self {
             code: alipay::CODE_BUSINESS_FAILED,
             sub_code,
@@ -105,7 +113,7 @@ impl Failure {
         }
     }
 
-    fn invalid_business_parameter(sub_msg: impl Into<String>) -> Self {
+    pub(super) fn invalid_business_parameter(sub_msg: impl Into<String>) -> Self {
         Self::business(SUB_INVALID_BUSINESS_PARAMETER, sub_msg)
     }
 
@@ -177,7 +185,7 @@ impl Answer {
 }
 
 /// Checks and runs one call.
-fn handle(shared: &Shared, query_string: &str, body: &[u8]) -> Answer {
+fn handle(shared: &Shared, host: Option<&str>, query_string: &str, body: &[u8]) -> Answer {
     let params = match parse_params(query_string, body) {
         Ok(params) => params,
         Err(failure) => return Answer::failure(ERROR_NODE, failure),
@@ -185,6 +193,18 @@ fn handle(shared: &Shared, query_string: &str, body: &[u8]) -> Answer {
     let Some(method_name) = non_empty(&params, "method") else {
         return Answer::failure(ERROR_NODE, Failure::missing("isv.missing-method", "method"));
     };
+    if method_name == alipay_bill::METHOD {
+        let result = authenticate(shared, &params)
+            .and_then(|()| biz_content(&params))
+            .and_then(|biz| alipay_bill::download_url(shared, host, &biz));
+        return match result {
+            Ok(node) => Answer {
+                method: alipay_bill::METHOD,
+                node,
+            },
+            Err(failure) => Answer::failure(alipay_bill::METHOD, failure),
+        };
+    }
     let method = match GatewayMethod::from_name(method_name) {
         Some(method) if method.is_alipay() => method,
         _ => {
@@ -310,7 +330,7 @@ fn biz_content(params: &Form) -> Result<Map<String, Value>, Failure> {
 
 /// A business field as text: a JSON string, or an integer written as a number. Empty strings
 /// and nulls are absent.
-fn text_field(biz: &Map<String, Value>, name: &str) -> Result<Option<String>, Failure> {
+pub(super) fn text_field(biz: &Map<String, Value>, name: &str) -> Result<Option<String>, Failure> {
     match biz.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) if text.is_empty() => Ok(None),
@@ -324,7 +344,7 @@ fn text_field(biz: &Map<String, Value>, name: &str) -> Result<Option<String>, Fa
     }
 }
 
-fn required_field(biz: &Map<String, Value>, name: &str) -> Result<String, Failure> {
+pub(super) fn required_field(biz: &Map<String, Value>, name: &str) -> Result<String, Failure> {
     text_field(biz, name)?.ok_or_else(|| Failure::missing("isv.missing-parameter", name))
 }
 

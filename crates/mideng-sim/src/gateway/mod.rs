@@ -6,20 +6,24 @@
 //! - [`wechat`] — WeChat Pay API v3's native create, query and close, refunds and the refund
 //!   query; every other `/v3` request answers WeChat's own signed 404 (the [`not_found`]
 //!   fallback).
+//! - [`alipay_bill`], [`wechat_bill`] — each channel's daily bill: the call that names its
+//!   download URL, and the download.
 //!
 //! Both read bounded bodies, verify the merchant before doing anything, answer every client
 //! error the way the channel documents it, and apply state changes through the world's lock.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::Uri;
+use axum::http::{HeaderMap, Uri, header};
 use axum::response::Response;
 
 use crate::limits::{NOTIFY_URL_BYTES_MAX, OUT_TRADE_NO_BYTES_MAX, REQUEST_BODY_BYTES_MAX};
 
 pub(crate) mod alipay;
+pub(crate) mod alipay_bill;
 pub(crate) mod alipay_v3;
 pub(crate) mod wechat;
+pub(crate) mod wechat_bill;
 
 /// What answers a request no route takes: under `/v3/` (but Alipay's `/v3/alipay/`), WeChat
 /// Pay's own signed 404, as the WeChat SDKs expect of that API; elsewhere the control API's
@@ -45,6 +49,22 @@ pub(crate) async fn read_body(body: Body) -> Result<Bytes, BodyUnreadable> {
     axum::body::to_bytes(body, REQUEST_BODY_BYTES_MAX)
         .await
         .map_err(|_| BodyUnreadable)
+}
+
+/// The request's `Host`, to name download URLs on the address the merchant reached; none when
+/// absent, repeated or not a plain host and port.
+pub(crate) fn host(headers: &HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::HOST).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok().filter(|host| {
+            !host.is_empty()
+                && host.len() <= 255
+                && host
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b".-:[]".contains(&byte))
+        }),
+        _ => None,
+    }
 }
 
 /// Whether `text` is a merchant order number both channels accept: 1 to 64 letters, digits

@@ -1,6 +1,7 @@
 //! The simulated WeChat Pay API v3: native create, query by out-trade-no or transaction id,
 //! close by out-trade-no, refunds and the refund query, the platform certificates (certificate
-//! mode); any other `/v3` request is WeChat's own signed 404 `NOT_FOUND`.
+//! mode), the bills (`wechat_bill`); any other `/v3` request is WeChat's own signed 404
+//! `NOT_FOUND`.
 //!
 //! A refund (`POST /v3/refund/domestic/refunds`) is accepted `PROCESSING` and ends
 //! [`REFUND_PROCESSING_MS`] of channel time later — `SUCCESS`, or `ABNORMAL` / `CLOSED` when
@@ -63,13 +64,13 @@ pub(crate) const REFUND_PROCESSING_MS: i64 = 5_000;
 const REFUND_REASON_CHARS_MAX: usize = 80;
 
 /// A reply before signing.
-struct Reply {
+pub(super) struct Reply {
     status: StatusCode,
     body: Option<Value>,
 }
 
 impl Reply {
-    fn ok(body: Value) -> Self {
+    pub(super) fn ok(body: Value) -> Self {
         Self {
             status: StatusCode::OK,
             body: Some(body),
@@ -83,7 +84,7 @@ impl Reply {
         }
     }
 
-    fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub(super) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
             body: Some(json!({ "code": code, "message": message.into() })),
@@ -94,7 +95,7 @@ impl Reply {
         Self::error(StatusCode::UNAUTHORIZED, wechat::CODE_SIGN_ERROR, message)
     }
 
-    fn param_error(message: impl Into<String>) -> Self {
+    pub(super) fn param_error(message: impl Into<String>) -> Self {
         Self::error(StatusCode::BAD_REQUEST, wechat::CODE_PARAM_ERROR, message)
     }
 
@@ -107,7 +108,7 @@ impl Reply {
     }
 
     /// The response with the platform's signature headers.
-    fn into_response(self, shared: &Shared) -> Response {
+    pub(super) fn into_response(self, shared: &Shared) -> Response {
         let body = self.body.map(|body| body.to_string()).unwrap_or_default();
         // Signed at the wall clock's moment, as the notifies are: SDKs refuse an answer more
         // than five minutes from their own clock, and the simulated clock may run fast.
@@ -149,7 +150,7 @@ impl Reply {
 }
 
 /// Checks the `Authorization` header of a request with this method, URI and body.
-fn authenticate(
+pub(super) fn authenticate(
     shared: &Shared,
     method: &str,
     uri: &Uri,

@@ -70,6 +70,7 @@ pub(crate) fn config(clock_speed: u32) -> SimConfig {
         wechat_platform_serial: PLATFORM_SERIAL.to_owned(),
         wechat_api_v3_key: API_V3_KEY.to_owned(),
         clock_speed,
+        bills_as_the_day_runs: true,
     }
 }
 
