@@ -45,6 +45,12 @@ pub struct Bounds {
     pub redeliveries: u8,
     /// Notifies an attacker signs with the leaked channel key (only with `channel-key` off).
     pub forgeries: u8,
+    /// Attempts closed here while their code stays payable at the channel (an expiry seen
+    /// here first): what makes a later success a late one.
+    pub local_closes: u8,
+    /// Whether the daily bill is read (`ReadBill`): on where a charge can go unheard. Off
+    /// elsewhere, to keep the other scenarios' state spaces as they were.
+    pub bill: bool,
 }
 
 impl Bounds {
@@ -62,6 +68,8 @@ impl Bounds {
             lost_answers: 0,
             redeliveries: 0,
             forgeries: 0,
+            local_closes: 0,
+            bill: false,
         }
     }
 
@@ -92,6 +100,30 @@ impl Bounds {
             notify_duplicates: 1,
             notify_losses: 1,
             ..Bounds::quiet()
+        }
+    }
+
+    /// The rare paths of two attempts (`domain/charge.rs`): the first closed here while its
+    /// code stays payable, a second attempt, both paid in either order (late successes), a
+    /// refund request, a duplicated notify and a redelivered event (with a notify lost for
+    /// good: `late_success_unheard`, whose charge only the daily bill finds).
+    pub const fn late_success() -> Self {
+        Bounds {
+            second_submission: true,
+            local_closes: 1,
+            bill: true,
+            refund_requests: 1,
+            notify_duplicates: 1,
+            redeliveries: 1,
+            ..Bounds::quiet()
+        }
+    }
+
+    /// [`Bounds::late_success`] with a notify lost for good.
+    pub const fn late_success_unheard() -> Self {
+        Bounds {
+            notify_losses: 1,
+            ..Bounds::late_success()
         }
     }
 

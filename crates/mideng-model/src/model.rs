@@ -43,6 +43,9 @@ pub enum Action {
     Submit(Request),
     /// The buyer pays trade `p` at the channel: charged.
     Pay(u8),
+    /// Pending payment `p` is closed here while its code stays payable at the channel (an
+    /// expiry seen here first; `close_payment`): a later charge of it is a late success.
+    CloseHereOnly(u8),
     /// The channel sends another copy of a notify.
     DuplicateNotify(u8, NotifyKind),
     /// A notify copy is lost.
@@ -74,6 +77,9 @@ pub enum Action {
     ReconcileRefund(u8),
     /// The reconciler settles what the channel said.
     ReconcileApply,
+    /// The daily bill read: a trade the channel charged whose payment is neither PAID here
+    /// nor a refund case goes through the success flow (`workers/bill.rs`).
+    ReadBill(u8),
 }
 
 impl Action {
@@ -91,6 +97,7 @@ impl Action {
                 | Action::ReconcilePayment(_)
                 | Action::ReconcileRefund(_)
                 | Action::ReconcileApply
+                | Action::ReadBill(_)
         )
     }
 }
@@ -104,7 +111,8 @@ struct Conflict;
 enum Success {
     Paid,
     AlreadyPaid,
-    NotPending,
+    /// Charged, not kept: a refund case.
+    NotKept,
 }
 
 /// The payment protocol: the service with `layers` on, within `bounds`.
@@ -137,20 +145,30 @@ impl PaymentModel {
         Ok((next, value))
     }
 
-    /// The success flow (`store/payments.rs`, `apply_success`): the payment's row lock, the
-    /// status check, PAID, the order CREATED → PAID, a refund case when the order did not
-    /// move, the `payment.succeeded` event.
+    /// The success flow (`store/payments.rs`, `apply_success`, by the one-PAID rule of
+    /// `domain/charge.rs`): the payment's row lock, the status check, PAID, the order CREATED →
+    /// PAID, a refund case when the order did not move, the `payment.succeeded` event. A charge
+    /// that is not kept (the attempt failed at creation, or another payment paid the order) is
+    /// a refund case, recorded here whichever path learnt of it, and a PENDING attempt closes
+    /// with it.
     fn apply_success(&self, state: &mut State, p: usize) -> Result<Success, Conflict> {
         let Some(row) = state.payments[p] else {
-            return Ok(Success::NotPending);
+            return Ok(Success::NotKept);
         };
         let cas = self.on(Layer::StatusCas);
         let other_paid = state.paid_payments().any(|q| q != p);
         if cas {
             match row.status {
                 PaymentStatus::Paid => return Ok(Success::AlreadyPaid),
-                PaymentStatus::Failed => return Ok(Success::NotPending),
-                PaymentStatus::Closed if other_paid => return Ok(Success::NotPending),
+                PaymentStatus::Failed => {
+                    state.cases[p] = true;
+                    return Ok(Success::NotKept);
+                }
+                PaymentStatus::Closed | PaymentStatus::Pending if other_paid => {
+                    self.close_here(state, p);
+                    state.cases[p] = true;
+                    return Ok(Success::NotKept);
+                }
                 PaymentStatus::Closed | PaymentStatus::Pending => {}
             }
         }
@@ -607,10 +625,8 @@ impl PaymentModel {
             }
             match kind {
                 NotifyKind::Paid | NotifyKind::Forged => {
-                    if self.apply_success(next, p)? == Success::NotPending {
-                        // Charged, not kept here: a refund case, with the notify.
-                        next.cases[p] = true;
-                    }
+                    // A charge not kept is a refund case, recorded by the success flow.
+                    self.apply_success(next, p)?;
                 }
                 NotifyKind::Closed => {
                     self.close_here(next, p);
@@ -726,6 +742,11 @@ impl Model for PaymentModel {
             if state.trades[p] == Trade::Pending {
                 actions.push(Action::Pay(index(p)));
             }
+            if budget.local_closes > 0
+                && state.payments[p].is_some_and(|row| row.status == PaymentStatus::Pending)
+            {
+                actions.push(Action::CloseHereOnly(index(p)));
+            }
             for kind in NotifyKind::ALL {
                 let copies = state.notifies[p][kind.index()];
                 if budget.notify_duplicates > 0 && Self::notify_sent(state, p, kind) {
@@ -816,6 +837,16 @@ impl Model for PaymentModel {
                 actions.push(Action::ReconcileApply);
             }
         }
+        for p in 0..PAYMENTS_MAX {
+            if self.bounds.bill
+                && state.trades[p] == Trade::Paid
+                && state.payments[p].is_some()
+                && state.status(p) != Some(PaymentStatus::Paid)
+                && !state.cases[p]
+            {
+                actions.push(Action::ReadBill(index(p)));
+            }
+        }
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
@@ -826,6 +857,10 @@ impl Model for PaymentModel {
                 let p = usize::from(p);
                 next.trades[p] = Trade::Paid;
                 next.notifies[p][NotifyKind::Paid.index()] += 1;
+            }
+            Action::CloseHereOnly(p) => {
+                next.budget.local_closes -= 1;
+                self.close_here(&mut next, usize::from(p));
             }
             Action::DuplicateNotify(p, kind) => {
                 next.budget.notify_duplicates -= 1;
@@ -920,6 +955,9 @@ impl Model for PaymentModel {
                 // The channel's refund, or (never received) the refund asked again.
                 let answer = Self::channel_refund(&mut next, usize::from(r));
                 next.reconciler = Reconciler::Refund(r, answer);
+            }
+            Action::ReadBill(p) => {
+                return self.reconcile_payment(state, usize::from(p), Found::Paid);
             }
             Action::ReconcileApply => {
                 next.reconciler = Reconciler::Idle;

@@ -222,6 +222,8 @@ pub struct Budget {
     pub redeliveries: u8,
     /// Forged notifies left.
     pub forgeries: u8,
+    /// Local closes of a still payable attempt left.
+    pub local_closes: u8,
 }
 
 /// Everything that exists at one moment.
@@ -313,6 +315,7 @@ impl State {
                 lost_answers: bounds.lost_answers,
                 redeliveries: bounds.redeliveries,
                 forgeries: bounds.forgeries,
+                local_closes: bounds.local_closes,
             },
         }
     }

@@ -6,8 +6,8 @@
 //! Larger bounds, for a release build: `cargo test -p mideng-model --release -- --ignored`.
 
 use mideng_model::properties::{
-    CHARGED_IS_PAID, EXAMPLE_CLOSED, EXAMPLE_PAID, EXAMPLE_REFUNDED, EXAMPLE_SECOND_ATTEMPT,
-    ONE_GRANT, ONE_PAID, ONE_PENDING, ORDER_AGREES, PAID_IS_CHARGED, REFUNDS_WITHIN_CHARGE,
+    EXAMPLE_CLOSED, EXAMPLE_PAID, EXAMPLE_REFUNDED, EXAMPLE_SECOND_ATTEMPT, ONE_GRANT, ONE_PENDING,
+    ORDER_AGREES, PAID_IS_CHARGED, REFUNDS_WITHIN_CHARGE,
 };
 use mideng_model::{Bounds, Layer, Layers, Report, Until, check};
 
@@ -63,6 +63,20 @@ fn breaks(off: &[Layer], bounds: Bounds, expected: &'static [&'static str]) -> R
     report
 }
 
+/// Explores every reachable state with `off` turned off and expects exactly the invariants
+/// `expected` to fail (none other, once the whole space is seen).
+fn finds_only(off: &[Layer], bounds: Bounds, expected: &[&str]) -> Report {
+    let report = check(Layers::without(off), bounds, Until::Exhausted, threads());
+    eprintln!("{}", report.summary());
+    assert!(
+        report.complete,
+        "the check stopped early: {}",
+        report.summary()
+    );
+    assert_eq!(report.violations(), expected.to_vec(), "{}", report.layers);
+    report
+}
+
 // Every layer on.
 
 #[test]
@@ -83,6 +97,17 @@ fn every_invariant_holds_when_the_merchant_closes_while_the_buyer_pays() {
 fn every_invariant_holds_when_two_refunds_race_past_the_amount() {
     let report = holds(&[], Bounds::refunds(), 40_000);
     for example in [EXAMPLE_PAID, EXAMPLE_REFUNDED] {
+        assert!(report.examples.contains(&example), "{example} not reached");
+    }
+}
+
+#[test]
+fn every_invariant_holds_when_a_closed_attempt_and_a_second_one_are_both_paid() {
+    // Attempt A closed here while payable, attempt B opened, both charged in either order,
+    // notifies duplicated, a refund: one PAID payment, every other charge a refund case, after
+    // every interleaving.
+    let report = holds(&[], Bounds::late_success(), 10_000);
+    for example in [EXAMPLE_PAID, EXAMPLE_SECOND_ATTEMPT] {
         assert!(report.examples.contains(&example), "{example} not reached");
     }
 }
@@ -137,30 +162,38 @@ fn without_the_one_paid_index_nothing_else_changes_while_one_payment_is_pending(
     holds(&[Layer::OnePaid], Bounds::duplicates(), 50_000);
 }
 
+// What is not built yet: the channel's daily bill.
+
+#[test]
+fn a_closed_attempt_charged_with_every_notify_lost_is_found_by_the_bill() {
+    // Reconciliation asks the channel about PENDING payments only: a CLOSED attempt that the
+    // channel charged, with its notify lost, is never looked at again — but the daily bill
+    // lists the charge, and its reading runs the success flow: PAID, or a refund case.
+    holds(&[], Bounds::late_success_unheard(), 10_000);
+}
+
 // A layer off (with the one behind it, where there is one): the known bug.
 
 #[test]
-fn without_the_one_pending_index_a_second_attempt_is_charged_and_never_accounted() {
+fn without_the_one_pending_index_two_attempts_are_pending_and_the_second_charge_is_a_case() {
     // The order lock stays on and is never lost: creation goes on without it when its wait
-    // runs out, so it does not keep two attempts apart; the one-paid index then refuses the
-    // second success for good, and nobody records the charge as a refund case.
+    // runs out, so it does not keep two attempts apart. Both are charged; by the one-PAID rule
+    // the second charge becomes a refund case (before it, the one-paid index refused the
+    // second success for good and nothing recorded the charge), so only the two pending
+    // attempts are found.
     let bounds = Bounds {
         lock_losses: 0,
         ..Bounds::duplicates()
     };
-    breaks(
-        &[Layer::OnePending],
-        bounds,
-        &[ONE_PENDING, CHARGED_IS_PAID],
-    );
+    finds_only(&[Layer::OnePending], bounds, &[ONE_PENDING]);
 }
 
 #[test]
 fn without_the_order_lock_and_the_one_pending_index_two_attempts_are_pending() {
-    breaks(
+    finds_only(
         &[Layer::OrderLock, Layer::OnePending],
         Bounds::duplicates(),
-        &[ONE_PENDING, CHARGED_IS_PAID],
+        &[ONE_PENDING],
     );
 }
 
@@ -179,11 +212,16 @@ fn without_keys_tokens_and_the_one_pending_index_a_double_click_opens_two_attemp
 }
 
 #[test]
-fn without_both_partial_unique_indexes_an_order_is_paid_twice() {
-    breaks(
+fn without_both_partial_unique_indexes_two_attempts_are_pending_but_one_is_paid() {
+    // The model's transactions are serializable: the success flow's look for another PAID
+    // payment sees the first success and makes the second charge a case. On a database under
+    // READ COMMITTED two concurrent successes do not see each other's uncommitted PAID row,
+    // and only the one-paid index refuses the second (retried, it then becomes a case); the
+    // storm's `--break-layer one-pending,one-paid` is where that race shows.
+    finds_only(
         &[Layer::OnePending, Layer::OnePaid],
         Bounds::duplicates(),
-        &[ONE_PAID],
+        &[ONE_PENDING],
     );
 }
 
@@ -248,7 +286,7 @@ fn the_layer_table_in_the_larger_bounds() {
         (&[Layer::GrantDedup], &[]),
         (&[Layer::OnePaid], &[]),
         (&[Layer::StatusCas], &[ORDER_AGREES]),
-        (&[Layer::OnePending], &[ONE_PENDING, CHARGED_IS_PAID]),
+        (&[Layer::OnePending], &[ONE_PENDING]),
     ];
     for (off, expected) in expectations {
         let report = check(
