@@ -2,7 +2,7 @@
 'use strict';
 
 const { test, expect } = require('@playwright/test');
-const { base, key, auth, consoleView, total, shot } = require('./support');
+const { base, key, consoleKey, auth, consoleView, total, shot } = require('./support');
 
 async function tileCount(page, layer, outcome) {
   const line = page.locator(`.tile[data-layer="${layer}"] [data-outcome="${outcome}"]`);
@@ -46,7 +46,10 @@ test('the console counts the replays, tokens and constraint decisions the test c
   await page.goto('/console#key=not-the-console-key');
   await expect(page.locator('#login-error')).toContainText('does not open');
 
+  // The demo tenant's secret key does not open it; the console's own key does.
   await page.goto(`/console#key=${encodeURIComponent(key)}`);
+  await expect(page.locator('#login-error')).toContainText('does not open');
+  await page.goto(`/console#key=${encodeURIComponent(consoleKey)}`);
   await expect(page, 'the key leaves the address bar').not.toHaveURL(/key=/);
   await expect.poll(() => tileCount(page, 'key', 'replay')).toBe(expected.replay);
   await expect.poll(() => tileCount(page, 'token', 'token_consumed')).toBe(expected.token_consumed);

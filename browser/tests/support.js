@@ -7,10 +7,12 @@ const { expect } = require('@playwright/test');
 
 const base = process.env.MIDENG_BASE;
 const key = process.env.MIDENG_KEY;
+// The operator console's own key: no tenant's key opens it.
+const consoleKey = process.env.MIDENG_CONSOLE_KEY;
 const artifacts = process.env.MIDENG_ARTIFACTS || path.join(__dirname, '..', 'artifacts');
 
-if (!base || !key) {
-  throw new Error('MIDENG_BASE and MIDENG_KEY must be set (scripts/browser sets them)');
+if (!base || !key || !consoleKey) {
+  throw new Error('MIDENG_BASE, MIDENG_KEY and MIDENG_CONSOLE_KEY must be set (scripts/browser sets them)');
 }
 
 const auth = { Authorization: `Bearer ${key}` };
@@ -26,7 +28,7 @@ async function order(request, orderId) {
 }
 
 async function consoleView(request) {
-  return getJson(request, '/console/overview');
+  return getJson(request, '/console/overview', { Authorization: `Bearer ${consoleKey}` });
 }
 
 function total(view, layer, outcome) {
@@ -50,4 +52,4 @@ function shot(name) {
   return path.join(artifacts, name);
 }
 
-module.exports = { base, key, auth, getJson, order, consoleView, total, orderIdOf, openCheckout, shot };
+module.exports = { base, key, consoleKey, auth, getJson, order, consoleView, total, orderIdOf, openCheckout, shot };

@@ -67,6 +67,24 @@ enum Command {
         /// Examine payments pending for longer than this (default: `[reconcile] min_age_secs`).
         #[arg(long)]
         min_age_secs: Option<u64>,
+        /// Instead of a round over pending payments, match this day's bills (`yyyy-MM-dd`,
+        /// Beijing time; `today` or `yesterday`) of every configured channel.
+        #[arg(long, value_name = "DATE")]
+        bill: Option<String>,
+        /// With `--bill`: also write the run's report as an HTML page here.
+        #[arg(long, requires = "bill")]
+        html: Option<std::path::PathBuf>,
+    },
+    /// The events a consumer parked: list them, replay one or discard one (with a reason).
+    Events {
+        /// Configuration file (default: `mideng.toml` when present).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Where the embedded database lives (default `.mideng`).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        #[command(subcommand)]
+        action: EventsCommand,
     },
     /// Delete idempotency records and tokens past their retention (one round).
     Purge {
@@ -134,6 +152,33 @@ enum Command {
         /// (platform certificates from GET /v3/certificates).
         #[arg(long, value_parser = ["public-key", "certificate"])]
         wechat_platform_mode: Option<String>,
+        /// Serve a day's bill while the day runs, for reconciling the day a test or storm made
+        /// (the channels publish it the next morning: Alipay from 09:00, WeChat Pay from 10:00).
+        #[arg(long)]
+        bills_as_the_day_runs: bool,
+    },
+}
+
+/// `mideng events …`.
+#[derive(Debug, clap::Subcommand)]
+enum EventsCommand {
+    /// The parked events, oldest first.
+    List,
+    /// Run a parked event through its consumer's effect again (deduplicated).
+    Replay {
+        /// The event's message id.
+        message_id: String,
+        /// Why, kept with the event.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Drop a parked event for good.
+    Discard {
+        /// The event's message id.
+        message_id: String,
+        /// Why, kept with the event.
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -282,13 +327,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tenant,
             sim_listen,
             min_age_secs,
+            bill,
+            html,
         } => {
             let overrides = mideng_pay::config::Overrides {
                 data_dir,
                 sim_listen,
                 ..mideng_pay::config::Overrides::default()
             };
-            serve::reconcile(config, overrides, tenant, min_age_secs).await?;
+            let mode = match bill {
+                Some(date) => serve::Round::Bill { date, html },
+                None => serve::Round::Pending {
+                    tenant,
+                    min_age_secs,
+                },
+            };
+            serve::reconcile(config, overrides, mode).await?;
+        }
+        Command::Events {
+            config,
+            data_dir,
+            action,
+        } => {
+            let overrides = mideng_pay::config::Overrides {
+                data_dir,
+                ..mideng_pay::config::Overrides::default()
+            };
+            let action = match action {
+                EventsCommand::List => serve::EventsAction::List,
+                EventsCommand::Replay { message_id, reason } => {
+                    serve::EventsAction::Replay { message_id, reason }
+                }
+                EventsCommand::Discard { message_id, reason } => {
+                    serve::EventsAction::Discard { message_id, reason }
+                }
+            };
+            serve::events(config, overrides, action).await?;
         }
         Command::Purge { config, data_dir } => {
             let overrides = mideng_pay::config::Overrides {
@@ -311,12 +385,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             clock_speed,
             wechat_platform_mode,
+            bills_as_the_day_runs,
         } => {
             let mode = wechat_platform_mode.map(|mode| match mode.as_str() {
                 "certificate" => mideng_sim::WechatPlatformMode::Certificate,
                 _ => mideng_sim::WechatPlatformMode::PublicKey,
             });
-            sim::run(listen, data_dir, clock_speed, mode).await?;
+            sim::run(listen, data_dir, clock_speed, mode, bills_as_the_day_runs).await?;
         }
         Command::Storm { mut args, data_dir } => {
             let html = args.html.clone();

@@ -11,6 +11,7 @@ use anyhow::Context;
 use mideng_channel::adapter::Channel;
 use mideng_pay::api::{api_key_hash, generate_api_key};
 use mideng_pay::config::{Overrides, ServeConfig};
+use mideng_pay::domain::keys::{KeyKind, generate_key};
 use mideng_pay::web::journal::Journal;
 use mideng_pay::web::{CheckoutSettings, ConsoleSettings, PageSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
@@ -58,7 +59,12 @@ pub(crate) async fn run(
         )?;
         alipay.get_or_insert_with(|| Arc::new(sim_alipay) as Arc<dyn Channel>);
         wechat.get_or_insert_with(|| Arc::new(sim_wechat) as Arc<dyn Channel>);
-        let simulator = Simulator::new(sim_config)?;
+        // The embedded simulator is a demo: a day's bill is out while the day runs, so that
+        // `mideng reconcile --bill <today>` has something to match on a laptop.
+        let simulator = Simulator::new(mideng_sim::SimConfig {
+            bills_as_the_day_runs: true,
+            ..sim_config
+        })?;
         let mut sim_stop = stopped.clone();
         simulator_task = Some(tokio::spawn(simulator.serve(sim_listener, async move {
             let _ = sim_stop.wait_for(|stop| *stop).await;
@@ -66,28 +72,26 @@ pub(crate) async fn run(
         sim_address = Some(address);
     }
 
-    let demo_key = config
-        .demo
-        .enabled
-        .then(|| config.demo.api_key.clone().unwrap_or_else(generate_api_key));
-    let mut settings = settings(&config, alipay, wechat, demo_key.as_deref());
-    settings.pages = pages(&config, demo_key.as_deref(), sim_address, journal);
+    let demo_keys = config.demo.enabled.then(|| DemoKeys {
+        secret: config.demo.api_key.clone().unwrap_or_else(generate_api_key),
+        publishable: config
+            .demo
+            .publishable_key
+            .clone()
+            .unwrap_or_else(|| generate_key(KeyKind::Publishable)),
+    });
+    let demo_key = demo_keys.as_ref().map(|keys| keys.secret.as_str());
+    let mut settings = settings(&config, alipay, wechat, demo_keys.as_ref());
+    settings.pages = pages(&config, demo_keys.as_ref(), sim_address, journal);
     let pages = Urls {
         checkout: settings.pages.checkout.is_some(),
         console: settings.pages.console.is_some(),
-        console_by_demo_key: config.console.api_key_sha256.is_none(),
     };
     tracing::info!(?settings, "starting");
     let application = Application::build(settings, listener)
         .await?
         .with_metrics_listener(metrics_listener);
-    banner(
-        api_address,
-        metrics_address,
-        sim_address,
-        demo_key.as_deref(),
-        pages,
-    )?;
+    banner(api_address, metrics_address, sim_address, demo_key, pages)?;
 
     let mut api_stop = stopped.clone();
     let served = application.run_until(async move {
@@ -113,25 +117,32 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// The pages `config` asks for: the checkout pays as the demo tenant (and, in the embedded
-/// mode, asks the in-process simulator to pay), the console opens with the configured key or
-/// else the demo tenant's.
+/// The demo tenant's keys in use: the secret one printed on the terminal, the publishable one
+/// shown by the checkout.
+struct DemoKeys {
+    secret: String,
+    publishable: String,
+}
+
+/// The pages `config` asks for: the checkout pays as the demo tenant with its publishable key
+/// (and, in the embedded mode, asks the in-process simulator to pay); the console opens with
+/// the configured key only, and is off without one.
 fn pages(
     config: &ServeConfig,
-    demo_key: Option<&str>,
+    demo_keys: Option<&DemoKeys>,
     sim_address: Option<std::net::SocketAddr>,
     journal: Journal,
 ) -> PageSettings {
     PageSettings {
-        checkout: demo_key
+        checkout: demo_keys
             .filter(|_| config.checkout_enabled())
-            .map(|key| CheckoutSettings {
+            .map(|keys| CheckoutSettings {
                 tenant_id: config.demo.tenant_id.clone(),
-                api_key: key.to_owned(),
+                publishable_key: keys.publishable.clone(),
                 simulator_url: sim_address.map(|address| format!("http://{address}")),
             }),
         console: config
-            .console_key_sha256(demo_key)
+            .console_key_sha256()
             .map(|api_key_sha256| ConsoleSettings {
                 api_key_sha256,
                 journal,
@@ -144,7 +155,6 @@ fn pages(
 struct Urls {
     checkout: bool,
     console: bool,
-    console_by_demo_key: bool,
 }
 
 /// The service's settings from the configuration and the channel adapters.
@@ -152,7 +162,7 @@ fn settings(
     config: &ServeConfig,
     alipay: Option<Arc<dyn Channel>>,
     wechat: Option<Arc<dyn Channel>>,
-    demo_key: Option<&str>,
+    demo_keys: Option<&DemoKeys>,
 ) -> Settings {
     let mut tenants: Vec<TenantSeed> = config
         .tenants
@@ -160,6 +170,10 @@ fn settings(
         .map(|tenant| TenantSeed {
             tenant_id: tenant.id.clone(),
             api_key_sha256: tenant.api_key_sha256.to_ascii_lowercase(),
+            publishable_key_sha256: tenant
+                .publishable_key_sha256
+                .as_ref()
+                .map(|digest| digest.to_ascii_lowercase()),
             webhooks: tenant
                 .webhooks
                 .iter()
@@ -167,10 +181,11 @@ fn settings(
                 .collect(),
         })
         .collect();
-    if let Some(key) = demo_key {
+    if let Some(keys) = demo_keys {
         tenants.push(TenantSeed {
             tenant_id: config.demo.tenant_id.clone(),
-            api_key_sha256: api_key_hash(key),
+            api_key_sha256: api_key_hash(&keys.secret),
+            publishable_key_sha256: Some(api_key_hash(&keys.publishable)),
             webhooks: Vec::new(),
         });
     }
@@ -186,6 +201,7 @@ fn settings(
         tenants,
         reconcile: Some(config.reconcile_settings()),
         purge: Some(config.purge_settings()),
+        bills: config.bill_settings(),
         events: config.event_settings(),
         transport: config.transport_settings(),
         pages: PageSettings::default(),
@@ -213,14 +229,96 @@ pub(crate) async fn purge(
     Ok(())
 }
 
-/// `mideng reconcile`: one reconciliation round by hand, with the configuration `serve` uses
+/// What `mideng reconcile` does.
+pub(crate) enum Round {
+    /// One round over the pending payments.
+    Pending {
+        tenant: Option<String>,
+        min_age_secs: Option<u64>,
+    },
+    /// The bills of one day.
+    Bill { date: String, html: Option<PathBuf> },
+}
+
+/// What `mideng events` does.
+pub(crate) enum EventsAction {
+    /// List the parked events.
+    List,
+    /// Replay one, with a reason.
+    Replay { message_id: String, reason: String },
+    /// Discard one, with a reason.
+    Discard { message_id: String, reason: String },
+}
+
+/// `mideng events list|replay|discard`: the events a consumer parked, on the configured
+/// database; a replay runs the consumer's own effect (deduplicated). Exit status 1 when the
+/// event is not parked or its replay failed again.
+pub(crate) async fn events(
+    config_file: Option<PathBuf>,
+    overrides: Overrides,
+    action: EventsAction,
+) -> anyhow::Result<()> {
+    use mideng_pay::workers::consumer::{self, ConsumerPorts, Replayed};
+    let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+    let mut settings = settings(&config, None, None, None);
+    settings.tenants.clear();
+    let state = mideng_pay::app::connect(&settings).await?;
+    let store = &state.ports.store;
+    let mut out = std::io::stdout().lock();
+    match action {
+        EventsAction::List => {
+            let parked = store.event_failures.parked(1_000).await?;
+            for event in &parked {
+                writeln!(
+                    out,
+                    "{} {} {} attempts {}: {}",
+                    event.message_id, event.consumer, event.topic, event.attempts, event.last_error
+                )?;
+            }
+            writeln!(out, "{} parked event(s)", parked.len())?;
+        }
+        EventsAction::Replay { message_id, reason } => {
+            let reason = checked_reason(&reason)?;
+            let ports = ConsumerPorts {
+                grants: store.grants.clone(),
+                failures: store.event_failures.clone(),
+            };
+            let consumer_settings = config.event_settings().consumer.unwrap_or_default();
+            match consumer::replay(&ports, &message_id, reason, &consumer_settings).await? {
+                Replayed::Processed => writeln!(out, "{message_id} replayed")?,
+                Replayed::FailedAgain => {
+                    anyhow::bail!("{message_id} failed again and stays parked")
+                }
+                Replayed::NotParked => anyhow::bail!("{message_id} is not parked"),
+            }
+        }
+        EventsAction::Discard { message_id, reason } => {
+            let reason = checked_reason(&reason)?;
+            anyhow::ensure!(
+                consumer::discard(store.event_failures.as_ref(), &message_id, reason).await?,
+                "{message_id} is not parked"
+            );
+            writeln!(out, "{message_id} discarded")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// An operator's reason: 1 to 80 characters, no control or bidirectional ones.
+fn checked_reason(reason: &str) -> anyhow::Result<&str> {
+    mideng_pay::domain::refund::checked_reason(reason.trim())
+        .filter(|reason| !reason.is_empty())
+        .context("--reason must be 1 to 80 characters, without control or bidirectional characters")
+}
+
 /// (the embedded default asks the simulator of a running `mideng serve`). Prints the round's
-/// figures; exit status 0 even when some answers were unknown (they are asked again).
+/// figures; exit status 0 even when some answers were unknown (they are asked again). With
+/// `--bill`, the day's bills instead ([`reconcile_bills`]).
 pub(crate) async fn reconcile(
     config_file: Option<PathBuf>,
     overrides: Overrides,
-    tenant: Option<String>,
-    min_age_secs: Option<u64>,
+    round: Round,
 ) -> anyhow::Result<()> {
     let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
     let configured = config.channels()?;
@@ -239,6 +337,13 @@ pub(crate) async fn reconcile(
     let mut settings = settings(&config, alipay, wechat, None);
     settings.tenants.clear();
     let state = mideng_pay::app::connect(&settings).await?;
+    let (tenant, min_age_secs) = match round {
+        Round::Pending {
+            tenant,
+            min_age_secs,
+        } => (tenant, min_age_secs),
+        Round::Bill { date, html } => return reconcile_bills(&state, &date, html).await,
+    };
     let mut round = mideng_pay::workers::reconcile::ReconcileSettings {
         tenant,
         ..config.reconcile_settings()
@@ -250,9 +355,10 @@ pub(crate) async fn reconcile(
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "examined {}, paid {}, closed {}, left pending {}, unknown {}, busy {}; refunds examined {}, settled {}; refund cases refunded {}",
+        "examined {}, paid {}, refund cases found {}, closed {}, left pending {}, unknown {}, busy {}; refunds examined {}, settled {}; refund cases refunded {}",
         report.examined,
         report.paid,
+        report.cases,
         report.closed,
         report.left,
         report.unknown,
@@ -262,6 +368,101 @@ pub(crate) async fn reconcile(
         report.cases_refunded
     )?;
     out.flush()?;
+    Ok(())
+}
+
+/// `mideng reconcile --bill <date>`: the day's bills of every configured channel; exit status 1
+/// when a bill could not be read or a line disagrees.
+async fn reconcile_bills(
+    state: &mideng_pay::api::AppState,
+    date: &str,
+    html: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use mideng_channel::ChannelKind;
+    use mideng_channel::bill::BillDate;
+    let now_ms = state.ports.clock.now_ms();
+    let today = BillDate::containing(now_ms).context("the clock is out of range")?;
+    let date = match date {
+        "today" => today,
+        "yesterday" => today.previous().context("no day before today")?,
+        text => BillDate::parse(text)
+            .with_context(|| format!("--bill {text:?}: expected yyyy-MM-dd, today or yesterday"))?,
+    };
+    anyhow::ensure!(
+        date <= today,
+        "--bill {date}: that day has not begun (Beijing time)"
+    );
+    let mut reports = Vec::new();
+    let mut failed = Vec::new();
+    for channel in [ChannelKind::Alipay, ChannelKind::Wechat] {
+        if state.ports.channels.get(channel).is_none() {
+            continue;
+        }
+        match mideng_pay::workers::bill::reconcile_bill(&state.ports, channel, date).await {
+            Ok(report) => reports.push(report),
+            Err(error) => failed.push(format!("{}: {error}", channel.as_str())),
+        }
+    }
+    let cases: Vec<_> = state
+        .ports
+        .store
+        .bill_cases
+        .cases(None, None, 1_000)
+        .await?
+        .into_iter()
+        .filter(|case| case.bill_date == date.to_string())
+        .collect();
+    let mut out = std::io::stdout().lock();
+    for report in &reports {
+        if report.published {
+            writeln!(
+                out,
+                "{} {}: lines {}, matched {}, repaired {}, disagreements {} ({} new cases); charged {} fen, refunded {} fen",
+                report.channel,
+                report.date,
+                report.lines,
+                report.matched,
+                report.repaired,
+                report.disagreements,
+                report.cases_found,
+                report.charged_fen,
+                report.refunded_fen
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{} {}: the channel has not published this bill yet",
+                report.channel, report.date
+            )?;
+        }
+    }
+    for case in cases
+        .iter()
+        .filter(|case| case.status == mideng_pay::domain::bill::BillCaseStatus::Open)
+    {
+        writeln!(out, "open case {}: {}", case.case_id, case.detail)?;
+    }
+    for failure in &failed {
+        writeln!(out, "failed {failure}")?;
+    }
+    out.flush()?;
+    if let Some(path) = html {
+        std::fs::write(
+            &path,
+            mideng_pay::web::bill_report::render(&reports, &cases),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let disagreements: u64 = reports.iter().map(|report| report.disagreements).sum();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} bill(s) could not be reconciled",
+        failed.len()
+    );
+    anyhow::ensure!(
+        disagreements == 0,
+        "{disagreements} disagreement(s) with the bills"
+    );
     Ok(())
 }
 
@@ -279,14 +480,16 @@ fn banner(
         writeln!(out, "demo checkout: open http://{api}/ in a browser")?;
     }
     if pages.console {
-        match demo_key.filter(|_| pages.console_by_demo_key) {
-            // The key travels in the fragment, which the browser never sends to a server.
-            Some(key) => writeln!(out, "operator console: http://{api}/console#key={key}")?,
-            None => writeln!(
-                out,
-                "operator console: http://{api}/console (the [console] key opens it)"
-            )?,
-        }
+        // The key travels in the URL's fragment (`#key=`), which the browser never sends.
+        writeln!(
+            out,
+            "operator console: http://{api}/console#key=<the key whose SHA-256 is [console] api_key_sha256>"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "operator console: off (set [console] api_key_sha256; `mideng api-key` makes a key)"
+        )?;
     }
     writeln!(out, "metrics (Prometheus) on http://{metrics}/metrics")?;
     if let Some(sim) = sim {

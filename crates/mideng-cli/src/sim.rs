@@ -144,6 +144,7 @@ pub(crate) fn load_or_generate_in_mode(
         wechat_platform_serial: identity.wechat_platform_serial,
         wechat_api_v3_key: identity.wechat_api_v3_key,
         clock_speed,
+        bills_as_the_day_runs: false,
     };
     if config.renew_outdated_serials() {
         tracing::warn!(
@@ -178,8 +179,10 @@ pub(crate) async fn run(
     data_dir: PathBuf,
     clock_speed: u32,
     mode: Option<WechatPlatformMode>,
+    bills_as_the_day_runs: bool,
 ) -> anyhow::Result<()> {
-    let (config, _) = load_or_generate_in_mode(&data_dir, clock_speed, mode)?;
+    let (mut config, _) = load_or_generate_in_mode(&data_dir, clock_speed, mode)?;
+    config.bills_as_the_day_runs = bills_as_the_day_runs;
     let (app_id, mchid) = (config.alipay_app_id.clone(), config.wechat_mchid.clone());
     let simulator = Simulator::new(config).with_context(|| {
         format!(

@@ -30,17 +30,20 @@ use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
 use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
 use crate::web::{PageSettings, Pages};
+use crate::workers::bill::{self, BillSettings};
 use crate::workers::purge::{self, PurgeSettings};
 use crate::workers::reconcile::{self, ReconcileSettings};
 use crate::workers::{EventSettings, consumer, relay};
 
-/// A tenant to provision at start: its id and the SHA-256 (hex) of its API key.
+/// A tenant to provision at start: its id and the SHA-256 (hex) of its API keys.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantSeed {
     /// Tenant id (1–64 visible ASCII).
     pub tenant_id: String,
-    /// `api::api_key_hash(key)`.
+    /// `api::api_key_hash(key)` of its secret key.
     pub api_key_sha256: String,
+    /// The same of its publishable key, if it has one ([`crate::domain::keys`]).
+    pub publishable_key_sha256: Option<String>,
     /// Webhook endpoints to register if missing: URL and event types.
     pub webhooks: Vec<(String, Vec<String>)>,
 }
@@ -71,6 +74,8 @@ pub struct Settings {
     pub reconcile: Option<ReconcileSettings>,
     /// The scheduled purge; `None`: no worker (run `purge::purge_once` yourself).
     pub purge: Option<PurgeSettings>,
+    /// The daily bill reconciliation; `None`: no job (run `bill::reconcile_bill` yourself).
+    pub bills: Option<BillSettings>,
     /// The broker, and whether the outbox relay and the entitlement consumer run here.
     pub events: EventSettings,
     /// Deadlines and bounds of the HTTP server (heads, bodies, connections).
@@ -94,6 +99,7 @@ impl std::fmt::Debug for Settings {
             .field("tenants", &self.tenants.len())
             .field("reconcile", &self.reconcile)
             .field("purge", &self.purge)
+            .field("bills", &self.bills)
             .field("broker", &self.events.broker.name())
             .field("relay", &self.events.relay.is_some())
             .field("consumer", &self.events.consumer.is_some())
@@ -242,7 +248,11 @@ async fn seed_webhook(
 ) -> Result<(), BuildError> {
     use crate::domain::webhook::{checked_events, checked_url, generate_secret};
     let refused = BuildError::Webhook;
-    let url = checked_url(url, true).map_err(refused)?;
+    let anywhere = crate::domain::outbound::TargetPolicy {
+        allow_private: true,
+        allowed: Vec::new(),
+    };
+    let url = checked_url(url, &anywhere).map_err(refused)?;
     let events = checked_events(events).map_err(refused)?;
     let endpoint_id = crate::domain::ids::new_number('E', mideng::clock::now_ms());
     store
@@ -266,7 +276,11 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
     for seed in &settings.tenants {
         store
             .tenants
-            .upsert_tenant(&seed.tenant_id, &seed.api_key_sha256)
+            .upsert_tenant(
+                &seed.tenant_id,
+                &seed.api_key_sha256,
+                seed.publishable_key_sha256.as_deref(),
+            )
             .await
             .map_err(BuildError::Database)?;
         for (url, events) in &seed.webhooks {
@@ -308,6 +322,7 @@ pub struct Application {
     state: AppState,
     reconcile: Option<ReconcileSettings>,
     purge: Option<PurgeSettings>,
+    bills: Option<BillSettings>,
     events: EventSettings,
 }
 
@@ -338,6 +353,7 @@ impl Application {
             state,
             reconcile: settings.reconcile.clone(),
             purge: settings.purge.clone(),
+            bills: settings.bills.clone(),
             events: settings.events,
         })
     }
@@ -379,6 +395,10 @@ impl Application {
             let run = reconcile::run(self.state.ports.clone(), settings, stopped.clone());
             workers.push(tokio::spawn(run));
         }
+        if let Some(settings) = self.bills {
+            let run = bill::run(self.state.ports.clone(), settings, stopped.clone());
+            workers.push(tokio::spawn(run));
+        }
         if let Some(settings) = self.purge {
             workers.push(tokio::spawn(purge::run(
                 self.state.retained(),
@@ -402,12 +422,16 @@ impl Application {
         }
         if let Some(settings) = events.consumer.clone() {
             let store = &self.state.ports.store;
+            let consumer_ports = consumer::ConsumerPorts {
+                grants: store.grants.clone(),
+                failures: store.event_failures.clone(),
+            };
             match events
                 .broker
                 .subscriber(store.events.as_ref(), PAYMENT_SUCCEEDED, &settings)
             {
                 Ok(subscriber) => workers.push(tokio::spawn(consumer::run(
-                    store.grants.clone(),
+                    consumer_ports.clone(),
                     subscriber,
                     settings.clone(),
                     stopped.clone(),
@@ -425,7 +449,7 @@ impl Application {
                     &revocations,
                 ) {
                     Ok(subscriber) => workers.push(tokio::spawn(consumer::run_revocations(
-                        store.grants.clone(),
+                        consumer_ports.clone(),
                         subscriber,
                         revocations,
                         stopped.clone(),
@@ -435,6 +459,12 @@ impl Application {
             }
         }
         if let Some(settings) = events.webhooks.clone() {
+            // Delivery obeys the switch that registration obeys: one setting, never two that
+            // disagree.
+            let settings = crate::workers::webhooks::WebhookSettings {
+                targets: self.state.ports.settings.webhook_targets(),
+                ..settings
+            };
             workers.push(tokio::spawn(crate::workers::webhooks::run(
                 self.state.ports.store.webhooks.clone(),
                 settings,

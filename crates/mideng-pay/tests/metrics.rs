@@ -81,10 +81,7 @@ async fn metrics_show_latency_per_route_per_decision_and_per_round_trip() {
     let simulator = start_simulator(&identity.0, stopped.clone())
         .await
         .expect("simulator");
-    let tenant = TenantAccess {
-        id: unique("tenant"),
-        api_key: unique("key-0123456789"),
-    };
+    let tenant = TenantAccess::new(unique("tenant"), unique("key-0123456789"));
     let blueprint = Blueprint {
         redis_url: Some(env_or("MIDENG_TEST_REDIS_URL", "redis://127.0.0.1:6379/")),
         tenants: vec![tenant.clone()],

@@ -29,6 +29,7 @@ fn order(tenant: &str, order_id: &str) -> Order {
         entitlement_quantity: Some(1),
         fingerprint: "f".repeat(64),
         version: 0,
+        publishable: false,
     }
 }
 
@@ -135,7 +136,7 @@ async fn concurrent_success_notifies_pay_once<D: Dialect>(store: SqlStore<D>) {
     let mut paid = 0;
     for task in tasks {
         match task.await.expect("task").expect("no errors") {
-            SuccessOutcome::Paid { order_moved } => {
+            SuccessOutcome::Paid { order_moved, .. } => {
                 assert!(order_moved);
                 paid += 1;
             }
@@ -248,7 +249,10 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dia
         .expect("apply");
     assert_eq!(
         late,
-        SuccessOutcome::Paid { order_moved: false },
+        SuccessOutcome::Paid {
+            order_moved: false,
+            open_sibling: None
+        },
         "the charge is recorded; the order needs a refund"
     );
 }

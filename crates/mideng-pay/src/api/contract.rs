@@ -3,7 +3,9 @@
 //!
 //! - every refusal is `application/problem+json` with the [`ProblemBody`](super::ProblemBody)
 //!   schema (named `Problem`), never `application/json`;
-//! - an authenticated route can answer 401 (no or unknown key) and 503 (database unavailable);
+//! - an authenticated route can answer 401 (no or unknown key) and 503 (database unavailable),
+//!   and one that a publishable key does not open (its security names only `api_key`, the
+//!   secret key) 403 `key-not-allowed`;
 //! - a route with a JSON body can answer 400 (not JSON), 413 (too large), 415 (not
 //!   `application/json`) and 422 (valid JSON that breaks the contract);
 //! - a route with an `Idempotency-Key` can answer 400 (key missing or malformed), 409 (the same
@@ -46,10 +48,20 @@ pub(super) struct Contract;
 impl utoipa::Modify for Contract {
     fn modify(&self, openapi: &mut OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "api_key",
-            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        let mut secret = Http::new(HttpAuthScheme::Bearer);
+        secret.description = Some(
+            "The tenant's secret key: opens every route. Keep it on the merchant's server."
+                .to_owned(),
         );
+        components.add_security_scheme("api_key", SecurityScheme::Http(secret));
+        let mut publishable = Http::new(HttpAuthScheme::Bearer);
+        publishable.description = Some(
+            "The tenant's publishable key, which a checkout page may show: opens only the routes \
+             that list it (a token, an order, its payment, that order's state and grant), on the \
+             orders a publishable key made. Elsewhere it is 403 key-not-allowed."
+                .to_owned(),
+        );
+        components.add_security_scheme("publishable_key", SecurityScheme::Http(publishable));
         for item in openapi.paths.paths.values_mut() {
             for operation in [
                 &mut item.get,
@@ -97,6 +109,13 @@ fn complete(operation: &mut Operation) {
     if authenticated {
         added.entry("401").or_default().push("unauthorized");
         added.entry("503").or_default().push("database-unavailable");
+        let publishable = operation.security.as_ref().is_some_and(|requirements| {
+            serde_json::to_string(requirements)
+                .is_ok_and(|requirements| requirements.contains("\"publishable_key\""))
+        });
+        if !publishable {
+            added.entry("403").or_default().push("key-not-allowed");
+        }
     }
     // The notifies have bodies too but answer in their channel's own format.
     if authenticated && json_body {

@@ -7,24 +7,59 @@ use mideng::http::Tenant;
 
 use super::error::Code;
 use super::models::{EntitlementsQuery, EntitlementsView, GrantView};
+use super::orders::visible_order;
 use super::{ApiError, AppState};
-use crate::domain::ids::UserId;
+use crate::domain::ids::{OrderId, UserId};
+use crate::domain::keys::KeyKind;
 
-/// The user's grants, newest first (at most 100).
+/// The user's grants, newest first (at most 100); with `order_id`, that order's only.
 #[utoipa::path(
     get, path = "/v1/entitlements", tag = "entitlements", operation_id = "list_entitlements",
-    params(("user_id" = String, Query, description = "The holder")),
-    responses((status = 200, body = EntitlementsView), (status = 400, description = "invalid-query", body = super::ProblemBody)),
-    security(("api_key" = []))
+    params(
+        ("user_id" = String, Query, description = "The holder"),
+        ("order_id" = Option<String>, Query, description = "Only this order's grants (required with a publishable key)"),
+    ),
+    responses(
+        (status = 200, body = EntitlementsView),
+        (status = 400, description = "invalid-query", body = super::ProblemBody),
+        (status = 403, description = "key-not-allowed: a publishable key without order_id", body = super::ProblemBody),
+        (status = 404, description = "not-found: the order is not one this key sees", body = super::ProblemBody),
+    ),
+    security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn list(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    axum::Extension(kind): axum::Extension<KeyKind>,
     query: Result<Query<EntitlementsQuery>, QueryRejection>,
 ) -> Result<axum::Json<EntitlementsView>, ApiError> {
     let Query(query) = query?;
     let user_id = UserId::parse(&query.user_id)
         .map_err(|error| ApiError::new(Code::InvalidQuery, error.to_string()))?;
+    let order_id = query
+        .order_id
+        .as_deref()
+        .map(|order_id| {
+            OrderId::parse(order_id)
+                .map_err(|error| ApiError::new(Code::InvalidQuery, error.to_string()))
+        })
+        .transpose()?;
+    match (&order_id, kind) {
+        (None, KeyKind::Publishable) => {
+            return Err(ApiError::new(
+                Code::KeyNotAllowed,
+                "a publishable key reads the grant of one order: send order_id",
+            ));
+        }
+        // The order must be one this key sees, and the user's.
+        (Some(order_id), _) => {
+            let (order, _) = visible_order(&state, &tenant, kind, order_id).await?;
+            if order.user_id != user_id.as_str() {
+                return Err(ApiError::not_found("order"));
+            }
+        }
+        (None, KeyKind::Secret) => {}
+    }
     let grants = state
         .ports
         .store
@@ -32,6 +67,14 @@ pub(super) async fn list(
         .grants(&tenant, user_id.as_str())
         .await?;
     Ok(axum::Json(EntitlementsView {
-        grants: grants.iter().map(GrantView::of).collect(),
+        grants: grants
+            .iter()
+            .filter(|grant| {
+                order_id
+                    .as_ref()
+                    .is_none_or(|order_id| grant.order_id == order_id.as_str())
+            })
+            .map(GrantView::of)
+            .collect(),
     }))
 }

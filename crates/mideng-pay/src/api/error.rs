@@ -46,6 +46,9 @@ pub enum Code {
     BadRequest,
     /// 401: no valid `Authorization: Bearer <API key>`.
     Unauthorized,
+    /// 403: the key is valid but of a kind this route does not take (a publishable key on a
+    /// route that only a secret key may call).
+    KeyNotAllowed,
     /// 404: no such resource (in this tenant).
     NotFound,
     /// 405: the path exists, the method does not (see `Allow`).
@@ -74,6 +77,13 @@ pub enum Code {
     RefundExceedsPayment,
     /// 409: the tenant has as many webhook endpoints as it may.
     TooManyEndpoints,
+    /// 409: the delivery has as many attempts as a delivery may have; its history stays
+    /// readable.
+    AttemptsExhausted,
+    /// 409: the reconciliation case is no longer open (repaired, or resolved before).
+    CaseNotOpen,
+    /// 409: the event is not parked (replayed or discarded before), or its replay failed again.
+    EventNotParked,
     /// 415: the body is not declared as JSON.
     UnsupportedMediaType,
     /// 422: a field is not valid.
@@ -92,6 +102,12 @@ pub enum Code {
     RefundKeyReused,
     /// 422: the channel asked for is not configured on this service.
     ChannelNotConfigured,
+    /// 422: a webhook URL names an address that is not globally routable (loopback, private,
+    /// link-local, any special-purpose range) or a local name; nothing was connected to.
+    PrivateTarget,
+    /// 429: the tenant holds as many unspent one-time tokens as it may (or the store as many
+    /// as it holds for everyone); spend or let some expire (`Retry-After`).
+    TooManyTokens,
     /// 502: the channel refused the payment or the close.
     ChannelRejected,
     /// 503: the channel gave no definite answer; retry (the payment number stays the same).
@@ -118,6 +134,7 @@ impl Code {
             Code::InvalidQuery => "invalid-query",
             Code::BadRequest => "bad-request",
             Code::Unauthorized => "unauthorized",
+            Code::KeyNotAllowed => "key-not-allowed",
             Code::NotFound => "not-found",
             Code::MethodNotAllowed => "method-not-allowed",
             Code::RequestTimeout => "request-timeout",
@@ -133,6 +150,9 @@ impl Code {
             Code::RefundExceedsPayment => "refund-exceeds-payment",
             Code::RefundKeyReused => "refund-key-reused",
             Code::TooManyEndpoints => "too-many-endpoints",
+            Code::AttemptsExhausted => "attempts-exhausted",
+            Code::CaseNotOpen => "case-not-open",
+            Code::EventNotParked => "event-not-parked",
             Code::UnsupportedMediaType => "unsupported-media-type",
             Code::InvalidRequest => "invalid-request",
             Code::InvalidAmount => "invalid-amount",
@@ -141,6 +161,8 @@ impl Code {
             Code::BalanceLimit => "balance-limit",
             Code::InsufficientFunds => "insufficient-funds",
             Code::ChannelNotConfigured => "channel-not-configured",
+            Code::PrivateTarget => "private-target",
+            Code::TooManyTokens => "too-many-tokens",
             Code::ChannelRejected => "channel-rejected",
             Code::ChannelUnavailable => "channel-unavailable",
             Code::DatabaseUnavailable => "database-unavailable",
@@ -157,6 +179,7 @@ impl Code {
                 StatusCode::BAD_REQUEST
             }
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
+            Code::KeyNotAllowed => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Code::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -170,7 +193,10 @@ impl Code {
             | Code::AlreadyCredited
             | Code::PaymentNotRefundable
             | Code::RefundExceedsPayment
-            | Code::TooManyEndpoints => StatusCode::CONFLICT,
+            | Code::TooManyEndpoints
+            | Code::AttemptsExhausted
+            | Code::CaseNotOpen
+            | Code::EventNotParked => StatusCode::CONFLICT,
             Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Code::InvalidRequest
             | Code::InvalidAmount
@@ -179,7 +205,9 @@ impl Code {
             | Code::BalanceLimit
             | Code::InsufficientFunds
             | Code::RefundKeyReused
-            | Code::ChannelNotConfigured => StatusCode::UNPROCESSABLE_ENTITY,
+            | Code::ChannelNotConfigured
+            | Code::PrivateTarget => StatusCode::UNPROCESSABLE_ENTITY,
+            Code::TooManyTokens => StatusCode::TOO_MANY_REQUESTS,
             Code::ChannelRejected => StatusCode::BAD_GATEWAY,
             Code::ChannelUnavailable | Code::DatabaseUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,

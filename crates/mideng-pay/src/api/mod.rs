@@ -1,8 +1,9 @@
 //! The v1 HTTP API of `docs/design.md` §5, on axum.
 //!
 //! ```text
-//! /v1/*  ─► auth (Bearer key → Tenant) ─► per route: Idempotency-Key / Idempotency-Token layer
-//!                                          ─► handler: parse ─► flow ─► render
+//! /v1/*  ─► auth (Bearer key → Tenant, KeyKind) ─► the route's key kinds (a publishable key
+//!          on a secret-only route: 403) ─► per route: Idempotency-Key / Idempotency-Token layer
+//!          ─► handler: parse ─► flow ─► render
 //! /v1/channels/*/notify ─► handler ─► flow: signature + merchant ─► dedup by notify id + row lock + CAS
 //! ```
 //!
@@ -20,6 +21,7 @@ mod observe;
 mod ops;
 mod orders;
 mod payments;
+pub mod reconciliation;
 pub mod tenants;
 mod wallets;
 mod webhooks;
@@ -43,6 +45,7 @@ use sha2::{Digest, Sha256};
 pub use error::{ApiError, Code, ProblemBody};
 pub use ops::ApiDoc;
 
+use crate::domain::keys::KeyKind;
 use crate::flows::{BrokenLayer, Ports, operation};
 use crate::limits::{API_KEY_BYTES_MAX, BODY_BYTES_MAX, HANDLER_TIMEOUT, ROUTE_LEASE};
 
@@ -88,11 +91,9 @@ pub fn api_key_hash(api_key: &str) -> String {
     hex::encode(Sha256::digest(api_key.as_bytes()))
 }
 
-/// A fresh API key: 32 random bytes, hex, with a recognisable prefix.
+/// A fresh secret API key: 32 random bytes, hex, with a recognisable prefix.
 pub fn generate_api_key() -> String {
-    let mut bytes = [0_u8; 32];
-    getrandom::fill(&mut bytes).expect("the OS random number generator is available");
-    format!("mdk_{}", hex::encode(bytes))
+    crate::domain::keys::generate_key(KeyKind::Secret)
 }
 
 /// JSON body whose rejections are problem documents.
@@ -127,24 +128,51 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
         .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX)
 }
 
-/// Resolves the tenant from `Authorization: Bearer <key>`; 401 otherwise.
+/// Resolves the tenant and the key's kind from `Authorization: Bearer <key>`; 401 otherwise.
+/// Both go into the request's extensions: [`Tenant`] for the toolkit's layer and the handlers,
+/// [`KeyKind`] for [`secret_key_only`] and the handlers that narrow what a publishable key sees.
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let Some(hash) = bearer_key(request.headers()).map(api_key_hash) else {
         return unauthorized().into_response();
     };
     let now_ms = state.ports.clock.now_ms();
-    if let Some(tenant) = state.tenants.get(&hash, now_ms) {
-        request.extensions_mut().insert(Tenant(tenant));
-        return next.run(request).await;
-    }
-    match state.ports.store.tenants.tenant_by_key(&hash).await {
-        Ok(Some(tenant)) => {
-            state.tenants.put(&hash, &tenant, now_ms);
-            request.extensions_mut().insert(Tenant(tenant));
-            next.run(request).await
+    let resolved = match state.tenants.get(&hash, now_ms) {
+        Some(resolved) => resolved,
+        None => match state.ports.store.tenants.tenant_by_key(&hash).await {
+            Ok(Some((tenant, kind))) => {
+                state.tenants.put(&hash, &tenant, kind, now_ms);
+                (tenant, kind)
+            }
+            Ok(None) => return unauthorized().into_response(),
+            Err(error) => return ApiError::from(error).into_response(),
+        },
+    };
+    let (tenant, kind) = resolved;
+    request.extensions_mut().insert(Tenant(tenant));
+    request.extensions_mut().insert(kind);
+    next.run(request).await
+}
+
+/// The routes that only a secret key opens: a publishable key (which a page shows every
+/// visitor) is refused 403 `key-not-allowed` before anything else runs, so it consumes no
+/// token and begins no idempotency record.
+async fn secret_key_only(request: Request, next: Next) -> Response {
+    match request.extensions().get::<KeyKind>() {
+        Some(KeyKind::Secret) => next.run(request).await,
+        Some(KeyKind::Publishable) => {
+            let tenant = request
+                .extensions()
+                .get::<Tenant>()
+                .map_or("", |Tenant(tenant)| tenant.as_str());
+            crate::flows::decision("keys", "api", tenant, "publishable", "key_not_allowed");
+            ApiError::new(
+                Code::KeyNotAllowed,
+                "a publishable key opens the checkout's routes only; send the secret key",
+            )
+            .into_response()
         }
-        Ok(None) => unauthorized().into_response(),
-        Err(error) => ApiError::from(error).into_response(),
+        // `authenticate` runs first and always says; a route mounted without it is a bug.
+        None => unauthorized().into_response(),
     }
 }
 
@@ -216,17 +244,24 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
     let refund =
         route_config(&state, operation::REFUND_CREATE, KeyRequirement::Required)?.build()?;
 
-    let authenticated = Router::new()
+    // What a checkout does, for a publishable key too: a token, an order, a payment of it, that
+    // order's state and its grant. The handlers narrow a publishable key to the orders a
+    // publishable key made.
+    let checkout = Router::new()
         .route("/v1/tokens", post(ops::issue_token))
         .route("/v1/orders", post(orders::create))
         .route("/v1/orders/{order_id}", get(orders::show))
         .route(
-            "/v1/orders/{order_id}/transitions",
-            post(orders::transition),
-        )
-        .route(
             "/v1/orders/{order_id}/payments",
             guarded(post(payments::create), create_payment),
+        )
+        .route("/v1/entitlements", get(entitlements::list));
+
+    // Everything else moves money, reads across orders or configures the tenant: secret only.
+    let secret = Router::new()
+        .route(
+            "/v1/orders/{order_id}/transitions",
+            post(orders::transition),
         )
         .route("/v1/payments/{payment_no}", get(payments::show))
         .route("/v1/payments/{payment_no}/close", post(payments::close))
@@ -248,7 +283,6 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
             post(wallets::reverse),
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
-        .route("/v1/entitlements", get(entitlements::list))
         .route(
             "/v1/webhook-endpoints",
             post(webhooks::create_endpoint).get(webhooks::list_endpoints),
@@ -259,6 +293,12 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
             post(webhooks::redeliver),
         )
         .route("/v1/idempotency-keys/{key}", get(ops::inspect_key))
+        .route("/v1/reconciliation/cases", get(reconciliation::list))
+        .route_layer(middleware::from_fn(secret_key_only));
+
+    // The last route layer runs first: the key is resolved before its kind is judged.
+    let authenticated = checkout
+        .merge(secret)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
 
     Ok(Router::new()

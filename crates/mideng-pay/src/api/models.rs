@@ -235,9 +235,13 @@ pub struct CreateRefund {
     /// Fen, 1 ..= 10^10, and at most what is left to refund of the payment.
     #[schema(value_type = i64, minimum = 1, maximum = 10_000_000_000_i64)]
     pub amount: AmountField,
-    /// Why, as the buyer sees it: at most 80 characters, no control characters.
+    /// Why, as the buyer sees it: at most 80 characters, none of them a control character, a
+    /// line separator or a bidirectional control (else 422 `invalid-request`).
     #[serde(default)]
-    #[schema(max_length = 80)]
+    #[schema(
+        max_length = 80,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u2028-\u202E\u2066-\u2069]{0,80}$"
+    )]
     pub reason: String,
 }
 
@@ -447,6 +451,9 @@ pub struct HealthView {
 pub struct EntitlementsQuery {
     /// The holder.
     pub user_id: String,
+    /// Only the grants of this order. Required with a publishable key, which sees the grant
+    /// of an order a publishable key made and nothing else.
+    pub order_id: Option<String>,
 }
 
 /// One grant.

@@ -8,6 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mideng::http::Problem;
 use mideng::http::Tenant;
+use mideng::token::{IssueError, TokenCap};
 use mideng::{IdempotencyKey, Scope};
 use utoipa::OpenApi;
 
@@ -31,16 +32,26 @@ use super::{ApiError, AppState, operation};
         super::entitlements::list,
         super::webhooks::create_endpoint, super::webhooks::list_endpoints,
         super::webhooks::list_deliveries, super::webhooks::redeliver,
+        super::reconciliation::list,
     ),
     modifiers(&Contract)
 )]
 pub struct ApiDoc;
 
 /// Issues a one-time submit token for creating a payment.
+///
+/// A tenant holds at most 1 000 unspent tokens at once (and the service 100 000 in all): past
+/// that, 429 `too-many-tokens` with `Retry-After` until the earliest of them expires (sooner
+/// once one is spent).
 #[utoipa::path(
     post, path = "/v1/tokens", tag = "tokens", operation_id = "issue_token",
-    responses((status = 201, body = TokenView), (status = 503, body = super::ProblemBody)),
-    security(("api_key" = []))
+    responses(
+        (status = 201, body = TokenView),
+        (status = 429, description = "too-many-tokens: as many unspent tokens as the tenant (or the service) may hold; Retry-After says when one frees up", body = super::ProblemBody,
+            headers(("Retry-After" = u64, description = "Seconds until the earliest unspent token expires"))),
+        (status = 503, body = super::ProblemBody),
+    ),
+    security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn issue_token(
     State(state): State<AppState>,
@@ -52,13 +63,31 @@ pub(super) async fn issue_token(
         .tokens
         .issue_token(&scope, TOKEN_TTL)
         .await
-        .map_err(|error| {
-            tracing::warn!(%error, "token store unavailable");
-            ApiError::new(
-                Code::Shared(Problem::TokenStoreUnavailable),
-                "cannot issue tokens now",
-            )
-            .retry_after(1)
+        .map_err(|error| match error {
+            IssueError::Full { cap, retry_after } => {
+                tracing::info!(%tenant, cap = cap.label(), "token refused: limit reached");
+                metrics::counter!("mideng_tokens_refused_total", "cap" => cap.label())
+                    .increment(1);
+                let whose = match cap {
+                    TokenCap::Scope => "this tenant holds",
+                    TokenCap::Total => "the service holds",
+                };
+                ApiError::new(
+                    Code::TooManyTokens,
+                    format!(
+                        "{whose} as many unspent tokens as it may; spend one, or retry when one expires"
+                    ),
+                )
+                .retry_after(retry_after.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX))
+            }
+            other => {
+                tracing::warn!(error = %other, "token store unavailable");
+                ApiError::new(
+                    Code::Shared(Problem::TokenStoreUnavailable),
+                    "cannot issue tokens now",
+                )
+                .retry_after(1)
+            }
         })?;
     Ok((
         StatusCode::CREATED,

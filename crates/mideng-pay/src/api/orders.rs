@@ -13,12 +13,33 @@ use super::fields::identifier;
 use super::models::{CreateOrder, OrderView, TransitionBody};
 use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::{OrderId, Sku, UserId};
+use crate::domain::keys::KeyKind;
 use crate::domain::money::Currency;
 use crate::domain::order::{Entitlement, Order, OrderStatus};
+use crate::domain::payment::Payment;
 use crate::flows::order::{self, OrderCreated, Transitioned};
 
-/// Checks a create-order body; the row to insert.
-fn validated(tenant: &str, body: &CreateOrder) -> Result<Order, ApiError> {
+/// The order `order_id` of the tenant with its attempts, if a key of `kind` sees it: a secret
+/// key sees every order, a publishable key only those a publishable key made. Any other is
+/// 404, as if it did not exist.
+pub(super) async fn visible_order(
+    state: &AppState,
+    tenant: &str,
+    kind: KeyKind,
+    order_id: &OrderId,
+) -> Result<(Order, Vec<Payment>), ApiError> {
+    state
+        .ports
+        .store
+        .orders
+        .order(tenant, order_id.as_str())
+        .await?
+        .filter(|(order, _)| kind == KeyKind::Secret || order.publishable)
+        .ok_or_else(|| ApiError::not_found("order"))
+}
+
+/// Checks a create-order body; the row to insert (made by a key of `kind`).
+fn validated(tenant: &str, body: &CreateOrder, kind: KeyKind) -> Result<Order, ApiError> {
     let order_id = identifier(OrderId::parse(&body.order_id))?;
     let user_id = identifier(UserId::parse(&body.user_id))?;
     let amount = body.amount.parse()?;
@@ -47,6 +68,7 @@ fn validated(tenant: &str, body: &CreateOrder) -> Result<Order, ApiError> {
         entitlement_quantity: entitlement.map(|entitlement| i64::from(entitlement.quantity)),
         fingerprint: Fingerprint::of_json("order", &canonical).to_hex(),
         version: 0,
+        publishable: kind == KeyKind::Publishable,
     })
 }
 
@@ -57,19 +79,30 @@ fn validated(tenant: &str, body: &CreateOrder) -> Result<Order, ApiError> {
     responses(
         (status = 201, description = "Created", body = OrderView),
         (status = 200, description = "The same order again (Idempotent-Replayed: true)", body = OrderView),
-        (status = 422, description = "Same order id, different content; or invalid", body = super::ProblemBody),
+        (status = 422, description = "Same order id, different content (or, with a publishable key, an order id the secret key used); or invalid", body = super::ProblemBody),
     ),
-    security(("api_key" = []))
+    security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn create(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    axum::Extension(kind): axum::Extension<KeyKind>,
     ApiJson(body): ApiJson<CreateOrder>,
 ) -> Result<Response, ApiError> {
-    let order = validated(&tenant, &body)?;
+    let order = validated(&tenant, &body, kind)?;
     match order::create(&state.ports, &order).await? {
         OrderCreated::Created => {
             Ok((StatusCode::CREATED, axum::Json(OrderView::of(&order, &[]))).into_response())
+        }
+        // A publishable key replays only what a publishable key made: the same body under an
+        // order id the merchant's server used would otherwise show that order and its payments.
+        OrderCreated::Replayed(current, _)
+            if kind == KeyKind::Publishable && !current.publishable =>
+        {
+            Err(ApiError::new(
+                Code::OrderIdReused,
+                "an order with this id and different content exists",
+            ))
         }
         OrderCreated::Replayed(current, payments) => Ok((
             StatusCode::OK,
@@ -91,34 +124,30 @@ pub(super) async fn create(
     params(("order_id" = String, Path, description = "Order id")),
     responses(
         (status = 200, body = OrderView),
-        (status = 404, body = super::ProblemBody),
+        (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),
     ),
-    security(("api_key" = []))
+    security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn show(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    axum::Extension(kind): axum::Extension<KeyKind>,
     Path(order_id): Path<String>,
 ) -> Result<axum::Json<OrderView>, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
-    let (order, payments) = state
-        .ports
-        .store
-        .orders
-        .order(&tenant, order_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("order"))?;
+    let (order, payments) = visible_order(&state, &tenant, kind, &order_id).await?;
     Ok(axum::Json(OrderView::of(&order, &payments)))
 }
 
-/// Moves the order along its state machine. PAID is reached only through a payment.
+/// Moves the order along its state machine. PAID is reached only through a payment, REFUNDING
+/// and REFUNDED only through a refund (`POST /v1/payments/{payment_no}/refunds`).
 #[utoipa::path(
     post, path = "/v1/orders/{order_id}/transitions", tag = "orders", operation_id = "transition_order",
     params(("order_id" = String, Path, description = "Order id")),
     request_body = TransitionBody,
     responses(
         (status = 200, description = "Moved, or already there", body = OrderView),
-        (status = 409, description = "Illegal from the current status, or lost a race", body = super::ProblemBody),
+        (status = 409, description = "illegal-transition: not allowed from the current status (or lost a race), or a status only a payment (PAID) or a refund (REFUNDING, REFUNDED) reaches", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
     security(("api_key" = []))
@@ -138,6 +167,13 @@ pub(super) async fn transition(
         Transitioned::OnlyByPayment => Err(ApiError::new(
             Code::IllegalTransition,
             "an order becomes PAID only through a payment",
+        )),
+        Transitioned::OnlyByRefund => Err(ApiError::new(
+            Code::IllegalTransition,
+            format!(
+                "an order becomes {} only through a refund: POST /v1/payments/{{payment_no}}/refunds",
+                to.as_str()
+            ),
         )),
         Transitioned::Refused { current } => Err(ApiError::new(
             Code::IllegalTransition,

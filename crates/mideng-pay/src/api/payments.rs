@@ -15,6 +15,7 @@ use super::error::Code;
 use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
 use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::{OrderId, PaymentNo};
+use crate::domain::keys::KeyKind;
 use crate::domain::payment::Payment;
 use crate::domain::refund::{Refund, checked_reason};
 use crate::flows::payment::{self, Closed, Created};
@@ -75,19 +76,25 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
         (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url): ask again with a new token", body = PaymentView),
         (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
         (status = 409, description = "order-already-paid, payment-closed, in-progress, duplicate-submission, order-not-payable", body = super::ProblemBody),
-        (status = 404, body = super::ProblemBody),
+        (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),
     ),
-    security(("api_key" = []))
+    security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn create(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    axum::Extension(kind): axum::Extension<KeyKind>,
     Path(order_id): Path<String>,
     ApiJson(body): ApiJson<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
     let channel = ChannelKind::parse(&body.channel)
         .map_err(|_| ApiError::new(Code::InvalidRequest, "channel must be alipay or wechat"))?;
+    // A publishable key pays only for the orders a publishable key made (one more read, for
+    // publishable keys alone).
+    if kind == KeyKind::Publishable {
+        super::orders::visible_order(&state, &tenant, kind, &order_id).await?;
+    }
     match payment::create(&state.ports, &tenant, &order_id, channel).await? {
         Created::New(payment) => Ok(payment_answer(StatusCode::CREATED, &payment, false)),
         Created::Existing(payment) => Ok(payment_answer(StatusCode::OK, &payment, true)),
@@ -219,7 +226,7 @@ fn refund_answer(status: StatusCode, refund: &Refund) -> Response {
         (status = 201, description = "The refund, as the channel's answer left it: SUCCESS, PROCESSING (the channel has not finished, or did not answer: follow GET /v1/refunds/{refund_no}), CLOSED (the channel refused it; nothing moved) or ABNORMAL", body = RefundView),
         (status = 200, description = "The refund this key made before (after a crash, or a replay with Idempotent-Replayed: true)", body = RefundView),
         (status = 409, description = "payment-not-refundable, refund-exceeds-payment, in-progress", body = super::ProblemBody),
-        (status = 422, description = "invalid-amount, invalid-request, refund-key-reused", body = super::ProblemBody),
+        (status = 422, description = "invalid-amount; invalid-request (a reason over 80 characters, or with a control character, a line separator or a bidirectional control); idempotency-key-reused: the key was used with another payment, amount or reason (its record is kept for the funds retention); refund-key-reused: the same, found by the refund's unique key after that record was purged (the body names the refund the key made)", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
     security(("api_key" = []))
@@ -236,7 +243,7 @@ pub(super) async fn refund(
     let reason = checked_reason(&body.reason).ok_or_else(|| {
         ApiError::new(
             Code::InvalidRequest,
-            "reason must be at most 80 characters without control characters",
+            "reason must be at most 80 characters, without control characters, line separators or bidirectional controls (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
         )
     })?;
     // The route's layer requires the key; without one the request never gets here.

@@ -13,13 +13,15 @@ use std::time::Duration;
 use mideng::clock;
 use quick_cache::sync::Cache;
 
+use crate::domain::keys::KeyKind;
+
 /// Most API keys held: far more tenants than one deployment serves.
 const TENANTS_CACHED_MAX: usize = 10_000;
 
-/// Resolved API keys (by the SHA-256 of the key, as stored), each with the end of its time in
-/// the cache.
+/// Resolved API keys (by the SHA-256 of the key, as stored), each with its tenant, its kind and
+/// the end of its time in the cache.
 pub struct TenantCache {
-    tenants: Option<Cache<String, (String, i64)>>,
+    tenants: Option<Cache<String, (String, KeyKind, i64)>>,
     ttl_ms: i64,
 }
 
@@ -42,12 +44,12 @@ impl TenantCache {
         }
     }
 
-    /// The tenant of the key with this hash, if it was resolved less than the time to live
-    /// ago.
-    pub fn get(&self, api_key_hash: &str, now_ms: i64) -> Option<String> {
+    /// The tenant of the key with this hash and the key's kind, if it was resolved less than
+    /// the time to live ago.
+    pub fn get(&self, api_key_hash: &str, now_ms: i64) -> Option<(String, KeyKind)> {
         let tenants = self.tenants.as_ref()?;
         match tenants.get(api_key_hash) {
-            Some((tenant, until_ms)) if until_ms > now_ms => Some(tenant),
+            Some((tenant, kind, until_ms)) if until_ms > now_ms => Some((tenant, kind)),
             Some(_) => {
                 tenants.remove(api_key_hash);
                 None
@@ -56,12 +58,13 @@ impl TenantCache {
         }
     }
 
-    /// Remembers that the key with this hash is `tenant`'s, as read from the database now.
-    pub fn put(&self, api_key_hash: &str, tenant: &str, now_ms: i64) {
+    /// Remembers that the key with this hash is `tenant`'s key of `kind`, as read from the
+    /// database now.
+    pub fn put(&self, api_key_hash: &str, tenant: &str, kind: KeyKind, now_ms: i64) {
         if let Some(tenants) = &self.tenants {
             tenants.insert(
                 api_key_hash.to_owned(),
-                (tenant.to_owned(), now_ms.saturating_add(self.ttl_ms)),
+                (tenant.to_owned(), kind, now_ms.saturating_add(self.ttl_ms)),
             );
         }
     }
@@ -75,8 +78,11 @@ mod tests {
     fn a_key_is_kept_for_its_time_to_live_and_not_after() {
         let cache = TenantCache::new(Duration::from_secs(5));
         assert_eq!(cache.get("h1", 1_000), None, "nothing before a read");
-        cache.put("h1", "shop-1", 1_000);
-        assert_eq!(cache.get("h1", 5_999).as_deref(), Some("shop-1"));
+        cache.put("h1", "shop-1", KeyKind::Publishable, 1_000);
+        assert_eq!(
+            cache.get("h1", 5_999),
+            Some(("shop-1".to_owned(), KeyKind::Publishable))
+        );
         assert_eq!(cache.get("h1", 6_000), None, "gone at the end of its time");
         assert_eq!(cache.get("h1", 6_001), None);
         assert_eq!(cache.get("h2", 1_000), None, "another key is not this one");
@@ -85,7 +91,7 @@ mod tests {
     #[test]
     fn a_zero_time_to_live_keeps_nothing() {
         let cache = TenantCache::new(Duration::ZERO);
-        cache.put("h1", "shop-1", 1_000);
+        cache.put("h1", "shop-1", KeyKind::Secret, 1_000);
         assert_eq!(cache.get("h1", 1_000), None);
     }
 }

@@ -13,9 +13,10 @@ use super::models::{
 };
 use super::{ApiError, ApiJson, AppState};
 use crate::domain::ids::PaymentNo;
+use crate::domain::webhook::EndpointError;
 use crate::flows::webhook;
 use crate::store::webhooks::{
-    Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Registered,
+    Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
 };
 
 fn endpoint_view(endpoint: &Endpoint) -> EndpointView {
@@ -63,7 +64,7 @@ fn delivery_view(delivery: &Delivery, attempts: &[Attempt]) -> DeliveryView {
         (status = 201, description = "New endpoint, with its signing secret", body = EndpointView),
         (status = 200, description = "The tenant's endpoint with this URL, unchanged (Idempotent-Replayed: true)", body = EndpointView),
         (status = 409, description = "too-many-endpoints (20 per tenant)", body = super::ProblemBody),
-        (status = 422, description = "invalid-request: the URL (absolute http(s), public unless allowed) or the events", body = super::ProblemBody),
+        (status = 422, description = "invalid-request: the URL (absolute http(s)) or the events; private-target: the URL names an address that is not globally routable (loopback, private, link-local, any special-purpose range, an IPv6 form carrying such an IPv4) or a local name (localhost, *.local, *.internal…), unless allowed", body = super::ProblemBody),
     ),
     security(("api_key" = []))
 )]
@@ -74,7 +75,13 @@ pub(super) async fn create_endpoint(
 ) -> Result<Response, ApiError> {
     let registered = webhook::register(&state.ports, &tenant, &body.url, &body.events)
         .await?
-        .map_err(|error| ApiError::new(Code::InvalidRequest, error.to_string()))?;
+        .map_err(|error| {
+            let code = match error {
+                EndpointError::Url | EndpointError::Events => Code::InvalidRequest,
+                EndpointError::PrivateTarget => Code::PrivateTarget,
+            };
+            ApiError::new(code, error.to_string())
+        })?;
     match registered {
         Registered::New(endpoint) => {
             Ok((StatusCode::CREATED, axum::Json(endpoint_view(&endpoint))).into_response())
@@ -141,11 +148,15 @@ pub(super) async fn list_deliveries(
 
 /// Sends a delivery again by hand, under the same `webhook-id`, with a fresh schedule; enables
 /// its endpoint if it was disabled.
+///
+/// A delivery has at most 100 attempts in all: the schedule that reaches them ends there, and a
+/// redelivery after is refused.
 #[utoipa::path(
     post, path = "/v1/webhook-deliveries/{delivery_id}/redeliver", tag = "webhooks", operation_id = "redeliver_webhook",
     params(("delivery_id" = String, Path, description = "The delivery")),
     responses(
         (status = 202, description = "Due now; the dispatcher sends it", body = DeliveryView),
+        (status = 409, description = "attempts-exhausted: the delivery has as many attempts as a delivery may have (100); it stays listed with its history", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
     security(("api_key" = []))
@@ -157,9 +168,18 @@ pub(super) async fn redeliver(
 ) -> Result<Response, ApiError> {
     let delivery_id =
         PaymentNo::parse(&delivery_id).map_err(|_| ApiError::not_found("delivery"))?;
-    let delivery = webhook::redeliver(&state.ports, &tenant, delivery_id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("delivery"))?;
+    let delivery = match webhook::redeliver(&state.ports, &tenant, delivery_id.as_str()).await? {
+        Redelivery::Due(delivery) => delivery,
+        Redelivery::NoDelivery => return Err(ApiError::not_found("delivery")),
+        Redelivery::AttemptsExhausted { attempts } => {
+            return Err(ApiError::new(
+                Code::AttemptsExhausted,
+                format!(
+                    "the delivery has {attempts} attempts, as many as a delivery may have; its history stays listed"
+                ),
+            ));
+        }
+    };
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(delivery_view(&delivery, &[])),

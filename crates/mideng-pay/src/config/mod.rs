@@ -270,16 +270,30 @@ impl ServeConfig {
                 "webhooks.retry_schedule_ms: 1 to 32 delays of at most 86400000 ms each",
             );
         }
+        let webhooks = &self.webhooks;
+        if !(1..=16).contains(&webhooks.in_flight_per_endpoint_max)
+            || !(1..=64).contains(&webhooks.in_flight_per_tenant_max)
+            || !(1..=256).contains(&webhooks.concurrency)
+            || webhooks.allowed_targets.len() > 64
+        {
+            return invalid(
+                "webhooks: in_flight_per_endpoint_max 1 to 16, in_flight_per_tenant_max 1 to 64, \
+                 concurrency 1 to 256, at most 64 allowed_targets",
+            );
+        }
         if !(1..=3_600).contains(&self.events.consumer_visibility_secs) {
             return invalid("events.consumer_visibility_secs must be 1 to 3600");
+        }
+        if !(1..=1_000).contains(&self.events.consumer_park_after) {
+            return invalid("events.consumer_park_after must be 1 to 1000");
         }
         for tenant in &self.tenants {
             if tenant.webhooks.len() > crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX {
                 return invalid("tenants.webhooks: at most 20 per tenant");
             }
             for webhook in &tenant.webhooks {
-                let allow_private = self.webhooks.allow_private_targets;
-                if let Err(error) = crate::domain::webhook::checked_url(&webhook.url, allow_private)
+                let targets = self.payment_settings().webhook_targets();
+                if let Err(error) = crate::domain::webhook::checked_url(&webhook.url, &targets)
                     .and_then(|_| crate::domain::webhook::checked_events(&webhook.events))
                 {
                     return Err(ConfigError::Invalid(format!("tenants.webhooks: {error}")));
@@ -299,6 +313,25 @@ impl ServeConfig {
         {
             return invalid("demo.api_key must be 16 to 256 characters");
         }
+        if let Some(key) = &self.demo.publishable_key
+            && !(16..=256).contains(&key.len())
+        {
+            return invalid("demo.publishable_key must be 16 to 256 characters");
+        }
+        if self.demo.api_key.is_some() && self.demo.api_key == self.demo.publishable_key {
+            return invalid("demo.publishable_key must differ from demo.api_key");
+        }
+        for tenant in &self.tenants {
+            if let Some(digest) = &tenant.publishable_key_sha256
+                && (digest.len() != 64
+                    || !digest.bytes().all(|byte| byte.is_ascii_hexdigit())
+                    || digest.eq_ignore_ascii_case(&tenant.api_key_sha256))
+            {
+                return invalid(
+                    "tenants.publishable_key_sha256 must be 64 hexadecimal digits, not the secret key's",
+                );
+            }
+        }
         if let Some(digest) = &self.console.api_key_sha256
             && (digest.len() != 64 || !digest.bytes().all(|byte| byte.is_ascii_hexdigit()))
         {
@@ -311,9 +344,10 @@ impl ServeConfig {
         if !(1..=3_600).contains(&reconcile.interval_secs)
             || reconcile.min_age_secs > 86_400
             || !(1..=10_000).contains(&reconcile.batch)
+            || reconcile.bill_after_day_end_secs > 86_400
         {
             return invalid(
-                "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, batch 1..=10000",
+                "reconcile: interval_secs 1..=3600, min_age_secs ..=86400, batch 1..=10000, bill_after_day_end_secs ..=86400",
             );
         }
         let events = &self.events;
@@ -379,16 +413,17 @@ impl ServeConfig {
                 .unwrap_or_else(|| self.simulator_enabled())
     }
 
-    /// The digest of the key that opens the console, given the demo tenant's key in use;
-    /// `None`: the console is not served.
-    pub fn console_key_sha256(&self, demo_key: Option<&str>) -> Option<String> {
+    /// The digest of the key that opens the console; `None`: the console is not served. Only
+    /// `[console] api_key_sha256` opens it: it shows every tenant's decisions, so no tenant's
+    /// key (the demo tenant's included) is ever taken in its place.
+    pub fn console_key_sha256(&self) -> Option<String> {
         if !self.console.enabled {
             return None;
         }
-        match &self.console.api_key_sha256 {
-            Some(digest) => Some(digest.to_ascii_lowercase()),
-            None => demo_key.map(crate::api::api_key_hash),
-        }
+        self.console
+            .api_key_sha256
+            .as_ref()
+            .map(|digest| digest.to_ascii_lowercase())
     }
 
     /// Payment settings.
@@ -404,6 +439,7 @@ impl ServeConfig {
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             wallet_strategy: self.wallet.strategy,
             webhook_private_targets: self.webhooks.allow_private_targets,
+            webhook_allowed_targets: self.webhooks.allowed_targets.clone(),
             automatic_refunds: self.payments.automatic_refunds,
             ..PaymentSettings::default()
         }
@@ -463,12 +499,16 @@ impl ServeConfig {
                 group: events.consumer_group.clone(),
                 revoke_on_refund: events.revoke_on_refund,
                 visibility: Duration::from_secs(events.consumer_visibility_secs),
+                park_after: events.consumer_park_after,
                 ..ConsumerSettings::default()
             }),
             webhooks: self.webhooks.enabled.then(|| {
                 let defaults = WebhookSettings::default();
                 WebhookSettings {
                     timeout: Duration::from_secs(self.webhooks.timeout_secs),
+                    concurrency: self.webhooks.concurrency,
+                    in_flight_per_endpoint_max: self.webhooks.in_flight_per_endpoint_max,
+                    in_flight_per_tenant_max: self.webhooks.in_flight_per_tenant_max,
                     schedule: self
                         .webhooks
                         .retry_schedule_ms
@@ -480,6 +520,16 @@ impl ServeConfig {
                 }
             }),
         }
+    }
+
+    /// The daily bill job's settings, when it is on.
+    pub fn bill_settings(&self) -> Option<crate::workers::bill::BillSettings> {
+        self.reconcile
+            .bills
+            .then(|| crate::workers::bill::BillSettings {
+                after_day_end: Duration::from_secs(self.reconcile.bill_after_day_end_secs),
+                ..crate::workers::bill::BillSettings::default()
+            })
     }
 
     /// Reconciliation settings.
@@ -771,8 +821,9 @@ mod tests {
             "the embedded mode shows the checkout"
         );
         assert_eq!(
-            embedded.console_key_sha256(Some("demo-key-0123456789")),
-            Some(crate::api::api_key_hash("demo-key-0123456789"))
+            embedded.console_key_sha256(),
+            None,
+            "no console without its own key: never a tenant's in its place"
         );
         let production = parse(
             &format!(
@@ -786,7 +837,7 @@ mod tests {
         .expect("valid");
         assert!(!production.checkout_enabled());
         assert_eq!(
-            production.console_key_sha256(None),
+            production.console_key_sha256(),
             Some("ab".repeat(32)),
             "the operator's key, lowercased"
         );

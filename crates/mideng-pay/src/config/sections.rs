@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::flows::PaymentSettings;
 use crate::transport::TransportSettings;
+use crate::workers::bill::BillSettings;
 use crate::workers::purge::PurgeSettings;
 use crate::workers::reconcile::ReconcileSettings;
 use crate::workers::{ConsumerSettings, RelayWorkerSettings};
@@ -55,6 +56,8 @@ pub struct EventsConfig {
     /// it is delivered again, when that consumer neither acknowledged nor refused it (it
     /// crashed): 1 to 3600 s (default 30).
     pub consumer_visibility_secs: u64,
+    /// Failed deliveries of one event before the consumer parks it for a person (1 ..= 1000).
+    pub consumer_park_after: u32,
     /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
     pub sent_retention_days: u64,
     /// RabbitMQ.
@@ -79,6 +82,7 @@ impl Default for EventsConfig {
             retry_cap_secs: relay.retry_cap.as_secs(),
             consumer_group: ConsumerSettings::default().group,
             consumer_visibility_secs: ConsumerSettings::default().visibility.as_secs(),
+            consumer_park_after: ConsumerSettings::default().park_after,
             sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
             rabbitmq: RabbitConfig::default(),
             nats: NatsConfig::default(),
@@ -174,6 +178,11 @@ pub struct ReconcileConfig {
     pub min_age_secs: u64,
     /// Most payments per round (1 ..= 10000).
     pub batch: u32,
+    /// Whether the daily job reconciles yesterday's bills of every configured channel.
+    pub bills: bool,
+    /// How long after a day ends (Beijing time) its bills are asked for, seconds (the channels
+    /// publish by 09:00 and 10:00; default 10:30).
+    pub bill_after_day_end_secs: u64,
 }
 
 impl Default for ReconcileConfig {
@@ -183,6 +192,8 @@ impl Default for ReconcileConfig {
             interval_secs: defaults.interval.as_secs(),
             min_age_secs: defaults.min_age.as_secs(),
             batch: defaults.batch,
+            bills: true,
+            bill_after_day_end_secs: BillSettings::default().after_day_end.as_secs(),
         }
     }
 }
@@ -333,6 +344,17 @@ pub struct WebhooksConfig {
     /// Let tenants register loopback, private and link-local addresses (default false: a
     /// tenant must not make the service post into its own network). On for a laptop demo.
     pub allow_private_targets: bool,
+    /// IP and port pairs an endpoint may name although they are not globally routable
+    /// (default none), as `"10.0.0.7:8443"`: the operator's own receivers. Only a URL whose
+    /// host is that literal and whose port that port matches; a name never does.
+    pub allowed_targets: Vec<SocketAddr>,
+    /// Attempts in flight to one endpoint at once, 1 to 16 (default 2): a silent endpoint
+    /// holds this many of the dispatcher's attempts, never more.
+    pub in_flight_per_endpoint_max: usize,
+    /// Attempts in flight for one tenant's endpoints at once, 1 to 64 (default 4).
+    pub in_flight_per_tenant_max: usize,
+    /// Attempts in flight in all on this instance, 1 to 256 (default 8).
+    pub concurrency: usize,
     /// Delays before each attempt, in milliseconds, the first counted from the event (default:
     /// at once, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h); 1 to 32 delays of at most a
     /// day each. Its length is the number of attempts before an endpoint is disabled.
@@ -345,6 +367,10 @@ impl Default for WebhooksConfig {
             enabled: true,
             timeout_secs: 10,
             allow_private_targets: false,
+            allowed_targets: Vec::new(),
+            in_flight_per_endpoint_max: 2,
+            in_flight_per_tenant_max: 4,
+            concurrency: 8,
             retry_schedule_ms: None,
         }
     }
@@ -358,9 +384,12 @@ pub struct DemoConfig {
     pub enabled: bool,
     /// Its id.
     pub tenant_id: String,
-    /// Its API key; unset: a fresh key at every start, printed.
+    /// Its secret API key; unset: a fresh key at every start, printed.
     pub api_key: Option<String>,
-    /// Serve the demo checkout at `/` (paying as the demo tenant, whose key the page carries).
+    /// Its publishable key, the one the demo checkout shows every visitor; unset: a fresh key
+    /// at every start. It opens the checkout's routes only ([`crate::domain::keys`]).
+    pub publishable_key: Option<String>,
+    /// Serve the demo checkout at `/` (paying as the demo tenant with its publishable key).
     /// Unset: on exactly when the simulator runs in process (the embedded mode), so a
     /// deployment with real channels never shows it unless told to.
     pub checkout: Option<bool>,
@@ -372,6 +401,7 @@ impl Default for DemoConfig {
             enabled: true,
             tenant_id: "demo".to_owned(),
             api_key: None,
+            publishable_key: None,
             checkout: None,
         }
     }
@@ -383,8 +413,9 @@ impl Default for DemoConfig {
 pub struct ConsoleConfig {
     /// Serve it.
     pub enabled: bool,
-    /// SHA-256 (hex) of the key that opens it (`mideng api-key` makes one). Unset: the demo
-    /// tenant's key opens it when the demo tenant is on; otherwise the console is not served.
+    /// SHA-256 (hex) of the key that opens it (`mideng api-key` makes one). Unset: the console
+    /// is not served. It shows every tenant's decisions, so no tenant's key opens it, and it
+    /// never falls back to one.
     pub api_key_sha256: Option<String>,
 }
 
@@ -403,8 +434,11 @@ impl Default for ConsoleConfig {
 pub struct TenantConfig {
     /// Tenant id.
     pub id: String,
-    /// SHA-256 (hex) of its API key.
+    /// SHA-256 (hex) of its secret API key.
     pub api_key_sha256: String,
+    /// SHA-256 (hex) of its publishable key, which a checkout page may show; unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publishable_key_sha256: Option<String>,
     /// Its webhook endpoints (`[[tenants.webhooks]]`), registered at start if missing (by URL;
     /// the signing secret is made then and read with `GET /v1/webhook-endpoints`).
     #[serde(default)]

@@ -1,18 +1,27 @@
 //! The service's rules, free of I/O, so that each is tested once on its own.
 //!
 //! - [`money`] — amounts in fen with checked arithmetic, the one currency, wallet balances.
+//! - [`bill`] — matching a channel's daily bill against our payments and refunds.
+//! - [`charge`] — the one-PAID rule: what a charge the channel reports does to an attempt.
 //! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
+//! - [`keys`] — the two kinds of API key (secret, publishable) and what each opens.
 //! - [`order`] — the order state machine.
+//! - [`outbound`] — the outbound-address rule: the addresses and names a tenant's webhook URL
+//!   may reach.
 //! - [`payment`] — payment attempts and their state machine.
 //! - [`refund`] — refunds of a paid payment and their state machine.
 //! - [`wallet`] — ledger entries and what a credit or a deduct came to.
 //! - [`webhook`] — merchant notifications: events, secrets, signatures, the retry schedule.
 
+pub mod bill;
+pub mod charge;
 pub mod events;
 pub mod ids;
+pub mod keys;
 pub mod money;
 pub mod order;
+pub mod outbound;
 pub mod payment;
 pub mod refund;
 pub mod wallet;

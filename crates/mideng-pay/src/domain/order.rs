@@ -140,6 +140,9 @@ pub struct Order {
     pub fingerprint: String,
     /// Number of transitions applied.
     pub version: i64,
+    /// Whether a publishable key made it (a checkout page): only such orders are seen by a
+    /// publishable key ([`crate::domain::keys`]).
+    pub publishable: bool,
 }
 
 #[cfg(test)]

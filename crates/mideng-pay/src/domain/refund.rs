@@ -104,9 +104,29 @@ pub struct Refund {
     pub created_at_ms: i64,
 }
 
-/// A refund's reason, checked: at most [`REASON_CHARS_MAX`] characters, no control characters.
+/// Whether `character` may not appear in a reason: a control character (NUL, newlines, C1),
+/// a line or paragraph separator, or a bidirectional control (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069). A reason is free text that reaches the channel, logs and the
+/// operator console: a bidirectional control there shows another text than the one stored (a
+/// "Trojan Source" reason), and a line break forges a log line.
+fn refused_in_reason(character: char) -> bool {
+    character.is_control()
+        || matches!(
+            character,
+            '\u{061C}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// A refund's reason, checked: at most [`REASON_CHARS_MAX`] characters, none of them a control
+/// character, a line separator or a bidirectional control.
 pub fn checked_reason(text: &str) -> Option<&str> {
-    (text.chars().count() <= REASON_CHARS_MAX && !text.chars().any(char::is_control))
+    (text.chars().count() <= REASON_CHARS_MAX && !text.chars().any(refused_in_reason))
         .then_some(text)
 }
 
@@ -143,5 +163,17 @@ mod tests {
         assert_eq!(checked_reason(""), Some(""));
         assert!(checked_reason(&"x".repeat(REASON_CHARS_MAX + 1)).is_none());
         assert!(checked_reason("a\nb").is_none());
+        for refused in [
+            '\0', '\u{7F}', '\u{85}', '\u{061C}', '\u{200E}', '\u{200F}', '\u{2028}', '\u{2029}',
+            '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}',
+        ] {
+            assert!(
+                checked_reason(&format!("退货{refused}gpj.exe")).is_none(),
+                "U+{:04X}",
+                u32::from(refused)
+            );
+        }
+        assert!(checked_reason("七天无理由 (7-day) — ok!").is_some());
     }
 }

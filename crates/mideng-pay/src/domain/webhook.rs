@@ -16,6 +16,7 @@ use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 
 use super::events::{PAYMENT_CLOSED, PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
+use super::outbound::TargetPolicy;
 
 /// Event types an endpoint may subscribe to.
 pub const EVENT_TYPES: [&str; 3] = [PAYMENT_SUCCEEDED, PAYMENT_CLOSED, REFUND_SUCCEEDED];
@@ -99,19 +100,29 @@ pub enum EndpointError {
         "url must be an absolute http or https URL of at most 2048 bytes, without user info or fragment"
     )]
     Url,
-    /// The URL names a loopback, private, link-local or unspecified address (or `localhost`),
-    /// and this service does not deliver there.
-    #[error("url names a private or local address; this service delivers to public hosts only")]
+    /// The URL's host is an address that is not globally routable unicast (loopback, private,
+    /// link-local, any special-purpose range, or an IPv6 form carrying such an IPv4), or a
+    /// special-use name (`localhost`, `*.local`, `*.internal`…): see
+    /// [`crate::domain::outbound`].
+    #[error(
+        "url names a private, local or special-purpose address or name; this service delivers to public hosts only"
+    )]
     PrivateTarget,
     /// An event type that does not exist, or none at all.
     #[error("events must name one or more of payment.succeeded, payment.closed, refund.succeeded")]
     Events,
 }
 
-/// Checks an endpoint's URL; with `allow_private` false, a loopback, private, link-local or
-/// unspecified IP literal and `localhost` are refused (names that resolve to such addresses
-/// are not: the resolver is the network's to trust).
-pub fn checked_url(text: &str, allow_private: bool) -> Result<reqwest::Url, EndpointError> {
+/// Checks an endpoint's URL: unless `targets` allows private targets, its host must be a
+/// globally routable address (or one of the operator's allowed IP and port pairs) or a name
+/// that is not special-use ([`crate::domain::outbound`]).
+///
+/// An IP literal is judged as the URL standard reads it (`0`, `127.1`, `0x7f.1` and
+/// `[::ffff:0.0.0.0]` are the addresses they are). A name is not resolved here: its answers
+/// may change after registration (DNS rebinding), and registration stays free of I/O (no DNS
+/// in tests). The dispatcher's resolver, which judges every address a name resolves to at
+/// each connection, is the authority; this check refuses early what is plainly local.
+pub fn checked_url(text: &str, targets: &TargetPolicy) -> Result<reqwest::Url, EndpointError> {
     if text.len() > URL_BYTES_MAX {
         return Err(EndpointError::Url);
     }
@@ -123,34 +134,10 @@ pub fn checked_url(text: &str, allow_private: bool) -> Result<reqwest::Url, Endp
     {
         return Err(EndpointError::Url);
     }
-    let host = url.host_str().ok_or(EndpointError::Url)?;
-    let literal = host
-        .strip_prefix('[')
-        .and_then(|inner| inner.strip_suffix(']'))
-        .unwrap_or(host);
-    let private = match literal.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(address)) => {
-            address.is_loopback()
-                || address.is_private()
-                || address.is_link_local()
-                || address.is_unspecified()
-                || address.is_broadcast()
-        }
-        Ok(std::net::IpAddr::V6(address)) => {
-            address.is_loopback()
-                || address.is_unspecified()
-                || address.is_unique_local()
-                || address.is_unicast_link_local()
-                || address
-                    .to_ipv4_mapped()
-                    .is_some_and(|mapped| mapped.is_loopback() || mapped.is_private())
-        }
-        Err(_) => {
-            host.eq_ignore_ascii_case("localhost")
-                || host.to_ascii_lowercase().ends_with(".localhost")
-        }
-    };
-    if private && !allow_private {
+    if url.host().is_none() {
+        return Err(EndpointError::Url);
+    }
+    if !targets.permits_url(&url) {
         return Err(EndpointError::PrivateTarget);
     }
     Ok(url)
@@ -175,6 +162,13 @@ pub fn checked_events(events: &[String]) -> Result<Vec<String>, EndpointError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn anywhere() -> TargetPolicy {
+        TargetPolicy {
+            allow_private: true,
+            allowed: Vec::new(),
+        }
+    }
 
     #[test]
     fn a_signature_follows_the_specification() {
@@ -205,7 +199,23 @@ mod tests {
 
     #[test]
     fn endpoints_are_public_http_urls_with_known_events() {
-        assert!(checked_url("https://merchant.example/hooks", false).is_ok());
+        assert!(checked_url("https://merchant.example/hooks", &TargetPolicy::default()).is_ok());
+        assert!(checked_url("https://8.8.8.8/hooks", &TargetPolicy::default()).is_ok());
+        assert!(
+            checked_url(
+                "https://[2001:4860:4860::8888]/hooks",
+                &TargetPolicy::default()
+            )
+            .is_ok()
+        );
+        // A name is not resolved at registration: the dispatcher judges its answers.
+        assert!(
+            checked_url(
+                "https://localhost.merchant.example/hooks",
+                &TargetPolicy::default()
+            )
+            .is_ok()
+        );
         for local in [
             "http://127.0.0.1:8080/h",
             "http://localhost/h",
@@ -213,13 +223,42 @@ mod tests {
             "http://169.254.169.254/latest",
             "http://[::1]/h",
             "http://0.0.0.0/h",
+            // Found by an attacker: each passed a check of the literal text.
+            "http://[::ffff:0.0.0.0]:8090/sim/trades/P1/pay",
+            "http://[::ffff:127.0.0.1]/h",
+            "http://[::ffff:169.254.169.254]/latest",
+            "http://100.64.0.1/h",
+            "http://198.18.0.1/h",
+            "http://192.0.0.1/h",
+            "http://240.0.0.1/h",
+            "http://224.0.0.1/h",
+            "http://0.1.2.3/h",
+            "http://[::127.0.0.1]/h",
+            "http://[64:ff9b::7f00:1]/h",
+            "http://[2002:7f00:1::]/h",
+            "http://localhost./h",
+            // The same addresses in the URL standard's other spellings.
+            "http://0/h",
+            "http://127.1/h",
+            "http://0x7f.1/h",
+            "http://2130706433/h",
+            "http://[fc00::1]/h",
+            "http://[fe80::1]/h",
+            // Special-use names.
+            "http://a.localhost/h",
+            "http://A.LocalHost./h",
+            "http://printer.local/h",
+            "http://metadata.google.internal/h",
+            "http://router.home.arpa/h",
+            "http://merchant.invalid/h",
+            "http://merchant.test/h",
         ] {
             assert_eq!(
-                checked_url(local, false),
+                checked_url(local, &TargetPolicy::default()),
                 Err(EndpointError::PrivateTarget),
                 "{local}"
             );
-            assert!(checked_url(local, true).is_ok(), "{local}");
+            assert!(checked_url(local, &anywhere()).is_ok(), "{local}");
         }
         for bad in [
             "ftp://merchant.example/",
@@ -228,7 +267,11 @@ mod tests {
             "/relative",
             "",
         ] {
-            assert_eq!(checked_url(bad, true), Err(EndpointError::Url), "{bad}");
+            assert_eq!(
+                checked_url(bad, &anywhere()),
+                Err(EndpointError::Url),
+                "{bad}"
+            );
         }
         assert_eq!(
             checked_events(&[

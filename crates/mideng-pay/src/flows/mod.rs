@@ -102,6 +102,10 @@ pub struct PaymentSettings {
     /// Whether tenants may register webhook endpoints on loopback, private and link-local
     /// addresses (default false).
     pub webhook_private_targets: bool,
+    /// IP and port pairs that webhook endpoints may name although they are not globally
+    /// routable (default none): the operator's own receivers
+    /// ([`crate::domain::outbound::TargetPolicy::allowed`]).
+    pub webhook_allowed_targets: Vec<std::net::SocketAddr>,
     /// Whether reconciliation refunds the refund cases by itself — a payment PAID after its
     /// order was canceled, a charge for an order already paid, a charge for a failed attempt
     /// (default true); off, the cases are only recorded, counted and logged.
@@ -128,6 +132,17 @@ impl PaymentSettings {
     }
 }
 
+impl PaymentSettings {
+    /// Where webhook endpoints may point: one policy for registration and delivery, so that
+    /// the two never disagree.
+    pub fn webhook_targets(&self) -> crate::domain::outbound::TargetPolicy {
+        crate::domain::outbound::TargetPolicy {
+            allow_private: self.webhook_private_targets,
+            allowed: self.webhook_allowed_targets.clone(),
+        }
+    }
+}
+
 impl Default for PaymentSettings {
     fn default() -> Self {
         Self {
@@ -144,6 +159,7 @@ impl Default for PaymentSettings {
             tenant_cache: Duration::from_secs(5),
             wallet_strategy: crate::domain::wallet::WalletStrategy::default(),
             webhook_private_targets: false,
+            webhook_allowed_targets: Vec::new(),
             automatic_refunds: true,
         }
     }

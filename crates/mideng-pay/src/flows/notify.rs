@@ -81,10 +81,12 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
     };
     let (layer, label, verdict) = match &outcome {
         NotifyOutcome::Duplicate => ("dedup", "duplicate", NotifyVerdict::Accepted),
-        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: true })) => {
-            ("cas", "paid", NotifyVerdict::Accepted)
-        }
-        NotifyOutcome::Applied(Some(SuccessOutcome::Paid { order_moved: false })) => {
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid {
+            order_moved: true, ..
+        })) => ("cas", "paid", NotifyVerdict::Accepted),
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid {
+            order_moved: false, ..
+        })) => {
             tracing::warn!(
                 payment_no = subject,
                 "paid, but the order no longer waited for payment (canceled): recorded as a refund case"
@@ -107,7 +109,7 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         NotifyOutcome::LateSuccess(status) => {
             tracing::error!(
                 payment_no = subject, status = ?status,
-                "charged at the channel, but the order is paid by another payment (or the attempt failed): recorded as a refund case"
+                "charged at the channel, but the order is paid by another payment (or the attempt failed at creation): recorded as a refund case"
             );
             ("cas", "double_charge", NotifyVerdict::Accepted)
         }
@@ -122,5 +124,17 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         subject,
         label,
     );
+    // A late success paid the order while another attempt of it is open: close that one, so
+    // that the buyer cannot pay it too (after the order's lock is released; the close takes it).
+    if let (
+        NotifyOutcome::Applied(Some(SuccessOutcome::Paid {
+            open_sibling: Some(sibling),
+            ..
+        })),
+        Some(tenant),
+    ) = (&outcome, tenant.as_deref())
+    {
+        super::payment::close_sibling(ports, tenant, sibling).await;
+    }
     Some(channel.answer(verdict))
 }

@@ -1,6 +1,8 @@
 //! Orders: creation idempotent by the order id (the business key: the same order again is a
 //! replay, another content under the same id is refused), and transitions as compare-and-set on
-//! the status. PAID is reached only through a payment.
+//! the status. PAID is reached only through a payment, REFUNDING and REFUNDED only through a
+//! refund: each of those moves is written with the money's own (the payment, the refund), so a
+//! request that only names the status would leave the order saying what the money does not.
 
 use mideng::StoreError;
 
@@ -73,6 +75,8 @@ pub enum Transitioned {
     NoOrder,
     /// PAID is reached only through a payment.
     OnlyByPayment,
+    /// REFUNDING and REFUNDED are reached only through a refund.
+    OnlyByRefund,
     /// Not allowed from the current status (or lost a race to another transition).
     Refused {
         /// The current status.
@@ -87,8 +91,17 @@ pub async fn transition(
     order_id: &str,
     to: OrderStatus,
 ) -> Result<Transitioned, StoreError> {
-    if to == OrderStatus::Paid {
-        return Ok(Transitioned::OnlyByPayment);
+    match to {
+        OrderStatus::Paid => return Ok(Transitioned::OnlyByPayment),
+        // The refund flow moves the order along with the refund it records; moved by hand,
+        // the order would say REFUNDED over a payment still PAID, a grant still held and the
+        // whole amount still refundable.
+        OrderStatus::Refunding | OrderStatus::Refunded => return Ok(Transitioned::OnlyByRefund),
+        OrderStatus::Created
+        | OrderStatus::Shipped
+        | OrderStatus::Delivered
+        | OrderStatus::Completed
+        | OrderStatus::Canceled => {}
     }
     let outcome = ports
         .store

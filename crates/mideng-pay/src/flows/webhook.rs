@@ -8,10 +8,13 @@ use mideng::StoreError;
 use crate::domain::ids::new_number;
 use crate::domain::webhook::{EndpointError, checked_events, checked_url, generate_secret};
 use crate::flows::{Ports, decision};
-use crate::store::webhooks::{Attempt, Delivery, NewEndpoint, Registered};
+use crate::store::webhooks::{Attempt, Delivery, NewEndpoint, Redelivery, Registered};
 
 /// Operation name of webhook decisions in logs and counters.
 pub const OPERATION: &str = "webhook.redeliver";
+
+/// Operation name of the registration's decisions.
+pub const REGISTER: &str = "webhook.register";
 
 /// Registers `url` for `events`, or answers the tenant's endpoint with this URL.
 pub async fn register(
@@ -20,9 +23,15 @@ pub async fn register(
     url: &str,
     events: &[String],
 ) -> Result<Result<Registered, EndpointError>, StoreError> {
-    let url = match checked_url(url, ports.settings.webhook_private_targets) {
+    let url = match checked_url(url, &ports.settings.webhook_targets()) {
         Ok(url) => url,
-        Err(error) => return Ok(Err(error)),
+        Err(error) => {
+            if error == EndpointError::PrivateTarget {
+                // The URL is the tenant's text: not logged, only that it was refused.
+                decision("outbound", REGISTER, tenant, "endpoint", "private_target");
+            }
+            return Ok(Err(error));
+        }
     };
     let events = match checked_events(events) {
         Ok(events) => events,
@@ -53,15 +62,19 @@ pub async fn deliveries(
     ports.store.webhooks.deliveries(tenant, event_id).await
 }
 
-/// Makes a delivery due now again, under the same `webhook-id`, and enables its endpoint.
+/// Makes a delivery due now again, under the same `webhook-id`, and enables its endpoint,
+/// unless it has as many attempts as a delivery may have.
 pub async fn redeliver(
     ports: &Ports,
     tenant: &str,
     delivery_id: &str,
-) -> Result<Option<Delivery>, StoreError> {
+) -> Result<Redelivery, StoreError> {
     let redelivered = ports.store.webhooks.redeliver(tenant, delivery_id).await?;
-    if redelivered.is_some() {
-        decision("dedup", OPERATION, tenant, delivery_id, "redelivery_queued");
-    }
+    let outcome = match &redelivered {
+        Redelivery::Due(_) => "redelivery_queued",
+        Redelivery::AttemptsExhausted { .. } => "attempts_exhausted",
+        Redelivery::NoDelivery => return Ok(redelivered),
+    };
+    decision("dedup", OPERATION, tenant, delivery_id, outcome);
     Ok(redelivered)
 }

@@ -53,6 +53,21 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "refund cases, grant revocation",
                 include_str!("../../migrations/postgres/0006_refund_cases.sql"),
             ),
+            (
+                7,
+                "publishable keys",
+                include_str!("../../migrations/postgres/0007_key_kinds.sql"),
+            ),
+            (
+                8,
+                "bill cases",
+                include_str!("../../migrations/postgres/0008_bill_cases.sql"),
+            ),
+            (
+                9,
+                "parked events",
+                include_str!("../../migrations/postgres/0009_parked_events.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -97,6 +112,21 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "refund cases, grant revocation",
                 include_str!("../../migrations/mysql/0006_refund_cases.sql"),
             ),
+            (
+                7,
+                "publishable keys",
+                include_str!("../../migrations/mysql/0007_key_kinds.sql"),
+            ),
+            (
+                8,
+                "bill cases",
+                include_str!("../../migrations/mysql/0008_bill_cases.sql"),
+            ),
+            (
+                9,
+                "parked events",
+                include_str!("../../migrations/mysql/0009_parked_events.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -136,6 +166,21 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 6,
                 "refund cases, grant revocation",
                 include_str!("../../migrations/sqlite/0006_refund_cases.sql"),
+            ),
+            (
+                7,
+                "publishable keys",
+                include_str!("../../migrations/sqlite/0007_key_kinds.sql"),
+            ),
+            (
+                8,
+                "bill cases",
+                include_str!("../../migrations/sqlite/0008_bill_cases.sql"),
+            ),
+            (
+                9,
+                "parked events",
+                include_str!("../../migrations/sqlite/0009_parked_events.sql"),
             ),
         ],
     )

@@ -7,11 +7,13 @@
 //! | [`orders`] | [`Orders`] | orders: one per order id, moved by compare-and-set |
 //! | [`payments`] | [`Payments`] | payment attempts: one PENDING and at most one PAID per order; the success flow |
 //! | [`refunds`] | [`Refunds`] | refunds: one per request key, never more than the payment's amount together |
+//! | [`bill_cases`] | [`BillCases`] | what the channels' daily bills and our records disagree on, one case per channel, day, kind and number |
 //! | [`notifies`] | [`Notifies`] | channel notifies applied once per notify id, with their effect |
 //! | [`wallets`] | [`Wallets`] | credits and deducts, each with its record and stored answer |
 //! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
 //! | [`webhooks`] | [`Webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
 //! | [`events`] | [`Events`] | the outbox and the in-database queue |
+//! | [`parked`] | [`EventFailures`] | events a consumer failed: counted, then parked for a person |
 //! | [`overview`] | [`Overviews`] | counts by state, for the operator console |
 //! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
 //! | [`migrate`] | — | the schema per dialect |
@@ -28,12 +30,14 @@
 //! key (the primary key or the generated-flag unique keys) into "0 rows"; it would also
 //! silence a truncation, but every value is validated before it is written.
 
+pub mod bill_cases;
 pub mod events;
 pub mod grants;
 pub mod migrate;
 pub mod notifies;
 pub mod orders;
 pub mod overview;
+pub mod parked;
 pub mod payments;
 pub mod refunds;
 pub mod sql;
@@ -45,12 +49,14 @@ use std::sync::Arc;
 
 use mideng::store::sql::{Dialect, SqlStore};
 
+pub use bill_cases::BillCases;
 pub use events::{Events, OutboxRelay};
 pub use grants::{GrantOutcome, Grants};
 pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
 pub use orders::{OrderInsert, OrderTransition, Orders};
 pub use overview::{Overview, Overviews};
+pub use parked::{EventFailures, FailedEvent, FailureStatus};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
 pub use refunds::{NewRefund, OpenRefund, RefundCases, Refunds, SettledRefund};
 pub use sql::{Backend, SqlPay};
@@ -73,6 +79,8 @@ pub struct Store {
     pub refunds: Arc<dyn Refunds>,
     /// Refund cases: charges this service will not keep.
     pub refund_cases: Arc<dyn RefundCases>,
+    /// What the channels' bills and our records disagree on.
+    pub bill_cases: Arc<dyn BillCases>,
     /// Channel notifies.
     pub notifies: Arc<dyn Notifies>,
     /// Wallets.
@@ -81,6 +89,8 @@ pub struct Store {
     pub grants: Arc<dyn Grants>,
     /// The outbox and the in-database queue.
     pub events: Arc<dyn Events>,
+    /// Events a consumer failed, and the parked ones.
+    pub event_failures: Arc<dyn EventFailures>,
     /// Merchant webhooks.
     pub webhooks: Arc<dyn Webhooks>,
     /// Counts by state, for the operator console.
@@ -98,10 +108,12 @@ impl Store {
             payments: sql.clone(),
             refunds: sql.clone(),
             refund_cases: sql.clone(),
+            bill_cases: sql.clone(),
             notifies: sql.clone(),
             wallets: sql.clone(),
             grants: sql.clone(),
             events: sql.clone(),
+            event_failures: sql.clone(),
             webhooks: sql.clone(),
             overviews: sql,
         }

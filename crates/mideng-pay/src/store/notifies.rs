@@ -77,10 +77,11 @@ pub enum NotifyOutcome {
     /// id reused for another trade (the label says which). Nothing changed; the channel is
     /// told the notify is refused.
     Rejected(&'static str),
-    /// A success that cannot be kept: for an attempt that failed at creation, or for a closed
-    /// attempt of an order that another payment paid already (the buyer was charged twice).
-    /// Recorded as a refund case with the notify (the reconciler refunds it when automatic
-    /// refunds are on); logged and counted.
+    /// A success that cannot be kept (the one-PAID rule): for an attempt that failed at
+    /// creation, or for an attempt (closed or still pending) of an order that another payment
+    /// paid already (the buyer was charged twice). Recorded as a refund case with the notify
+    /// (the reconciler refunds it when automatic refunds are on); logged and counted. The
+    /// attempt's status before.
     LateSuccess(PaymentStatus),
     /// The same notify id is being processed right now elsewhere: answer failure, the channel
     /// resends.
@@ -196,18 +197,11 @@ async fn notify_on<D: Dialect>(
                 now_ms,
             )
             .await?;
-            if let SuccessOutcome::NotPending(status) = success {
-                // Charged at the channel, not kept here: a refund case, recorded with the
-                // notify, so the notify is processed and the money goes back once.
-                let kind = if status == PaymentStatus::Failed {
-                    refunds::CaseKind::FailedAttemptCharged
-                } else {
-                    refunds::CaseKind::DoubleCharge
-                };
-                refunds::record_case::<D>(connection, &payment, kind, now_ms).await?;
-                NotifyOutcome::LateSuccess(status)
-            } else {
-                NotifyOutcome::Applied(Some(success))
+            match success {
+                // Charged at the channel, not kept here: the success flow recorded the refund
+                // case with the notify, so the notify is processed and the money goes back once.
+                SuccessOutcome::Refunding { was, .. } => NotifyOutcome::LateSuccess(was),
+                success => NotifyOutcome::Applied(Some(success)),
             }
         }
         NotifyEvent::Closed => {

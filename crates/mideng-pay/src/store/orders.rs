@@ -27,12 +27,12 @@ pub enum OrderInsert {
 /// The columns of the order selects, written once for both.
 macro_rules! order_columns {
     () => {
-        "user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, version"
+        "user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, version, publishable"
     };
 }
 
 /// Columns of the order selects: user_id, amount, currency, status, entitlement_sku,
-/// entitlement_quantity, fingerprint, version.
+/// entitlement_quantity, fingerprint, version, publishable.
 fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<Order, StoreError> {
     Ok(Order {
         tenant_id: tenant_id.to_owned(),
@@ -46,14 +46,15 @@ fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<O
         entitlement_quantity: row.opt_int(5).map_err(read)?,
         fingerprint: row.text(6).map_err(read)?,
         version: row.int(7).map_err(read)?,
+        publishable: row.int(8).map_err(read)? != 0,
     })
 }
 
 /// Inserts an order in CREATED; a duplicate order id inserts nothing, so that the caller reads
 /// the existing order instead of handling an error.
 const ORDER_INSERT: PerDialect<&str> = dialect_sql!(
-    insert_ignore " pay_orders (tenant_id, order_id, user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, created_at, updated_at) VALUES ("
-    ? ", " ? ", " ? ", " ? ", " ? ", 'CREATED', " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+    insert_ignore " pay_orders (tenant_id, order_id, user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, publishable, created_at, updated_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", 'CREATED', " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
 );
 
 /// Inserts `order` in CREATED unless an order with its id exists in its tenant.
@@ -74,6 +75,7 @@ pub async fn insert_order<D: Dialect>(
                 Arg::OptText(order.entitlement_sku.as_deref()),
                 Arg::OptInt(order.entitlement_quantity),
                 Arg::Text(&order.fingerprint),
+                Arg::Int(i64::from(order.publishable)),
                 Arg::Int(now_ms),
                 Arg::Int(now_ms),
             ],
@@ -272,9 +274,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_order_insert_takes_the_ten_values_insert_order_binds() {
-        assert_eq!(ORDER_INSERT.mysql.matches('?').count(), 10);
-        assert_eq!(ORDER_INSERT.postgres.matches('$').count(), 10);
-        assert_eq!(ORDER_INSERT.sqlite.matches('$').count(), 10);
+    fn the_order_insert_takes_the_eleven_values_insert_order_binds() {
+        assert_eq!(ORDER_INSERT.mysql.matches('?').count(), 11);
+        assert_eq!(ORDER_INSERT.postgres.matches('$').count(), 11);
+        assert_eq!(ORDER_INSERT.sqlite.matches('$').count(), 11);
     }
 }

@@ -20,6 +20,7 @@ use mideng::{StoreError, clock, dialect_sql};
 
 use super::orders;
 use super::sql::SqlPay;
+use crate::domain::charge::{self, CaseKind, Charge};
 use crate::domain::events::{
     GrantedItem, PAYMENT_CLOSED, PAYMENT_SUCCEEDED, PaymentClosed, PaymentSucceeded,
 };
@@ -41,14 +42,24 @@ pub enum SuccessOutcome {
     /// This call moved the payment and its order to PAID, in one transaction.
     Paid {
         /// The order moved too (false when it was no longer CREATED, e.g. canceled: the
-        /// payment is PAID and the case needs a refund or a manual look).
+        /// payment is PAID and a refund case was recorded with it).
         order_moved: bool,
+        /// A late success (the payment was CLOSED here) made the order PAID while another
+        /// attempt of it is still PENDING: that attempt's number, to be closed at the channel
+        /// so that the buyer cannot pay it too.
+        open_sibling: Option<String>,
     },
     /// It was paid already: a duplicate notify, or reconciliation got there first.
     AlreadyPaid,
-    /// The payment failed at creation, or it was closed and the order has another PAID
-    /// payment (the buyer was charged twice: a refund for a person to make). Nothing changed.
-    NotPending(PaymentStatus),
+    /// Charged at the channel, not kept here (the one-PAID rule,
+    /// [`crate::domain::charge`]): the refund case was recorded in the same transaction, and
+    /// an attempt that was PENDING is now CLOSED.
+    Refunding {
+        /// The attempt's status before.
+        was: PaymentStatus,
+        /// The case's kind.
+        kind: CaseKind,
+    },
     /// No such payment.
     UnknownPayment,
     /// The channel's amount is not ours: nothing changes.
@@ -102,6 +113,15 @@ const PAYMENT_INSERT: PerDialect<&str> = dialect_sql!(
 const PAYMENT_SELECT_PENDING_LOCKED: PerDialect<&str> = dialect_sql!(
     "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ? " AND order_id = " ?
     " AND status = 'PENDING'" for_update
+);
+
+/// One page of a channel's PAID payments paid in a time window, after a cursor (paid time,
+/// number), oldest first: the payments a day's bill must show.
+const PAYMENT_SELECT_PAID_BETWEEN: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE channel = " ? " AND status = 'PAID'"
+    " AND paid_at >= " ? " AND paid_at < " ?
+    " AND (paid_at > " ? " OR (paid_at = " ? " AND payment_no > " ? "))"
+    " ORDER BY paid_at, payment_no LIMIT " ?
 );
 
 /// Inserts `payment` as PENDING, unless its order has a pending payment already: then that one
@@ -189,17 +209,19 @@ const PAYMENT_MARK_PAID: PerDialect<&str> = dialect_sql!(
     ", updated_at = " ? " WHERE payment_no = " ? " AND status = " ?
 );
 
-/// The success flow: lock the payment, check the amount, compare-and-set it to PAID and its
-/// order CREATED → PAID, all in the caller's transaction. Racing callers (duplicate notifies, a
-/// notify and reconciliation) serialise on the row lock; exactly one sees it unpaid.
+/// The success flow: what the channel's charge for `payment_no` does here, by the one-PAID
+/// rule ([`charge::judge`]), in the caller's transaction under the payment's row lock.
 ///
-/// A CLOSED payment that the channel charged anyway (a late success) becomes PAID too: the
-/// charge is the truth, and leaving it CLOSED would hide money taken. Its order moves to PAID if
-/// it still waits for payment; otherwise (canceled meanwhile) it stays, and the outcome says so
-/// (`order_moved: false`): a refund case. If the order already has another PAID payment, the
-/// buyer paid twice: nothing changes ([`SuccessOutcome::NotPending`]) and the caller reports it.
+/// A charge that is kept moves the payment to PAID (a CLOSED payment too: a late success; the
+/// charge is the truth) and its order to PAID if it still waits; an order canceled meanwhile
+/// stays canceled and the charge becomes a refund case. A charge that is not kept (the order
+/// has another PAID payment, or the attempt failed at creation) becomes a refund case, and a
+/// PENDING attempt is closed with it; nothing else changes. Every arrival order of an order's
+/// attempts' outcomes therefore ends with one PAID payment and every other charge a case, and
+/// the caller never sees an error for a charge it was told about.
 ///
-/// The `payment.succeeded` event goes into the outbox in the same transaction.
+/// The `payment.succeeded` (or `payment.closed`) event goes into the outbox in the same
+/// transaction.
 pub async fn apply_success<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     payment_no: &str,
@@ -214,19 +236,33 @@ pub async fn apply_success<D: Dialect>(
     if payment.amount_fen != amount_fen {
         return Ok(SuccessOutcome::AmountMismatch);
     }
-    match payment.status {
-        PaymentStatus::Paid => return Ok(SuccessOutcome::AlreadyPaid),
-        PaymentStatus::Failed => return Ok(SuccessOutcome::NotPending(payment.status)),
-        PaymentStatus::Closed => {
-            if paid_payment_for_order::<D>(connection, &payment.tenant_id, &payment.order_id)
+    let other_paid = payment.status != PaymentStatus::Paid
+        && paid_payment_for_order::<D>(connection, &payment.tenant_id, &payment.order_id)
+            .await?
+            .is_some_and(|paid| paid.payment_no != payment.payment_no);
+    let late = match charge::judge(payment.status, other_paid) {
+        Charge::Duplicate => return Ok(SuccessOutcome::AlreadyPaid),
+        Charge::Refund { kind, close } => {
+            if close
+                && transition_payment::<D>(
+                    connection,
+                    payment_no,
+                    PaymentStatus::Pending,
+                    PaymentStatus::Closed,
+                    now_ms,
+                )
                 .await?
-                .is_some()
             {
-                return Ok(SuccessOutcome::NotPending(payment.status));
+                closed_event::<D>(connection, &payment, now_ms).await?;
             }
+            super::refunds::record_case::<D>(connection, &payment, kind, now_ms).await?;
+            return Ok(SuccessOutcome::Refunding {
+                was: payment.status,
+                kind,
+            });
         }
-        PaymentStatus::Pending => {}
-    }
+        Charge::Keep { late } => late,
+    };
     let changed = connection
         .run(
             PAYMENT_MARK_PAID.get::<D>(),
@@ -258,16 +294,21 @@ pub async fn apply_success<D: Dialect>(
     let order = orders::find_order::<D>(connection, &payment.tenant_id, &payment.order_id, false)
         .await?
         .ok_or_else(|| StoreError::Corrupt("a payment without its order".to_owned()))?;
-    if !order_moved {
+    if let Some(kind) = charge::kept_without_order(order_moved) {
         // Paid after its order was canceled: the money goes back, recorded with the payment.
-        super::refunds::record_case::<D>(
-            connection,
-            &payment,
-            super::refunds::CaseKind::PaidAfterCancel,
-            now_ms,
-        )
-        .await?;
+        super::refunds::record_case::<D>(connection, &payment, kind, now_ms).await?;
     }
+    let open_sibling = if late && order_moved {
+        payments_for_order::<D>(connection, &payment.tenant_id, &payment.order_id)
+            .await?
+            .into_iter()
+            .find(|other| {
+                other.status == PaymentStatus::Pending && other.payment_no != payment.payment_no
+            })
+            .map(|other| other.payment_no)
+    } else {
+        None
+    };
     let event = PaymentSucceeded {
         tenant_id: payment.tenant_id.clone(),
         payment_no: payment.payment_no.clone(),
@@ -297,7 +338,10 @@ pub async fn apply_success<D: Dialect>(
         now_ms,
     )
     .await?;
-    Ok(SuccessOutcome::Paid { order_moved })
+    Ok(SuccessOutcome::Paid {
+        order_moved,
+        open_sibling,
+    })
 }
 
 /// The order's payments, oldest first, bounded.
@@ -622,6 +666,16 @@ pub trait Payments: Send + Sync {
     /// cancels its order if the order still waits for payment, in one transaction; true when
     /// the order was canceled.
     async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError>;
+    /// A channel's PAID payments paid in `from_ms..to_ms`, oldest first, after the cursor
+    /// `after` (paid time, payment number), at most `limit` (the bill's other direction).
+    async fn paid_between(
+        &self,
+        channel: &str,
+        from_ms: i64,
+        to_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Payment>, StoreError>;
     /// The success flow for a trade the channel reports paid when asked (a query by
     /// reconciliation, a close refused because the buyer paid first).
     async fn apply_success(
@@ -725,6 +779,37 @@ impl<D: Dialect> Payments for SqlPay<D> {
                 })
             })
             .await
+    }
+
+    async fn paid_between(
+        &self,
+        channel: &str,
+        from_ms: i64,
+        to_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Payment>, StoreError> {
+        let _timer = self.timer("payments.paid_between");
+        let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
+        let mut connection = self.connection().await?;
+        connection
+            .rows(
+                PAYMENT_SELECT_PAID_BETWEEN.get::<D>(),
+                &[
+                    Arg::Text(channel),
+                    Arg::Int(from_ms),
+                    Arg::Int(to_ms),
+                    Arg::Int(after_ms),
+                    Arg::Int(after_ms),
+                    Arg::Text(after_no),
+                    Arg::Int(i64::from(limit)),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .iter()
+            .map(decode_payment)
+            .collect()
     }
 
     async fn apply_success(

@@ -155,6 +155,15 @@ const REFUND_COMPARE_AND_SET: PerDialect<&str> = dialect_sql!(
     ", updated_at = " ? " WHERE refund_no = " ? " AND status = " ?
 );
 
+/// One page of a channel's successful refunds in a time window, after a cursor (refund time,
+/// number), oldest first: the refunds a day's bill must show.
+const REFUND_SELECT_SUCCEEDED_BETWEEN: PerDialect<&str> = dialect_sql!(
+    "SELECT " refund_columns!() " FROM pay_refunds WHERE channel = " ? " AND status = 'SUCCESS'"
+    " AND refunded_at >= " ? " AND refunded_at < " ?
+    " AND (refunded_at > " ? " OR (refunded_at = " ? " AND refund_no > " ? "))"
+    " ORDER BY refunded_at, refund_no LIMIT " ?
+);
+
 /// One page of open refunds of every tenant created before a time, after a cursor.
 const REFUND_SELECT_OPEN_BEFORE: PerDialect<&str> = dialect_sql!(
     "SELECT " refund_columns!() " FROM pay_refunds WHERE status = 'PROCESSING' AND created_at < " ?
@@ -494,6 +503,16 @@ pub trait Refunds: Send + Sync {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<Vec<Refund>, StoreError>;
+    /// A channel's SUCCESS refunds refunded in `from_ms..to_ms`, oldest first, after the
+    /// cursor `after` (refund time, number), at most `limit` (the bill's other direction).
+    async fn succeeded_between(
+        &self,
+        channel: &str,
+        from_ms: i64,
+        to_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Refund>, StoreError>;
 }
 
 #[async_trait]
@@ -548,6 +567,37 @@ impl<D: Dialect> Refunds for SqlPay<D> {
             .collect()
     }
 
+    async fn succeeded_between(
+        &self,
+        channel: &str,
+        from_ms: i64,
+        to_ms: i64,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Refund>, StoreError> {
+        let _timer = self.timer("refunds.succeeded_between");
+        let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
+        let mut connection = self.connection().await?;
+        connection
+            .rows(
+                REFUND_SELECT_SUCCEEDED_BETWEEN.get::<D>(),
+                &[
+                    Arg::Text(channel),
+                    Arg::Int(from_ms),
+                    Arg::Int(to_ms),
+                    Arg::Int(after_ms),
+                    Arg::Int(after_ms),
+                    Arg::Text(after_no),
+                    Arg::Int(i64::from(limit)),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .iter()
+            .map(decode_refund)
+            .collect()
+    }
+
     async fn processing_before(
         &self,
         created_before_ms: i64,
@@ -576,27 +626,7 @@ impl<D: Dialect> Refunds for SqlPay<D> {
     }
 }
 
-/// Why the channel's money for a payment goes back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CaseKind {
-    /// The payment became PAID after its order was canceled.
-    PaidAfterCancel,
-    /// A closed attempt was charged while another payment had paid the order.
-    DoubleCharge,
-    /// An attempt that failed at creation was charged.
-    FailedAttemptCharged,
-}
-
-impl CaseKind {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CaseKind::PaidAfterCancel => "PAID_AFTER_CANCEL",
-            CaseKind::DoubleCharge => "DOUBLE_CHARGE",
-            CaseKind::FailedAttemptCharged => "FAILED_ATTEMPT_CHARGED",
-        }
-    }
-}
+pub use crate::domain::charge::CaseKind;
 
 /// A refund case: money the channel took that this service will not keep.
 #[derive(Clone, Debug, PartialEq, Eq)]

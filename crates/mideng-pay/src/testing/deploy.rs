@@ -52,22 +52,36 @@ pub enum DeployError {
     DatabaseUrl,
 }
 
-/// A tenant and its API key: the key the clients send, whose hash the service is provisioned
-/// with.
+/// A tenant and its API keys: the keys the clients send, whose hashes the service is
+/// provisioned with.
 #[derive(Clone, Debug)]
 pub struct TenantAccess {
     /// Tenant id.
     pub id: String,
-    /// Its API key.
+    /// Its secret API key.
     pub api_key: String,
+    /// Its publishable key (what a checkout page would show), if it has one.
+    pub publishable_key: Option<String>,
 }
 
 impl TenantAccess {
-    /// What the service is provisioned with: the id and the key's hash, never the key.
+    /// A tenant with this secret key and a fresh publishable key.
+    pub fn new(id: impl Into<String>, api_key: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            api_key: api_key.into(),
+            publishable_key: Some(crate::domain::keys::generate_key(
+                crate::domain::keys::KeyKind::Publishable,
+            )),
+        }
+    }
+
+    /// What the service is provisioned with: the id and the keys' hashes, never the keys.
     pub fn seed(&self) -> TenantSeed {
         TenantSeed {
             tenant_id: self.id.clone(),
             api_key_sha256: api_key_hash(&self.api_key),
+            publishable_key_sha256: self.publishable_key.as_deref().map(api_key_hash),
             webhooks: Vec::new(),
         }
     }
@@ -97,7 +111,11 @@ pub async fn start_simulator(
     config: &SimConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<RunningSimulator, DeployError> {
-    let simulator = Simulator::new(config.clone())?;
+    // Tests and storms reconcile the day they made: its bills are served as it runs.
+    let simulator = Simulator::new(SimConfig {
+        bills_as_the_day_runs: true,
+        ..config.clone()
+    })?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(simulator.clone().serve(listener, async move {
@@ -193,6 +211,7 @@ impl Blueprint {
             reconcile: self.reconcile.clone(),
             // No deployment here keeps data long enough to purge.
             purge: None,
+            bills: None,
             events: self.events.clone(),
             transport: TransportSettings::default(),
             pages: self.pages.clone(),

@@ -31,10 +31,17 @@ use mideng::state::StateMachine;
 /// The page's HTML; `{{…}}` are filled in by [`render`].
 const PAGE: &str = include_str!("assets/checkout.html");
 
-/// The page for a tenant, its key and whether "scan and pay" is offered.
-pub fn render(tenant_id: &str, api_key: &str, simulator: bool) -> String {
+/// The page for a tenant, its publishable key, whether "scan and pay" is offered and whether
+/// the operator console is served (and so linked).
+pub fn render(tenant_id: &str, publishable_key: &str, simulator: bool, console: bool) -> String {
+    let console_link = if console {
+        r#"<a class="right" href="/console" target="_blank" rel="noopener">operator console</a>"#
+    } else {
+        ""
+    };
     PAGE.replace("{{tenant}}", &escape_html(tenant_id))
-        .replace("{{api_key}}", &escape_html(api_key))
+        .replace("{{publishable_key}}", &escape_html(publishable_key))
+        .replace("{{console_link}}", console_link)
         .replace("{{simulator}}", if simulator { "on" } else { "off" })
 }
 
@@ -45,8 +52,9 @@ pub(super) async fn page(State(state): State<AppState>) -> Response {
     };
     html(render(
         &checkout.tenant_id,
-        &checkout.api_key,
+        &checkout.publishable_key,
         checkout.simulator_url.is_some(),
+        state.pages.settings.console.is_some(),
     ))
 }
 
@@ -118,11 +126,14 @@ async fn pay_in_simulator(
         .checkout
         .as_ref()
         .ok_or_else(|| ApiError::not_found("resource"))?;
-    // The page's own key, as on every API call it makes.
-    if !super::console::authorized(headers, &crate::api::api_key_hash(&checkout.api_key)) {
+    // The page's own publishable key, as on every API call it makes.
+    if !super::console::authorized(
+        headers,
+        &crate::api::api_key_hash(&checkout.publishable_key),
+    ) {
         return Err(ApiError::new(
             Code::Unauthorized,
-            "send Authorization: Bearer <the demo tenant's key>",
+            "send Authorization: Bearer <the demo tenant's publishable key>",
         ));
     }
     let Path(payment_no) = path?;
@@ -148,6 +159,17 @@ async fn pay_in_simulator(
         .await?
         .filter(|payment| payment.tenant_id == checkout.tenant_id)
         .ok_or_else(|| ApiError::not_found("payment"))?;
+    // The publishable key pays only for the orders a publishable key made, as on the API.
+    let publishable_order = state
+        .ports
+        .store
+        .orders
+        .order(&payment.tenant_id, &payment.order_id)
+        .await?
+        .is_some_and(|(order, _)| order.publishable);
+    if !publishable_order {
+        return Err(ApiError::not_found("payment"));
+    }
     if payment.status != PaymentStatus::Pending {
         return Err(ApiError::new(
             Code::PaymentNotPending,
@@ -191,12 +213,18 @@ mod tests {
 
     #[test]
     fn the_page_carries_its_tenant_escaped_and_says_whether_the_simulator_pays() {
-        let page = render("demo\"><script>", "mdk_abc", true);
+        let page = render("demo\"><script>", "mdk_abc", true, true);
         assert!(page.contains("demo&quot;&gt;&lt;script&gt;"));
         assert!(!page.contains("demo\"><script>"));
         assert!(page.contains("mdk_abc"));
         assert!(page.contains(r#"content="on""#));
         assert!(!page.contains("{{"), "every placeholder filled");
+        assert!(page.contains(r#"href="/console""#));
+        let without_console = render("demo", "mdk_abc", true, false);
+        assert!(
+            !without_console.contains("/console"),
+            "no link to a console that is not served"
+        );
     }
 
     #[test]

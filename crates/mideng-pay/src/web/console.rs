@@ -5,7 +5,8 @@
 //! instance (what each layer caught, over time, the latest decisions and reconciliation
 //! rounds) and the database's counts by state over every tenant ([`crate::store::Overview`],
 //! reused for [`CONSOLE_OVERVIEW_TTL`]). The console key is an operator's: it sees every
-//! tenant's volumes, as `/metrics` does.
+//! tenant's volumes, as `/metrics` does. Beside them, the open reconciliation cases, which an
+//! operator resolves with a reason ([`super::cases`]).
 
 use std::time::Duration;
 
@@ -43,6 +44,10 @@ pub struct ConsoleView {
     pub store: Overview,
     /// When `store` was read, Unix milliseconds.
     pub store_read_at_ms: i64,
+    /// The open reconciliation cases, newest first (at most 50).
+    pub cases: Vec<crate::api::reconciliation::CaseView>,
+    /// The parked events, oldest first (at most 50).
+    pub parked_events: Vec<super::parked::ParkedView>,
 }
 
 /// `GET /console/overview`.
@@ -93,6 +98,8 @@ async fn view(state: &AppState, headers: &HeaderMap) -> Result<ConsoleView, ApiE
         journal: console.journal.snapshot(),
         store,
         store_read_at_ms,
+        cases: super::cases::open_cases(state).await?,
+        parked_events: super::parked::parked(state).await?,
     })
 }
 

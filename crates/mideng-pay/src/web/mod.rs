@@ -7,16 +7,22 @@
 //!   pay, and follows the order until it is PAID and its entitlement granted.
 //! - [`console`] — the operator console at `/console`: what each layer caught (live and over
 //!   time), payments and refunds by state, the outbox backlog, webhook deliveries, the last
-//!   reconciliation rounds and the latest decisions with their reasons, from the [`journal`].
+//!   reconciliation rounds and the latest decisions with their reasons, from the [`journal`];
+//!   the open reconciliation cases of the daily bills, each resolved by an operator with a
+//!   recorded reason (`cases`); the events a consumer parked, each replayed or discarded with
+//!   a recorded reason ([`parked`]).
 //!
 //! Every asset is compiled into the binary; the pages fetch nothing from anywhere but this
 //! service, and a Content-Security-Policy says so to the browser. Both pages are off unless
 //! configured ([`PageSettings`]); `mideng serve` turns the checkout on in its embedded mode
 //! only (the simulator in process), and the console wherever it has a key for it.
 
+pub mod bill_report;
+mod cases;
 pub mod checkout;
 pub mod console;
 pub mod journal;
+pub mod parked;
 
 use std::sync::Arc;
 
@@ -43,10 +49,10 @@ pub struct PageSettings {
 pub struct CheckoutSettings {
     /// The tenant the page pays as (the demo tenant).
     pub tenant_id: String,
-    /// That tenant's API key. The page carries it: a real shop's page talks to its own
-    /// server, which holds its key; this one is a demonstration on a tenant of its own, so it
-    /// is never turned on where that tenant moves real money.
-    pub api_key: String,
+    /// That tenant's publishable key, which the page shows every visitor: it opens only the
+    /// checkout's routes, on the orders a publishable key made ([`crate::domain::keys`]), so
+    /// reading it off the page gives no refund, webhook, wallet or list.
+    pub publishable_key: String,
     /// The channel simulator's base URL, for "scan and pay"; `None`: no such button.
     pub simulator_url: Option<String>,
 }
@@ -127,7 +133,10 @@ pub(crate) fn routes(pages: &Arc<Pages>) -> Router<AppState> {
     if pages.settings.console.is_some() {
         router = router
             .route("/console", get(console::page))
-            .route("/console/overview", get(console::overview));
+            .route("/console/overview", get(console::overview))
+            .route("/console/cases/resolve", post(cases::resolve))
+            .route("/console/events/replay", post(parked::replay))
+            .route("/console/events/discard", post(parked::discard));
     }
     if pages.any() {
         router = router.route("/assets/{name}", get(asset));
@@ -187,7 +196,7 @@ fn html(body: String) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/html; charset=utf-8"),
             ),
-            // The checkout carries a key; neither page is worth caching.
+            // The checkout carries its publishable key; neither page is worth caching.
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
         ],
         body,

@@ -8,8 +8,17 @@
 //! on one event serialise on the dedup row, and the loser sees it done (or in progress, and
 //! asks for redelivery); a crash before the commit leaves nothing, so the redelivery grants; a
 //! crash between the commit and the ack leaves a grant and a done entry, so the redelivery is a
-//! duplicate. A payload that cannot be read is logged as an error, counted and acknowledged:
-//! it would fail the same way forever.
+//! duplicate.
+//!
+//! A delivery whose effect fails (the database refused, a bug) is counted per message
+//! ([`crate::store::EventFailures`]) and comes again after a pause that doubles per failure
+//! (`retry_after`, at most `retry_cap`); after `park_after` failures — at once for a payload
+//! nobody can read — the event is **parked** with its payload and last error and acknowledged,
+//! so that the broker stops sending it for ever and a person sees it (the console, `mideng
+//! events`, `mideng_events_parked_total`); a copy of it the broker still delivers is
+//! acknowledged without effect, as is one of a discarded event. [`replay`] runs a parked event through the same
+//! effect (its dedup record makes a replay of an event applied meanwhile harmless) and
+//! [`discard`] drops it, each with a recorded reason.
 //!
 //! Beside it, when [`ConsumerSettings::revoke_on_refund`] is on, the revocation consumer of
 //! `refund.succeeded` ([`run_revocations`]) revokes the grant of a payment refunded in full,
@@ -21,10 +30,12 @@ use std::time::Duration;
 
 use mideng::outbox::{Delivery, Subscriber};
 
+use mideng::StoreError;
+
 use crate::domain::events::{GRANT_KIND, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
 use crate::flows::decision;
 use crate::store::grants::RevokeOutcome;
-use crate::store::{GrantOutcome, Grants};
+use crate::store::{EventFailures, FailureStatus, GrantOutcome, Grants};
 use crate::workers::{ConsumerSettings, pause_or_stop};
 
 /// How long one poll waits for a delivery before checking the stop signal.
@@ -37,148 +48,314 @@ const ERROR_PAUSE_MAX: Duration = Duration::from_secs(10);
 pub enum Handled {
     /// Processed (granted, or nothing to grant) and acknowledged.
     Processed(GrantOutcome),
-    /// Unreadable: logged, counted and acknowledged.
-    Malformed,
-    /// Not processed now; redelivery requested.
+    /// Failed once more, or unreadable, too often: parked with its last error and
+    /// acknowledged, for a person to replay or discard.
+    Parked,
+    /// Not processed now; redelivery requested (after a backoff when it failed).
     Retried,
 }
 
-/// Handles one delivery: grant (deduplicated), then acknowledge; or ask for redelivery.
-pub async fn handle(
+/// What a consumer needs: where its effect goes, and where its failures are counted.
+#[derive(Clone)]
+pub struct ConsumerPorts {
+    /// The grants (and their dedup records).
+    pub grants: Arc<dyn Grants>,
+    /// Failed and parked events.
+    pub failures: Arc<dyn EventFailures>,
+}
+
+/// The effect of one event, or why there is none now.
+enum Effect {
+    /// Applied (or a duplicate): this label for the decision log.
+    Done(GrantOutcome, &'static str, &'static str),
+    /// Another consumer holds the event's dedup claim: ask again, not a failure.
+    Busy,
+    /// Failed: counted, parked after too many.
+    Failed(String),
+}
+
+/// The tenant and the business number an event is about, for the decision log.
+struct About {
+    tenant: String,
+    subject: String,
+}
+
+/// Applies `payload` as `kind` (the grant of `payment.succeeded`, the revocation of
+/// `refund.succeeded`); an unreadable payload is `None`.
+async fn apply(
     grants: &dyn Grants,
+    kind: &'static str,
+    payload: &[u8],
+    settings: &ConsumerSettings,
+) -> Option<(About, Effect)> {
+    if kind == REVOKE_KIND {
+        let event: RefundSucceeded = serde_json::from_slice(payload).ok()?;
+        let about = About {
+            tenant: event.tenant_id.clone(),
+            subject: event.refund_no.clone(),
+        };
+        let effect = match grants.revoke(&event).await {
+            Ok(RevokeOutcome::Revoked) => {
+                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "revoked")
+            }
+            Ok(RevokeOutcome::NothingToRevoke) => {
+                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "nothing_to_revoke")
+            }
+            Ok(RevokeOutcome::Duplicate) => {
+                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "duplicate")
+            }
+            Ok(RevokeOutcome::Busy) => Effect::Busy,
+            Err(error) => Effect::Failed(error.to_string()),
+        };
+        return Some((about, effect));
+    }
+    let event: PaymentSucceeded = serde_json::from_slice(payload).ok()?;
+    let about = About {
+        tenant: event.tenant_id.clone(),
+        subject: event.payment_no.clone(),
+    };
+    let effect = match grants.grant(&event, settings.dedup).await {
+        Ok(GrantOutcome::Busy) => Effect::Busy,
+        Ok(outcome @ GrantOutcome::Granted) => Effect::Done(outcome, "dedup", "granted"),
+        Ok(outcome @ GrantOutcome::NothingToGrant) => {
+            Effect::Done(outcome, "dedup", "nothing_to_grant")
+        }
+        Ok(outcome @ GrantOutcome::Duplicate) => Effect::Done(outcome, "dedup", "duplicate"),
+        Ok(outcome @ GrantOutcome::ConstraintHeld) => {
+            Effect::Done(outcome, "constraint", "grant_exists")
+        }
+        Err(error) => Effect::Failed(error.to_string()),
+    };
+    Some((about, effect))
+}
+
+/// Handles one delivery of `payment.succeeded` ([`GRANT_KIND`]) or `refund.succeeded`
+/// ([`REVOKE_KIND`]): the effect (deduplicated), then the ack. A failure is counted: the
+/// delivery comes again after a growing pause, and after `settings.park_after` failures (at
+/// once for a payload nobody can read) the event is parked with its last error and
+/// acknowledged, so that the broker stops sending it and a person sees it.
+pub async fn handle(
+    ports: &ConsumerPorts,
+    kind: &'static str,
     delivery: Delivery,
     settings: &ConsumerSettings,
 ) -> Handled {
-    let id = delivery.message.id.clone();
-    let event: PaymentSucceeded = match serde_json::from_slice(&delivery.message.payload) {
-        Ok(event) => event,
-        Err(error) => {
-            tracing::error!(%id, %error, "unreadable payment.succeeded; acknowledged and dropped");
-            decision("dedup", GRANT_KIND, "-", &id, "malformed");
+    let message = delivery.message.clone();
+    // A parked (or discarded) event is a person's now: a copy the broker still holds is
+    // acknowledged without its effect.
+    match ports.failures.failed_event(&message.id).await {
+        Ok(Some(kept))
+            if matches!(
+                kept.status,
+                FailureStatus::Parked | FailureStatus::Discarded
+            ) =>
+        {
+            decision("dedup", kind, "-", &message.id, "parked_copy");
             if let Err(error) = delivery.ack().await {
-                tracing::warn!(%id, %error, "ack failed");
+                tracing::warn!(id = %message.id, %error, "ack of a parked event's copy failed");
             }
-            return Handled::Malformed;
+            return Handled::Parked;
         }
-    };
-    let outcome = match grants.grant(&event, settings.dedup).await {
-        Ok(GrantOutcome::Busy) => None,
-        Ok(outcome) => Some(outcome),
+        Ok(_) => {}
         Err(error) => {
-            tracing::warn!(%id, payment_no = %event.payment_no, %error, "grant not applied now; redelivery requested");
-            None
+            tracing::warn!(id = %message.id, %error, "the event's failures cannot be read; redelivery requested");
+            if let Err(error) = delivery.retry(settings.retry_after).await {
+                tracing::warn!(id = %message.id, %error, "retry request failed");
+            }
+            return Handled::Retried;
         }
-    };
-    let Some(outcome) = outcome else {
-        decision(
-            "dedup",
-            GRANT_KIND,
-            &event.tenant_id,
-            &event.payment_no,
-            "busy",
-        );
-        if let Err(error) = delivery.retry(settings.retry_after).await {
-            tracing::warn!(%id, %error, "retry request failed; the broker redelivers after its own timeout");
-        }
-        return Handled::Retried;
-    };
-    let (layer, label) = match outcome {
-        GrantOutcome::Granted => ("dedup", "granted"),
-        GrantOutcome::NothingToGrant => ("dedup", "nothing_to_grant"),
-        GrantOutcome::Duplicate => ("dedup", "duplicate"),
-        GrantOutcome::Busy => ("dedup", "busy"),
-        GrantOutcome::ConstraintHeld => ("constraint", "grant_exists"),
-    };
-    decision(
-        layer,
-        GRANT_KIND,
-        &event.tenant_id,
-        &event.payment_no,
-        label,
-    );
-    if let Err(error) = delivery.ack().await {
-        // The grant is committed; the redelivery this causes is a duplicate.
-        tracing::warn!(%id, %error, "ack failed after the grant committed");
     }
-    Handled::Processed(outcome)
+    let applied = apply(ports.grants.as_ref(), kind, &message.payload, settings).await;
+    let (about, error, unreadable) = match applied {
+        None => (
+            About {
+                tenant: "-".to_owned(),
+                subject: message.id.clone(),
+            },
+            "unreadable payload".to_owned(),
+            true,
+        ),
+        Some((about, Effect::Busy)) => {
+            decision("dedup", kind, &about.tenant, &about.subject, "busy");
+            if let Err(error) = delivery.retry(settings.retry_after).await {
+                tracing::warn!(id = %message.id, %error, "retry request failed; the broker redelivers after its own timeout");
+            }
+            return Handled::Retried;
+        }
+        Some((about, Effect::Done(outcome, layer, label))) => {
+            decision(layer, kind, &about.tenant, &about.subject, label);
+            if let Err(error) = ports.failures.clear(&message.id).await {
+                tracing::warn!(id = %message.id, %error, "the event's failure count could not be cleared");
+            }
+            if let Err(error) = delivery.ack().await {
+                // The effect is committed; the redelivery this causes is a duplicate.
+                tracing::warn!(id = %message.id, %error, "ack failed after the effect committed");
+            }
+            return Handled::Processed(outcome);
+        }
+        Some((about, Effect::Failed(error))) => (about, error, false),
+    };
+    // It would fail the same way for ever: parked at once.
+    let park_after = if unreadable { 1 } else { settings.park_after };
+    match ports
+        .failures
+        .fail(kind, &message, &error, park_after)
+        .await
+    {
+        Ok(failed) if failed.status != FailureStatus::Failing => {
+            tracing::error!(id = %message.id, topic = %message.topic, attempts = failed.attempts, %error, "event parked for a person: replay or discard it");
+            decision("dedup", kind, &about.tenant, &about.subject, "parked");
+            metrics::counter!("mideng_events_parked_total", "consumer" => kind).increment(1);
+            if let Err(error) = delivery.ack().await {
+                tracing::warn!(id = %message.id, %error, "ack of a parked event failed; it comes again and stays parked");
+            }
+            Handled::Parked
+        }
+        Ok(failed) => {
+            let attempts = u32::try_from(failed.attempts).unwrap_or(u32::MAX);
+            let pause = backoff(settings, attempts);
+            tracing::warn!(id = %message.id, attempts, %error, retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX), "event not processed; redelivery requested");
+            decision("dedup", kind, &about.tenant, &about.subject, "failed");
+            if let Err(error) = delivery.retry(pause).await {
+                tracing::warn!(id = %message.id, %error, "retry request failed; the broker redelivers after its own timeout");
+            }
+            Handled::Retried
+        }
+        Err(store) => {
+            tracing::warn!(id = %message.id, %error, %store, "event not processed, its failure not counted; redelivery requested");
+            if let Err(error) = delivery.retry(settings.retry_after).await {
+                tracing::warn!(id = %message.id, %error, "retry request failed");
+            }
+            Handled::Retried
+        }
+    }
 }
 
-/// Consumes from `subscriber` until `stop` turns true.
+/// The pause before the next delivery of an event that failed `attempts` times: `retry_after`
+/// doubled per failure, at most `retry_cap`.
+pub fn backoff(settings: &ConsumerSettings, attempts: u32) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(16);
+    settings
+        .retry_after
+        .saturating_mul(1_u32 << doublings)
+        .min(settings.retry_cap)
+}
+
+/// What a replay came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// Processed now (or found applied already: the dedup record answered).
+    Processed,
+    /// Failed again: still parked, with the new error.
+    FailedAgain,
+    /// No parked event has this id.
+    NotParked,
+}
+
+/// Replays a parked event through the same effect as a delivery, with `reason` recorded.
+pub async fn replay(
+    ports: &ConsumerPorts,
+    message_id: &str,
+    reason: &str,
+    settings: &ConsumerSettings,
+) -> Result<Replayed, StoreError> {
+    let Some(event) = ports.failures.failed_event(message_id).await? else {
+        return Ok(Replayed::NotParked);
+    };
+    if event.status != FailureStatus::Parked {
+        return Ok(Replayed::NotParked);
+    }
+    let kind = if event.consumer == REVOKE_KIND {
+        REVOKE_KIND
+    } else {
+        GRANT_KIND
+    };
+    let resolution = format!("replayed: {reason}");
+    match apply(ports.grants.as_ref(), kind, &event.payload, settings).await {
+        Some((about, Effect::Done(_, layer, label))) => {
+            decision(layer, kind, &about.tenant, &about.subject, label);
+            let settled = ports
+                .failures
+                .settle(
+                    message_id,
+                    FailureStatus::Replayed,
+                    Some(&resolution),
+                    &event.last_error,
+                )
+                .await?;
+            Ok(if settled {
+                Replayed::Processed
+            } else {
+                Replayed::NotParked
+            })
+        }
+        other => {
+            let error = match other {
+                None => "unreadable payload".to_owned(),
+                Some((_, Effect::Busy)) => "busy: another consumer holds it".to_owned(),
+                Some((_, Effect::Failed(error))) => error,
+                Some((_, Effect::Done(..))) => String::new(),
+            };
+            ports
+                .failures
+                .settle(message_id, FailureStatus::Parked, None, &error)
+                .await?;
+            Ok(Replayed::FailedAgain)
+        }
+    }
+}
+
+/// Discards a parked event, with `reason` recorded; false when none is parked under the id.
+pub async fn discard(
+    failures: &dyn EventFailures,
+    message_id: &str,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let Some(event) = failures.failed_event(message_id).await? else {
+        return Ok(false);
+    };
+    let resolution = format!("discarded: {reason}");
+    failures
+        .settle(
+            message_id,
+            FailureStatus::Discarded,
+            Some(&resolution),
+            &event.last_error,
+        )
+        .await
+}
+
+/// Consumes `payment.succeeded` from `subscriber` until `stop` turns true.
 pub async fn run(
-    grants: Arc<dyn Grants>,
+    ports: ConsumerPorts,
     subscriber: Box<dyn Subscriber>,
     settings: ConsumerSettings,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let handler = |delivery| {
-        let (grants, settings) = (grants.clone(), settings.clone());
-        async move { handle(grants.as_ref(), delivery, &settings).await }
-    };
-    drive(subscriber, settings.retry_after, stop, handler).await;
-}
-
-/// Handles one `refund.succeeded` delivery: when the payment is refunded in full, its grant is
-/// revoked (deduplicated by the refund number, by compare-and-set on the grant), then the
-/// delivery is acknowledged; or redelivery is asked for.
-pub async fn handle_refund(
-    grants: &dyn Grants,
-    delivery: Delivery,
-    settings: &ConsumerSettings,
-) -> Handled {
-    let id = delivery.message.id.clone();
-    let event: RefundSucceeded = match serde_json::from_slice(&delivery.message.payload) {
-        Ok(event) => event,
-        Err(error) => {
-            tracing::error!(%id, %error, "unreadable refund.succeeded; acknowledged and dropped");
-            decision("dedup", REVOKE_KIND, "-", &id, "malformed");
-            if let Err(error) = delivery.ack().await {
-                tracing::warn!(%id, %error, "ack failed");
-            }
-            return Handled::Malformed;
-        }
-    };
-    let label = match grants.revoke(&event).await {
-        Ok(RevokeOutcome::Revoked) => "revoked",
-        Ok(RevokeOutcome::NothingToRevoke) => "nothing_to_revoke",
-        Ok(RevokeOutcome::Duplicate) => "duplicate",
-        Ok(RevokeOutcome::Busy) | Err(_) => {
-            decision(
-                "dedup",
-                REVOKE_KIND,
-                &event.tenant_id,
-                &event.refund_no,
-                "busy",
-            );
-            if let Err(error) = delivery.retry(settings.retry_after).await {
-                tracing::warn!(%id, %error, "retry request failed; the broker redelivers after its own timeout");
-            }
-            return Handled::Retried;
-        }
-    };
-    decision(
-        "dedup",
-        REVOKE_KIND,
-        &event.tenant_id,
-        &event.refund_no,
-        label,
-    );
-    if let Err(error) = delivery.ack().await {
-        tracing::warn!(%id, %error, "ack failed after the revocation committed");
-    }
-    Handled::Processed(GrantOutcome::NothingToGrant)
+    drive_kind(ports, GRANT_KIND, subscriber, settings, stop).await;
 }
 
 /// The revocation consumer: `refund.succeeded` → the grant of a payment refunded in full is
 /// revoked once. Runs until `stop` turns true.
 pub async fn run_revocations(
-    grants: Arc<dyn Grants>,
+    ports: ConsumerPorts,
+    subscriber: Box<dyn Subscriber>,
+    settings: ConsumerSettings,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    drive_kind(ports, REVOKE_KIND, subscriber, settings, stop).await;
+}
+
+async fn drive_kind(
+    ports: ConsumerPorts,
+    kind: &'static str,
     subscriber: Box<dyn Subscriber>,
     settings: ConsumerSettings,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let handler = |delivery| {
-        let (grants, settings) = (grants.clone(), settings.clone());
-        async move { handle_refund(grants.as_ref(), delivery, &settings).await }
+        let (ports, settings) = (ports.clone(), settings.clone());
+        async move { handle(&ports, kind, delivery, &settings).await }
     };
     drive(subscriber, settings.retry_after, stop, handler).await;
 }

@@ -4,6 +4,8 @@
 //! - [`consumer`] — consumes `payment.succeeded` and grants entitlements exactly once, and
 //!   `refund.succeeded` to revoke the grant of a payment refunded in full;
 //! - [`reconcile`] — asks the channels about payments that stayed PENDING;
+//! - [`bill`] — matches the channels' daily bills against our payments and refunds, and keeps
+//!   every disagreement as a case;
 //! - [`purge`] — deletes what is past its retention;
 //! - [`webhooks`] — posts the merchants' webhook deliveries, signed, with retries.
 //!
@@ -12,6 +14,7 @@
 //! per-payment lock and change state by compare-and-set, purges delete disjoint batches,
 //! dispatchers claim each webhook delivery by compare-and-set.
 
+pub mod bill;
 pub mod consumer;
 pub mod purge;
 pub mod reconcile;
@@ -121,6 +124,11 @@ pub struct ConsumerSettings {
     /// Also run the revocation consumer: the grant of a payment refunded in full is revoked
     /// (default true).
     pub revoke_on_refund: bool,
+    /// Failed deliveries of one event before it is parked for a person (default 10).
+    pub park_after: u32,
+    /// Longest pause before a failed event comes again (the pause doubles per failure from
+    /// `retry_after`; default 60 s).
+    pub retry_cap: Duration,
 }
 
 impl Default for ConsumerSettings {
@@ -132,6 +140,8 @@ impl Default for ConsumerSettings {
             retry_after: Duration::from_secs(1),
             dedup: true,
             revoke_on_refund: true,
+            park_after: 10,
+            retry_cap: Duration::from_secs(60),
         }
     }
 }

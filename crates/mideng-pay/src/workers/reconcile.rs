@@ -9,6 +9,8 @@
 //! | paid | the one success flow (row lock, amount check, CAS on payment and order) |
 //! | pending, not expired | leave it |
 //! | pending, expired | close at the channel, then locally, and cancel the order; a close refused because the buyer just paid runs the success flow instead |
+//! | pending, order paid by another attempt | the same close at once (the close that a late success started did not go through) |
+//! | paid, order paid by another attempt | a refund case ([`crate::domain::charge`]), the attempt closed |
 //! | no such trade (Alipay before the scan), not expired | leave it: the code can still be paid |
 //! | no such trade, expired | close locally and cancel the order |
 //! | closed | close locally and cancel the order |
@@ -32,6 +34,7 @@ use std::time::Duration;
 use mideng::{Name, StoreError};
 use mideng_channel::adapter::{Channel, TradeState};
 
+use crate::domain::order::OrderStatus;
 use crate::domain::payment::Payment;
 use crate::flows::payment::{OnClose, Settled, settle};
 use crate::flows::{Ports, decision, operation};
@@ -73,6 +76,9 @@ pub struct ReconcileReport {
     pub examined: u32,
     /// Moved to PAID by this round.
     pub paid: u32,
+    /// Charged at the channel but not kept here (the one-PAID rule: the order has another
+    /// PAID payment): recorded as refund cases by this round.
+    pub cases: u32,
     /// Closed by this round (and their orders canceled).
     pub closed: u32,
     /// Left pending (still payable).
@@ -92,7 +98,9 @@ pub struct ReconcileReport {
 
 /// What happened to one payment.
 enum Verdict {
-    Paid,
+    /// Paid now; the order's other open attempt, to be closed (a late success).
+    Paid(Option<String>),
+    Case,
     Closed,
     Left,
     Unknown,
@@ -149,6 +157,7 @@ pub async fn reconcile_once(
             target: "mideng::reconcile",
             examined = report.examined,
             paid = report.paid,
+            cases = report.cases,
             closed = report.closed,
             left = report.left,
             unknown = report.unknown,
@@ -254,9 +263,13 @@ async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileR
         }
     };
     let label = match verdict {
-        Verdict::Paid => {
+        Verdict::Paid(_) => {
             report.paid += 1;
             "paid"
+        }
+        Verdict::Case => {
+            report.cases += 1;
+            "refund_case"
         }
         Verdict::Closed => {
             report.closed += 1;
@@ -301,6 +314,9 @@ async fn one(ports: &Ports, payment: &Payment) -> Result<Verdict, StoreError> {
     if let Some(guard) = guard {
         let _ = ports.locks.release(&guard).await;
     }
+    if let Ok(Verdict::Paid(Some(sibling))) = &verdict {
+        crate::flows::payment::close_sibling(ports, &payment.tenant_id, sibling).await;
+    }
     verdict
 }
 
@@ -317,9 +333,11 @@ async fn decide(
         }
     };
     let settled = match settle(ports, payment, found, OnClose::CancelOrder).await? {
-        // Still pending past its expiry: close it at the channel first, then settle on what
-        // the close found (a close refused because the buyer just paid runs the success flow).
-        Settled::Pending { expired: true } => {
+        // Still pending past its expiry, or pending for an order that no longer waits for
+        // payment (another attempt paid it: a late success, whose close of this one did not
+        // go through): close it at the channel first, then settle on what the close found (a
+        // close refused because the buyer just paid runs the success flow).
+        Settled::Pending { expired } if expired || order_settled(ports, payment).await? => {
             match channel.close_trade(&payment.payment_no).await {
                 Ok(TradeState::Closed | TradeState::NotFound) => {
                     settle(ports, payment, TradeState::Closed, OnClose::CancelOrder).await?
@@ -333,7 +351,9 @@ async fn decide(
         settled => settled,
     };
     Ok(match settled {
-        Settled::Paid(SuccessOutcome::Paid { .. }) => Verdict::Paid,
+        Settled::Paid(SuccessOutcome::Paid { open_sibling, .. }) => Verdict::Paid(open_sibling),
+        // Charged, and the order has another PAID payment: the case is recorded.
+        Settled::Paid(SuccessOutcome::Refunding { .. }) => Verdict::Case,
         // A callback got there first: nothing for this round.
         Settled::Paid(SuccessOutcome::AlreadyPaid) => Verdict::Left,
         Settled::Paid(other) => {
@@ -344,6 +364,17 @@ async fn decide(
         Settled::Closed(_) | Settled::NotYetAtChannel | Settled::Pending { .. } => Verdict::Left,
         Settled::Refunded => Verdict::Unknown,
     })
+}
+
+/// Whether `payment`'s order no longer waits for payment (paid by another attempt, or
+/// canceled): its pending attempt has nothing left to wait for.
+async fn order_settled(ports: &Ports, payment: &Payment) -> Result<bool, StoreError> {
+    Ok(ports
+        .store
+        .orders
+        .order(&payment.tenant_id, &payment.order_id)
+        .await?
+        .is_some_and(|(order, _)| order.status != OrderStatus::Created))
 }
 
 /// The scheduled worker: a round every `settings.interval` until `stop` turns true.

@@ -12,7 +12,7 @@ use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
 use mideng::outbox::{BrokerError, Message, Publisher};
-use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
+use mideng_pay::domain::events::{GRANT_KIND, GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::store::GrantOutcome;
 use mideng_pay::testing::Proxy;
@@ -264,7 +264,11 @@ async fn consume(service: &Service, broker: &Broker, count: usize) -> Vec<Handle
     while handled.len() < count {
         assert!(started.elapsed() < WAIT_LIMIT, "only {handled:?} delivered");
         if let Ok(Some(delivery)) = subscriber.next(Duration::from_millis(500)).await {
-            handled.push(consumer::handle(store.grants.as_ref(), delivery, &settings).await);
+            let ports = consumer::ConsumerPorts {
+                grants: store.grants.clone(),
+                failures: store.event_failures.clone(),
+            };
+            handled.push(consumer::handle(&ports, GRANT_KIND, delivery, &settings).await);
         }
     }
     handled
@@ -485,7 +489,10 @@ pub(crate) async fn two_relays_and_two_consumers_one_effect_each(
                 .subscriber(store.events.as_ref(), PAYMENT_SUCCEEDED, &settings)
                 .expect("subscriber");
             tokio::spawn(consumer::run(
-                store.grants.clone(),
+                consumer::ConsumerPorts {
+                    grants: store.grants.clone(),
+                    failures: store.event_failures.clone(),
+                },
                 subscriber,
                 settings.clone(),
                 stopped.clone(),

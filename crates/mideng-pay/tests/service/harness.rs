@@ -122,6 +122,9 @@ pub(crate) fn http_client() -> reqwest::Client {
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(256)
+        // Well below the service's idle timeout (its 10 s head deadline): a kept-alive
+        // connection is never reused at the moment the server closes it.
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()
         .expect("client")
 }
@@ -144,6 +147,8 @@ impl Drop for Stopper {
 pub(crate) struct Service {
     pub(crate) base: String,
     pub(crate) api_key: String,
+    /// The tenant's publishable key (what a checkout page shows).
+    pub(crate) publishable_key: String,
     pub(crate) tenant: String,
     pub(crate) client: reqwest::Client,
     pub(crate) sim: Arc<Sim>,
@@ -246,9 +251,49 @@ impl Service {
         .await
     }
 
-    /// [`Service::start_on`] with the pages `pages` makes of the tenant's id, its API key and
-    /// the simulator's base URL.
+    /// [`Service::start_on`] with the pages `pages` makes of the tenant's id, its publishable
+    /// key and the simulator's base URL.
     pub(crate) async fn start_with_pages(
+        backend: Backend,
+        database_url: String,
+        sim: Option<Arc<Sim>>,
+        tenant: Option<(String, String)>,
+        payments: PaymentSettings,
+        events: EventSettings,
+        pages: impl FnOnce(&str, &str, &str) -> PageSettings,
+    ) -> Self {
+        // The tests' webhook receivers listen on loopback.
+        let payments = PaymentSettings {
+            webhook_private_targets: true,
+            ..payments
+        };
+        Self::launch(backend, database_url, sim, tenant, payments, events, pages).await
+    }
+
+    /// A service whose webhooks reach only globally routable addresses, as in production
+    /// (every other start lets them reach the tests' receivers on loopback), its dispatcher
+    /// run with `webhooks`.
+    pub(crate) async fn start_guarded(
+        backend: Backend,
+        webhooks: mideng_pay::workers::webhooks::WebhookSettings,
+    ) -> Self {
+        Self::launch(
+            backend,
+            backend.database_url(),
+            None,
+            None,
+            PaymentSettings::default(),
+            EventSettings {
+                webhooks: Some(webhooks),
+                ..queue_events()
+            },
+            |_, _, _| PageSettings::default(),
+        )
+        .await
+    }
+
+    /// [`Service::start_with_pages`] with `payments` as they are.
+    async fn launch(
         backend: Backend,
         database_url: String,
         sim: Option<Arc<Sim>>,
@@ -279,22 +324,22 @@ impl Service {
         };
         let (tenant, api_key) =
             tenant.unwrap_or_else(|| (unique("tenant"), unique("key-0123456789")));
+        // Derived from the secret key, so that an instance beside another of the same tenant
+        // provisions the same publishable key rather than replacing it.
+        let publishable_key = format!("pk-{}", mideng_pay::api::api_key_hash(&api_key));
         let blueprint = Blueprint {
             redis_url: backend.redis_url(),
             redis_cluster: backend.redis_cluster(),
             tenants: vec![TenantAccess {
                 id: tenant.clone(),
                 api_key: api_key.clone(),
+                publishable_key: Some(publishable_key.clone()),
             }],
-            // The tests' webhook receivers listen on loopback.
-            payments: PaymentSettings {
-                webhook_private_targets: true,
-                ..payments
-            },
+            payments,
             // Tests run rounds themselves, when they choose.
             reconcile: None,
             events,
-            pages: pages(&tenant, &api_key, &sim.base),
+            pages: pages(&tenant, &publishable_key, &sim.base),
             ..Blueprint::new(shared_identity().clone(), &sim.base, &database_url)
         };
         let state = blueprint
@@ -304,6 +349,7 @@ impl Service {
         Self {
             base,
             api_key,
+            publishable_key,
             tenant,
             client: http_client(),
             sim,
@@ -321,12 +367,25 @@ impl Service {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Answer {
+        self.send_as(&self.api_key, method, path, body, headers)
+            .await
+    }
+
+    /// [`Service::send`] with `key` as the bearer key (the publishable key, another tenant's).
+    pub(crate) async fn send_as(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let url = if path.starts_with("http") {
             path.to_owned()
         } else {
             format!("{}{path}", self.base)
         };
-        let mut request = self.client.request(method, url).bearer_auth(&self.api_key);
+        let mut request = self.client.request(method, url).bearer_auth(key);
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -390,6 +449,32 @@ impl Service {
         .await
     }
 
+    /// A new order of `user_id` for `amount` fen, paid on `channel` at the simulator, once the
+    /// service has it PAID: its order id and payment number.
+    pub(crate) async fn paid_payment(
+        &self,
+        user_id: &str,
+        channel: &str,
+        amount: i64,
+    ) -> (String, String) {
+        let order_id = unique("o");
+        self.create_order(&order_id, user_id, amount).await;
+        let created = self.create_payment(&order_id, channel).await;
+        assert_eq!(created.status, 201, "{}", created.json());
+        let number = created.json()["payment_no"]
+            .as_str()
+            .expect("number")
+            .to_owned();
+        assert_eq!(self.pay_at_channel(&number).await["outcome"], "paid");
+        self.settled_trade(&number).await;
+        let started = Instant::now();
+        while self.order(&order_id).await["status"] != "PAID" {
+            assert!(started.elapsed() < WAIT_LIMIT, "{order_id} was never paid");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        (order_id, number)
+    }
+
     pub(crate) async fn order(&self, order_id: &str) -> Value {
         let answer = self.get(&format!("/v1/orders/{order_id}")).await;
         assert_eq!(answer.status, 200, "{}", answer.json());
@@ -436,6 +521,34 @@ impl Service {
             .expect("json")
     }
 
+    /// Seconds of channel time until the earliest resend of a notify whose last delivery
+    /// failed, when that is more than a second away.
+    async fn resend_wait_secs(&self, trade: &Value) -> Option<u64> {
+        let next = trade["notifies"]
+            .as_array()?
+            .iter()
+            .filter(|notify| {
+                notify["state"] == "scheduled"
+                    && notify["deliveries"]
+                        .as_array()
+                        .and_then(|deliveries| deliveries.last())
+                        .is_some_and(|last| last["acknowledged"] == false)
+            })
+            .filter_map(|notify| notify["next_delivery_at_ms"].as_i64())
+            .min()?;
+        let clock = self
+            .client
+            .get(format!("{}/sim/clock", self.sim.base))
+            .send()
+            .await
+            .ok()?
+            .json::<Value>()
+            .await
+            .ok()?;
+        let wait_ms = next.checked_sub(clock["now_ms"].as_i64()?)?;
+        (wait_ms > 1_000).then(|| u64::try_from(wait_ms.div_euclid(1000) + 1).unwrap_or(1))
+    }
+
     /// Waits until every notify of the trade is settled (acknowledged, exhausted, dropped…)
     /// and returns the trade.
     pub(crate) async fn settled_trade(&self, payment_no: &str) -> Value {
@@ -454,9 +567,25 @@ impl Service {
                 started.elapsed() < WAIT_LIMIT,
                 "notifies of {payment_no} never settled: {trade:#}"
             );
+            // A delivery the service did not answer in time (a loaded machine) is resent on
+            // the channel's schedule, minutes later: the channel's clock is moved to it.
+            if let Some(wait_secs) = self.resend_wait_secs(&trade).await {
+                self.sim_post("/sim/clock/advance", json!({"seconds": wait_secs}))
+                    .await;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Serves `app` on a free loopback port for the rest of the test; its base URL.
+pub(crate) async fn serve_on_loopback(app: axum::Router) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    base
 }
 
 /// Runs `count` copies of `task` at once (after a barrier) and returns their results.
@@ -552,7 +681,8 @@ pub(crate) fn queue_events() -> EventSettings {
 }
 
 /// The webhook dispatcher on a schedule of milliseconds (at once, then 100, 200 and 300 ms:
-/// four attempts), with a one-second timeout.
+/// four attempts), with a one-second timeout, and an endpoint's backoff of milliseconds too
+/// (10 ms doubling to 50 ms).
 pub(crate) fn fast_webhooks() -> mideng_pay::workers::webhooks::WebhookSettings {
     mideng_pay::workers::webhooks::WebhookSettings {
         schedule: [0, 100, 200, 300]
@@ -561,6 +691,8 @@ pub(crate) fn fast_webhooks() -> mideng_pay::workers::webhooks::WebhookSettings 
             .collect(),
         timeout: Duration::from_secs(1),
         interval: Duration::from_millis(50),
+        endpoint_backoff: Duration::from_millis(10),
+        endpoint_backoff_max: Duration::from_millis(50),
         ..mideng_pay::workers::webhooks::WebhookSettings::default()
     }
 }
@@ -571,4 +703,37 @@ pub(crate) async fn isolated_postgres() -> String {
     create_database(&Backend::Postgres.database_url(), &unique("mideng_iso"))
         .await
         .expect("the test role may create databases (scripts/services up)")
+}
+
+/// A MySQL database of its own (`mideng_iso_<hex>`, a name the test user may create), for the
+/// same reason as [`isolated_postgres`].
+pub(crate) async fn isolated_mysql() -> String {
+    use mideng::sqlx::Connection as _;
+    let server_url = Backend::Mysql.database_url();
+    let name = unique("mideng_iso").replace('-', "_");
+    let mut admin = mideng::sqlx::MySqlConnection::connect(&server_url)
+        .await
+        .expect("MariaDB answers (scripts/services up)");
+    // The name is made of letters, digits and `_` only (`unique`): safe to splice.
+    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}"
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("the test user may create mideng_iso_% databases (scripts/services up)");
+    let (prefix, _) = server_url
+        .rsplit_once('/')
+        .expect("a database URL ends with its database");
+    format!("{prefix}/{name}")
+}
+
+/// A database that no other test's service uses, on `backend`: for tests whose assertions no
+/// other deployment's workers may disturb (every instance on a database dispatches its
+/// webhooks).
+pub(crate) async fn isolated_database(backend: Backend) -> String {
+    match backend {
+        Backend::Sqlite => backend.database_url(),
+        Backend::Postgres | Backend::PostgresOnRedisCluster => isolated_postgres().await,
+        Backend::Mysql => isolated_mysql().await,
+    }
 }

@@ -2,11 +2,16 @@
 //! simulator, on SQLite, PostgreSQL and MySQL/MariaDB.
 
 mod attacks;
+mod bills;
+mod bounds;
 mod events;
 mod harness;
 mod inputs;
 mod instances;
+mod keys;
+mod lifecycle;
 mod pages;
+mod parked;
 mod payments;
 mod purge;
 mod reconcile;
@@ -48,12 +53,17 @@ backend_suite!(
     crate::reconcile::expired_payments_are_closed_and_orders_canceled => expired_payments_are_closed_and_orders_canceled,
     crate::reconcile::a_late_success_for_a_closed_payment_is_recorded => a_late_success_for_a_closed_payment_is_recorded,
     crate::reconcile::unpaid_payments_never_hide_a_lost_notify => unpaid_payments_never_hide_a_lost_notify,
+    crate::lifecycle::every_arrival_order_of_two_attempts_keeps_one_charge => every_arrival_order_of_two_attempts_keeps_one_charge,
+    crate::bills::the_bill_finds_every_charge_and_keeps_every_disagreement => the_bill_finds_every_charge_and_keeps_every_disagreement,
     crate::events::a_paid_order_is_granted_once => a_paid_order_is_granted_once,
+    crate::parked::a_failing_event_is_parked_and_replayed_once => a_failing_event_is_parked_and_replayed_once,
     crate::refunds::partial_and_full_refunds_move_money_once => partial_and_full_refunds_move_money_once,
     crate::refunds::concurrent_refunds_never_exceed_the_payment => concurrent_refunds_never_exceed_the_payment,
     crate::refunds::a_lost_refund_answer_is_settled_once => a_lost_refund_answer_is_settled_once,
     crate::refunds::a_payment_after_cancel_is_refunded_once => a_payment_after_cancel_is_refunded_once,
     crate::webhooks::webhooks_retry_under_one_id_until_acknowledged => webhooks_retry_under_one_id_until_acknowledged,
+    crate::webhooks::a_stalled_endpoint_delays_only_its_own_deliveries => a_stalled_endpoint_delays_only_its_own_deliveries,
+    crate::webhooks::a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held => a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held,
     crate::wallets::one_key_debits_once => one_key_debits_once,
     crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,
     crate::wallets::one_reference_credits_once_whatever_the_key => one_reference_credits_once_whatever_the_key,
@@ -64,7 +74,56 @@ backend_suite!(
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
     crate::pages::pages_are_served_only_as_configured_and_guarded => pages_are_served_only_as_configured_and_guarded,
+    crate::keys::a_publishable_key_opens_the_checkout_and_nothing_else => a_publishable_key_opens_the_checkout_and_nothing_else,
+    crate::bounds::refund_states_are_reached_only_through_a_refund => refund_states_are_reached_only_through_a_refund,
+    crate::bounds::refund_reasons_and_keys_are_checked => refund_reasons_and_keys_are_checked,
 );
+
+/// Bounds that a tenant must not be able to pass: tokens on the in-process store and on a
+/// Redis Cluster (a thousand unspent tokens each: not run on every backend, since they stay in
+/// the shared Redis for their thirty minutes), and a delivery's last attempt.
+mod bounded {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite_a_tenant_past_its_token_limit_is_answered_429() {
+        crate::bounds::a_tenant_past_its_token_limit_is_answered_429(
+            crate::harness::Backend::Sqlite,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_and_redis_cluster_a_tenant_past_its_token_limit_is_answered_429() {
+        crate::bounds::a_tenant_past_its_token_limit_is_answered_429(
+            crate::harness::Backend::PostgresOnRedisCluster,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite_a_delivery_is_attempted_at_most_a_hundred_times() {
+        crate::bounds::a_delivery_is_attempted_at_most_a_hundred_times().await;
+    }
+}
+
+/// The outbound-address guard: a tenant's webhook URL never reaches into our network. On one
+/// backend: the guard is the dispatcher's and registration's, not the store's.
+mod guarded {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite_private_targets_are_refused_at_registration() {
+        crate::webhooks::private_targets_are_refused_at_registration(
+            crate::harness::Backend::Sqlite,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite_stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port() {
+        crate::webhooks::stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port(
+            crate::harness::Backend::Sqlite,
+        )
+        .await;
+    }
+}
 
 /// The HTTP edge: deadlines, the connection cap, problem documents, the metrics listener.
 mod edge {

@@ -50,10 +50,10 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         None,
         Default::default(),
         queue_events(),
-        |tenant, api_key, sim| PageSettings {
+        |tenant, publishable_key, sim| PageSettings {
             checkout: Some(CheckoutSettings {
                 tenant_id: tenant.to_owned(),
-                api_key: api_key.to_owned(),
+                publishable_key: publishable_key.to_owned(),
                 simulator_url: Some(sim.to_owned()),
             }),
             console: Some(ConsoleSettings {
@@ -64,7 +64,8 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
     )
     .await;
 
-    // The checkout: HTML, hardened, carrying its tenant's key; assets by name only.
+    // The checkout: HTML, hardened, carrying its tenant's publishable key and never the secret
+    // one; assets by name only.
     let (status, headers, page) = raw(&service, reqwest::Method::GET, "/", None).await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "text/html; charset=utf-8");
@@ -75,7 +76,11 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
             .contains("default-src 'none'")
     );
     assert_eq!(headers["cache-control"], "no-store");
-    assert!(page.contains(&service.api_key));
+    assert!(page.contains(&service.publishable_key));
+    assert!(
+        !page.contains(&service.api_key),
+        "the secret key is not on the page"
+    );
     let (status, _, _) = raw(&service, reqwest::Method::GET, "/assets/checkout.js", None).await;
     assert_eq!(status, 200);
     let (status, _, body) = raw(&service, reqwest::Method::GET, "/assets/..%2Fmod.rs", None).await;
@@ -105,16 +110,67 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
     for key in [
         None,
         Some(service.api_key.as_str()),
+        Some(service.publishable_key.as_str()),
         Some("console-key-for-the-page-testz"),
     ] {
         let (status, _, _) = raw(&service, reqwest::Method::GET, "/console/overview", key).await;
         assert_eq!(status, 401, "{key:?}");
     }
 
-    // "Scan and pay": with the page's key, for the page's tenant's pending payments only.
+    // "Scan and pay": with the page's key, for the page's tenant's pending payments of orders
+    // a publishable key made only.
+    let merchants = unique("order");
+    service.create_order(&merchants, "buyer", 1999).await;
+    let merchants_payment = service.create_payment(&merchants, "alipay").await;
+    let merchants_no = merchants_payment.json()["payment_no"]
+        .as_str()
+        .expect("no")
+        .to_owned();
+    let (status, _, body) = raw(
+        &service,
+        reqwest::Method::POST,
+        &format!("/demo/payments/{merchants_no}/pay"),
+        Some(&service.publishable_key),
+    )
+    .await;
+    assert_eq!(status, 404, "an order the secret key made: {body}");
     let order_id = unique("order");
-    service.create_order(&order_id, "buyer", 1999).await;
-    let created = service.create_payment(&order_id, "alipay").await;
+    let as_page =
+        |method, path: String, body: serde_json::Value, headers: Vec<(&'static str, String)>| {
+            let service = &service;
+            async move {
+                let headers: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(name, value)| (*name, value.as_str()))
+                    .collect();
+                let body = serde_json::to_vec(&body).expect("json");
+                service
+                    .send_as(
+                        &service.publishable_key,
+                        method,
+                        &path,
+                        Some(body),
+                        &headers,
+                    )
+                    .await
+            }
+        };
+    let made = as_page(
+        reqwest::Method::POST,
+        "/v1/orders".to_owned(),
+        serde_json::json!({"order_id": order_id, "user_id": "buyer", "amount": 1999, "currency": "CNY"}),
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.json());
+    let token = service.token().await;
+    let created = as_page(
+        reqwest::Method::POST,
+        format!("/v1/orders/{order_id}/payments"),
+        serde_json::json!({"channel": "alipay"}),
+        vec![("idempotency-token", token)],
+    )
+    .await;
     assert_eq!(created.status, 201, "{}", created.json());
     let payment_no = created.json()["payment_no"]
         .as_str()
@@ -141,7 +197,7 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         &service,
         reqwest::Method::POST,
         &format!("/demo/payments/{their_no}/pay"),
-        Some(&service.api_key),
+        Some(&service.publishable_key),
     )
     .await;
     assert_eq!(status, 404, "another tenant's payment: {body}");
@@ -152,7 +208,7 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         &service,
         reqwest::Method::POST,
         &pay_path,
-        Some(&service.api_key),
+        Some(&service.publishable_key),
     )
     .await;
     assert_eq!(status, 202, "{body}");
@@ -168,7 +224,7 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         &service,
         reqwest::Method::POST,
         &pay_path,
-        Some(&service.api_key),
+        Some(&service.publishable_key),
     )
     .await;
     assert_eq!(status, 409, "paid already: {body}");

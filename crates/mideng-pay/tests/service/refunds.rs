@@ -12,22 +12,7 @@ use crate::harness::{Answer, Backend, Service, race, unique};
 
 /// A paid payment of `amount` fen on `channel`: its order id and number.
 async fn paid(service: &Service, channel: &str, amount: i64) -> (String, String) {
-    let order_id = unique("o");
-    service.create_order(&order_id, "u-r", amount).await;
-    let created = service.create_payment(&order_id, channel).await;
-    assert_eq!(created.status, 201, "{}", created.json());
-    let number = created.json()["payment_no"]
-        .as_str()
-        .expect("number")
-        .to_owned();
-    assert_eq!(service.pay_at_channel(&number).await["outcome"], "paid");
-    service.settled_trade(&number).await;
-    let started = Instant::now();
-    while service.order(&order_id).await["status"] != "PAID" {
-        assert!(started.elapsed() < Duration::from_secs(20), "never paid");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (order_id, number)
+    service.paid_payment("u-r", channel, amount).await
 }
 
 async fn refund(service: &Service, payment_no: &str, amount: i64, key: &str) -> Answer {

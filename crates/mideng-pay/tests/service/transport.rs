@@ -49,10 +49,12 @@ async fn start(transport: TransportSettings) -> Running {
         tenants: vec![TenantSeed {
             tenant_id: unique("tenant"),
             api_key_sha256: api_key_hash(API_KEY),
+            publishable_key_sha256: None,
             webhooks: Vec::new(),
         }],
         reconcile: None,
         purge: None,
+        bills: None,
         events: EventSettings::default(),
         transport,
         pages: mideng_pay::web::PageSettings::default(),

@@ -1,8 +1,11 @@
 //! Merchant webhooks end to end: a receiver on loopback that verifies every message with the
 //! Standard Webhooks reference library, fails and times out on a schedule, and a second one
 //! that never answers 2xx; the service retries under one `webhook-id`, records every attempt,
-//! redelivers by hand and disables an endpoint whose delivery exhausted its schedule.
+//! redelivers by hand and disables an endpoint whose delivery exhausted its schedule; and an
+//! endpoint that never answers, which delays no other tenant's deliveries, and the read of due
+//! deliveries that keeps one endpoint from filling it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,9 +13,16 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use mideng_pay::flows::PaymentSettings;
+use mideng_pay::store::webhooks::{DueDelivery, DueQuery};
+use mideng_pay::workers::EventSettings;
+use mideng_pay::workers::webhooks::WebhookSettings;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use crate::harness::{Backend, Service, unique};
+use crate::harness::{
+    Backend, Service, WAIT_LIMIT, fast_webhooks, isolated_database, queue_events, unique,
+};
 
 /// What the receiver saw: per message, its `webhook-id`, whether the reference library
 /// verified it, and its body.
@@ -72,14 +82,7 @@ async fn receiver(received: Received) -> String {
         .route("/hook", post(hook))
         .route("/down", post(down))
         .with_state(received);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    base
+    crate::harness::serve_on_loopback(app).await
 }
 
 /// Waits until `check` holds for the tenant's deliveries; them.
@@ -273,4 +276,536 @@ pub(crate) async fn webhooks_retry_under_one_id_until_acknowledged(backend: Back
         statuses.contains(&(json!(endpoint_id), json!("ENABLED"))),
         "{statuses:?}"
     );
+}
+
+/// What the stalled receiver saw: requests open now and the most open at once, requests
+/// received, and requests answered (none until the test releases them).
+#[derive(Clone)]
+struct Stalled {
+    open: Arc<AtomicUsize>,
+    open_max: Arc<AtomicUsize>,
+    received: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
+    released: watch::Receiver<bool>,
+}
+
+/// Counts a request open until its handler ends, answered or cut off.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts the request and answers only once the test releases it.
+async fn stall(State(stalled): State<Stalled>) -> StatusCode {
+    let open_now = stalled.open.fetch_add(1, Ordering::SeqCst) + 1;
+    let _open = Open(stalled.open.clone());
+    stalled.open_max.fetch_max(open_now, Ordering::SeqCst);
+    stalled.received.fetch_add(1, Ordering::SeqCst);
+    let mut released = stalled.released.clone();
+    let _ = released.wait_for(|released| *released).await;
+    stalled.answered.fetch_add(1, Ordering::SeqCst);
+    StatusCode::NO_CONTENT
+}
+
+/// `/stall` (see [`stall`]) and `/ok`, which answers 204 at once.
+async fn stalling_receiver(stalled: Stalled) -> String {
+    let app = axum::Router::new()
+        .route("/stall", post(stall))
+        .route("/ok", post(|| async { StatusCode::NO_CONTENT }))
+        .with_state(stalled);
+    crate::harness::serve_on_loopback(app).await
+}
+
+/// An order of the tenant's, paid at the channel: a `payment.succeeded` event.
+async fn paid_order(service: &Service) {
+    let order_id = unique("o");
+    service.create_order(&order_id, "u-stall", 900).await;
+    let created = service.create_payment(&order_id, "alipay").await;
+    assert_eq!(created.status, 201, "{}", created.json());
+    let number = created.json()["payment_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    service.pay_at_channel(&number).await;
+}
+
+/// Waits until `check` holds; fails the test after [`WAIT_LIMIT`].
+async fn until(what: &str, check: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < WAIT_LIMIT, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One tenant's endpoint that accepts and never answers, twenty of its events queued, holds
+/// only its own slots: another tenant's deliveries all arrive while its attempts still hang,
+/// and it never has more than `in_flight_per_endpoint_max` requests open. One dispatcher serves
+/// both tenants, on a database of its own (every instance on a database dispatches), with an
+/// attempt timeout longer than the test's every wait, so that nothing here comes of a timeout.
+pub(crate) async fn a_stalled_endpoint_delays_only_its_own_deliveries(backend: Backend) {
+    const STALLED_EVENTS: usize = 20;
+    const HEALTHY_EVENTS: usize = 10;
+    let cap = WebhookSettings::default().in_flight_per_endpoint_max;
+    let database_url = isolated_database(backend).await;
+    let dispatching = EventSettings {
+        webhooks: Some(WebhookSettings {
+            timeout: Duration::from_secs(120),
+            ..fast_webhooks()
+        }),
+        ..queue_events()
+    };
+    let stalled_tenant = Service::start_on(
+        backend,
+        database_url.clone(),
+        None,
+        None,
+        PaymentSettings::default(),
+        dispatching,
+    )
+    .await;
+    // The other tenant, on a second instance of the deployment without a dispatcher of its
+    // own: the first instance's dispatcher serves both.
+    let healthy_tenant = Service::start_on(
+        backend,
+        database_url,
+        Some(stalled_tenant.sim.clone()),
+        None,
+        PaymentSettings::default(),
+        EventSettings {
+            webhooks: None,
+            ..queue_events()
+        },
+    )
+    .await;
+    assert_ne!(stalled_tenant.tenant, healthy_tenant.tenant);
+
+    let (release, released) = watch::channel(false);
+    let stalled = Stalled {
+        open: Arc::default(),
+        open_max: Arc::default(),
+        received: Arc::default(),
+        answered: Arc::default(),
+        released,
+    };
+    let base = stalling_receiver(stalled.clone()).await;
+    for (service, path) in [(&stalled_tenant, "/stall"), (&healthy_tenant, "/ok")] {
+        let registered = service
+            .post(
+                "/v1/webhook-endpoints",
+                json!({"url": format!("{base}{path}"), "events": ["payment.succeeded"]}),
+                &[],
+            )
+            .await;
+        assert_eq!(registered.status, 201, "{}", registered.json());
+    }
+
+    // The stalled tenant's events queued, its first attempts hanging.
+    for _ in 0..STALLED_EVENTS {
+        paid_order(&stalled_tenant).await;
+    }
+    deliveries_until(&stalled_tenant, |deliveries| {
+        deliveries.len() == STALLED_EVENTS
+    })
+    .await;
+    until("the stalled endpoint holds its slots", || {
+        stalled.open.load(Ordering::SeqCst) == cap
+    })
+    .await;
+
+    // The healthy tenant's events, all delivered while the stalled attempts still hang.
+    for _ in 0..HEALTHY_EVENTS {
+        paid_order(&healthy_tenant).await;
+    }
+    let delivered = deliveries_until(&healthy_tenant, |deliveries| {
+        deliveries.len() == HEALTHY_EVENTS
+            && deliveries
+                .iter()
+                .all(|delivery| delivery["status"] == "DELIVERED")
+    })
+    .await;
+    assert_eq!(
+        stalled.answered.load(Ordering::SeqCst),
+        0,
+        "the stalled endpoint answered nothing while the other tenant's {} deliveries arrived",
+        delivered.len()
+    );
+    assert_eq!(
+        stalled.open.load(Ordering::SeqCst),
+        cap,
+        "its attempts still hang"
+    );
+    assert_eq!(
+        stalled.received.load(Ordering::SeqCst),
+        cap,
+        "no more of its deliveries were started meanwhile"
+    );
+    let pending = stalled_tenant.get("/v1/webhook-deliveries").await.json();
+    assert!(
+        pending
+            .as_array()
+            .expect("list")
+            .iter()
+            .all(|delivery| delivery["status"] == "PENDING"),
+        "{pending:#}"
+    );
+
+    // Released, every one of its deliveries arrives, once each, never more than `cap` at once.
+    release.send_replace(true);
+    deliveries_until(&stalled_tenant, |deliveries| {
+        deliveries.len() == STALLED_EVENTS
+            && deliveries
+                .iter()
+                .all(|delivery| delivery["status"] == "DELIVERED")
+    })
+    .await;
+    assert_eq!(stalled.received.load(Ordering::SeqCst), STALLED_EVENTS);
+    assert_eq!(stalled.answered.load(Ordering::SeqCst), STALLED_EVENTS);
+    assert!(
+        stalled.open_max.load(Ordering::SeqCst) <= cap,
+        "at most {cap} open at once, saw {}",
+        stalled.open_max.load(Ordering::SeqCst)
+    );
+}
+
+/// A read of the due deliveries, as the dispatcher makes it, on every backend: at most
+/// `per_endpoint` of each endpoint (its oldest due), none of the endpoints and tenants left
+/// out, whatever their ids hold, oldest due first. On a database of its own with no dispatcher,
+/// so that every delivery stays due.
+pub(crate) async fn a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held(
+    backend: Backend,
+) {
+    let database_url = isolated_database(backend).await;
+    let quiet = || EventSettings {
+        webhooks: None,
+        ..queue_events()
+    };
+    let first = Service::start_on(
+        backend,
+        database_url.clone(),
+        None,
+        None,
+        PaymentSettings::default(),
+        quiet(),
+    )
+    .await;
+    let second = Service::start_on(
+        backend,
+        database_url,
+        Some(first.sim.clone()),
+        None,
+        PaymentSettings::default(),
+        quiet(),
+    )
+    .await;
+    let register = async |service: &Service, path: &str| {
+        let registered = service
+            .post(
+                "/v1/webhook-endpoints",
+                // Never attempted: no dispatcher runs.
+                json!({"url": format!("http://127.0.0.1:9/{path}"), "events": ["payment.succeeded"]}),
+                &[],
+            )
+            .await;
+        assert_eq!(registered.status, 201, "{}", registered.json());
+        registered.json()["endpoint_id"]
+            .as_str()
+            .expect("id")
+            .to_owned()
+    };
+    let (one, two) = (register(&first, "one").await, register(&first, "two").await);
+    let three = register(&second, "three").await;
+    for _ in 0..3 {
+        paid_order(&first).await;
+    }
+    paid_order(&second).await;
+    deliveries_until(&first, |deliveries| deliveries.len() == 6).await;
+    deliveries_until(&second, |deliveries| deliveries.len() == 1).await;
+
+    let store = &first.state.ports.store.webhooks;
+    let read = async |query: DueQuery<'_>| {
+        let due = store.due(&query).await.expect("a read");
+        let order: Vec<_> = due
+            .iter()
+            .map(|due| {
+                (
+                    due.delivery.next_attempt_at_ms,
+                    due.delivery.delivery_id.clone(),
+                )
+            })
+            .collect();
+        assert!(order.is_sorted(), "oldest due first: {order:?}");
+        due
+    };
+    let per_endpoint = |due: &[DueDelivery], endpoint: &str| {
+        due.iter()
+            .filter(|due| due.delivery.endpoint_id == endpoint)
+            .count()
+    };
+    let all = read(DueQuery::all(i64::MAX, 100)).await;
+    assert_eq!(all.len(), 7);
+
+    let few = read(DueQuery {
+        per_endpoint: 2,
+        ..DueQuery::all(i64::MAX, 100)
+    })
+    .await;
+    assert_eq!(
+        [&one, &two, &three].map(|endpoint| per_endpoint(&few, endpoint)),
+        [2, 2, 1]
+    );
+    for due in &few {
+        let oldest: Vec<_> = all
+            .iter()
+            .filter(|other| other.delivery.endpoint_id == due.delivery.endpoint_id)
+            .take(2)
+            .map(|other| &other.delivery.delivery_id)
+            .collect();
+        assert!(
+            oldest.contains(&&due.delivery.delivery_id),
+            "its endpoint's oldest"
+        );
+    }
+
+    // Ids with the characters a list could confuse (quotes, commas, brackets) leave nothing
+    // else out.
+    let held = [one.clone(), "x\",\"y], [\\".to_owned()];
+    let without_one = read(DueQuery {
+        skip_endpoints: &held,
+        ..DueQuery::all(i64::MAX, 100)
+    })
+    .await;
+    assert_eq!(
+        [&one, &two, &three].map(|endpoint| per_endpoint(&without_one, endpoint)),
+        [0, 3, 1]
+    );
+    let full = [first.tenant.clone(), "'); --".to_owned()];
+    let without_first = read(DueQuery {
+        skip_tenants: &full,
+        ..DueQuery::all(i64::MAX, 100)
+    })
+    .await;
+    assert_eq!(
+        [&one, &two, &three].map(|endpoint| per_endpoint(&without_first, endpoint)),
+        [0, 0, 1]
+    );
+    let limited = read(DueQuery::all(i64::MAX, 3)).await;
+    assert_eq!(
+        limited
+            .iter()
+            .map(|due| &due.delivery.delivery_id)
+            .collect::<Vec<_>>(),
+        all.iter()
+            .take(3)
+            .map(|due| &due.delivery.delivery_id)
+            .collect::<Vec<_>>()
+    );
+    assert!(read(DueQuery::all(0, 100)).await.is_empty(), "none due yet");
+}
+
+/// A loopback listener that counts the TCP connections it accepts and answers each request
+/// 204: the internal service a tenant's URL must never reach.
+async fn counting_listener() -> (u16, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                // The request is small: one read takes it, bounded so that no task lingers.
+                let mut request = [0_u8; 8192];
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// A loopback port where nothing listens.
+async fn closed_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+/// The spellings of loopback that a check of the URL's text let through: IPv4-mapped forms,
+/// `0` (0.0.0.0, which Linux connects to this host), a shortened IPv4 and the fully qualified
+/// `localhost.`.
+fn loopback_spellings(port: u16) -> Vec<String> {
+    [
+        "[::ffff:127.0.0.1]",
+        "[::ffff:0.0.0.0]",
+        "0",
+        "127.1",
+        "localhost.",
+    ]
+    .iter()
+    .map(|host| format!("http://{host}:{port}/"))
+    .collect()
+}
+
+/// A name that the dispatcher's pinned hosts resolve to loopback, as a hostile DNS answer or
+/// an /etc/hosts entry would.
+const PINNED_NAME: &str = "merchant-hooks.example";
+
+/// Registration refuses every spelling of loopback with `private-target`, nothing connected to.
+pub(crate) async fn private_targets_are_refused_at_registration(backend: Backend) {
+    let (port, accepted) = counting_listener().await;
+    let service = Service::start_guarded(backend, fast_webhooks()).await;
+    for url in loopback_spellings(port) {
+        let refused = service
+            .post(
+                "/v1/webhook-endpoints",
+                json!({"url": url, "events": ["payment.succeeded"]}),
+                &[],
+            )
+            .await;
+        assert_eq!(refused.status, 422, "{url}: {}", refused.json());
+        assert_eq!(refused.code(), "private-target", "{url}");
+    }
+    let malformed = service
+        .post(
+            "/v1/webhook-endpoints",
+            json!({"url": "ftp://merchant.example/h", "events": ["payment.succeeded"]}),
+            &[],
+        )
+        .await;
+    assert_eq!(malformed.code(), "invalid-request");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+/// Endpoints stored without the registration check (as rows written before it) in every
+/// spelling of loopback, and a name the dispatcher's pinned hosts resolve to loopback (which
+/// registration cannot know of), get deliveries that never reach the listener; each attempt
+/// records what an endpoint on a closed loopback port records, "connection refused" and no
+/// status, so the history tells a tenant nothing of what listens where.
+pub(crate) async fn stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port(
+    backend: Backend,
+) {
+    let (port, accepted) = counting_listener().await;
+    let pinned = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let guarded = Service::start_guarded(
+        backend,
+        WebhookSettings {
+            hosts: vec![(PINNED_NAME.to_owned(), pinned)],
+            ..fast_webhooks()
+        },
+    )
+    .await;
+    let events = ["payment.succeeded".to_owned()];
+    let mut urls = loopback_spellings(port);
+    for url in &urls {
+        let endpoint_id = mideng_pay::domain::ids::new_number('E', mideng::clock::now_ms());
+        guarded
+            .state
+            .ports
+            .store
+            .webhooks
+            .register(&mideng_pay::store::webhooks::NewEndpoint {
+                tenant_id: &guarded.tenant,
+                url,
+                events: &events,
+                secret: &mideng_pay::domain::webhook::generate_secret(),
+                endpoint_id: &endpoint_id,
+            })
+            .await
+            .expect("stored");
+    }
+    // A name passes registration (it is not resolved there); the dispatcher judges its answer.
+    let named = format!("http://{PINNED_NAME}:{port}/");
+    let registered = guarded
+        .post(
+            "/v1/webhook-endpoints",
+            json!({"url": named, "events": ["payment.succeeded"]}),
+            &[],
+        )
+        .await;
+    assert_eq!(registered.status, 201, "{}", registered.json());
+    urls.push(named);
+
+    paid_order(&guarded).await;
+    let deliveries = deliveries_until(&guarded, |deliveries| {
+        deliveries.len() == urls.len()
+            && deliveries.iter().all(|delivery| {
+                delivery["attempts"]
+                    .as_array()
+                    .is_some_and(|attempts| !attempts.is_empty())
+            })
+    })
+    .await;
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "no attempt reached the listener: {deliveries:#?}"
+    );
+    let refused: Vec<(Value, Value)> = deliveries
+        .iter()
+        .flat_map(|delivery| delivery["attempts"].as_array().cloned().unwrap_or_default())
+        .map(|attempt| (attempt["error"].clone(), attempt["status_code"].clone()))
+        .collect();
+
+    // The same service with private targets allowed: a closed loopback port for comparison,
+    // and one of the spellings above to show the listener counts what reaches it.
+    let open = Service::start(backend).await;
+    let closed = format!("http://127.0.0.1:{}/", closed_port().await);
+    for url in [closed.clone(), format!("http://127.1:{port}/")] {
+        let registered = open
+            .post(
+                "/v1/webhook-endpoints",
+                json!({"url": url, "events": ["payment.succeeded"]}),
+                &[],
+            )
+            .await;
+        assert_eq!(registered.status, 201, "{url}: {}", registered.json());
+    }
+    let closed_id = open
+        .get("/v1/webhook-endpoints")
+        .await
+        .json()
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|endpoint| endpoint["url"] == closed.as_str())
+        .expect("the closed port's endpoint")["endpoint_id"]
+        .clone();
+    paid_order(&open).await;
+    let compared = deliveries_until(&open, |deliveries| {
+        deliveries.iter().any(|delivery| {
+            delivery["endpoint_id"] == closed_id
+                && delivery["attempts"]
+                    .as_array()
+                    .is_some_and(|attempts| !attempts.is_empty())
+        })
+    })
+    .await;
+    until("the allowed spelling reaches the listener", || {
+        accepted.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    let closed_attempt = compared
+        .iter()
+        .find(|delivery| delivery["endpoint_id"] == closed_id)
+        .and_then(|delivery| delivery["attempts"][0].as_object().cloned())
+        .expect("an attempt on the closed port");
+    let expected = (
+        closed_attempt["error"].clone(),
+        closed_attempt["status_code"].clone(),
+    );
+    assert_eq!(expected, (json!("connection refused"), Value::Null));
+    for attempt in &refused {
+        assert_eq!(attempt, &expected, "{deliveries:#?}");
+    }
 }

@@ -115,6 +115,15 @@ pub async fn close(
                 }
                 Settled::Closed(LocalClose::Failed(_) | LocalClose::Unknown) => Closed::NotPending,
                 // The buyer paid before the close: the one success flow ran; tell the caller.
+                // Charged, but the order has another PAID payment: the charge is a refund
+                // case and the attempt is closed with it.
+                Settled::Paid(SuccessOutcome::Refunding { .. }) => {
+                    decision("cas", op, tenant, number, "refund_case");
+                    match own_payment(ports, tenant, payment_no).await? {
+                        Some(closed) => Closed::Closed(closed),
+                        None => Closed::NotFound,
+                    }
+                }
                 Settled::Paid(outcome) => {
                     let label = match outcome {
                         SuccessOutcome::Paid { .. } => "paid_by_close",
@@ -144,4 +153,28 @@ async fn current(
         Some(payment) => Closed::Paid(payment),
         None => Closed::NotFound,
     })
+}
+
+/// Closes the open attempt `payment_no` of an order that another payment just paid (a late
+/// success, [`crate::domain::charge`]), at the channel and here, so that the buyer cannot pay
+/// it as well. Best effort: an attempt the channel cannot close yet (no trade before the scan,
+/// no definite answer) stays PENDING; reconciliation closes it once it can
+/// ([`crate::workers::reconcile`]), and a charge of it meanwhile becomes a refund case.
+pub async fn close_sibling(ports: &Ports, tenant: &str, payment_no: &str) {
+    let Ok(number) = PaymentNo::parse(payment_no) else {
+        return;
+    };
+    let label = match close(ports, tenant, &number).await {
+        Ok(Closed::Closed(_) | Closed::AlreadyClosed(_)) => "sibling_closed",
+        Ok(Closed::Paid(_)) => "sibling_paid",
+        Ok(other) => {
+            tracing::info!(payment_no, outcome = ?other, "the order's other attempt stays open for now; reconciliation closes it");
+            "sibling_left_open"
+        }
+        Err(error) => {
+            tracing::warn!(%error, payment_no, "closing the order's other attempt failed; reconciliation closes it");
+            "sibling_left_open"
+        }
+    };
+    decision("cas", operation::PAYMENT_CLOSE, tenant, payment_no, label);
 }

@@ -5,7 +5,7 @@ pub mod close;
 pub mod create;
 pub mod settle;
 
-pub use close::{Closed, close};
+pub use close::{Closed, close, close_sibling};
 pub use create::{Created, create};
 pub use settle::{OnClose, Settled, settle};
 

@@ -19,7 +19,8 @@
   const SKU = 'membership-annual';
 
   const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
-  const apiKey = meta('mideng-api-key');
+  // The tenant's publishable key: it opens only what this page does.
+  const apiKey = meta('mideng-publishable-key');
   const simulator = meta('mideng-simulator') === 'on';
   const $ = (id) => document.getElementById(id);
 
@@ -324,7 +325,7 @@
     note(`order ${order.order_id} is PAID`);
     for (let round = 0; round < POLL_MAX; round += 1) {
       try {
-        const answer = await api('GET', `/v1/entitlements?user_id=${encodeURIComponent(userId)}`);
+        const answer = await api('GET', `/v1/entitlements?user_id=${encodeURIComponent(userId)}&order_id=${encodeURIComponent(order.order_id)}`);
         const grants = ((answer.data && answer.data.grants) || []).filter(
           (grant) => grant.order_id === order.order_id,
         );

@@ -140,6 +140,48 @@
       rounds.append(row);
     }
 
+    const cases = $('cases').tBodies[0];
+    cases.replaceChildren();
+    for (const item of view.cases || []) {
+      const row = document.createElement('tr');
+      row.dataset.caseId = item.case_id;
+      cell(row, item.bill_date);
+      cell(row, item.channel);
+      cell(row, item.kind);
+      cell(row, item.reference);
+      cell(row, item.ours == null ? '-' : String(item.ours));
+      cell(row, item.billed == null ? '-' : String(item.billed));
+      cell(row, item.detail);
+      const action = cell(row, '');
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.textContent = 'resolve';
+      button.addEventListener('click', () => resolveCase(item.case_id));
+      action.append(button);
+      cases.append(row);
+    }
+
+    const parked = $('parked').tBodies[0];
+    parked.replaceChildren();
+    for (const item of view.parked_events || []) {
+      const row = document.createElement('tr');
+      row.dataset.messageId = item.message_id;
+      cell(row, item.updated_at);
+      cell(row, item.consumer);
+      cell(row, item.message_id);
+      cell(row, String(item.attempts));
+      cell(row, item.last_error);
+      const actions = cell(row, '');
+      for (const action of ['replay', 'discard']) {
+        const button = document.createElement('button');
+        button.type = 'button';
+        button.textContent = action;
+        button.addEventListener('click', () => settleEvent(action, item.message_id));
+        actions.append(button);
+      }
+      parked.append(row);
+    }
+
     const recent = $('recent').tBodies[0];
     recent.replaceChildren();
     for (const decision of journal.recent) {
@@ -153,6 +195,30 @@
       cell(row, decision.tenant);
       recent.append(row);
     }
+  }
+
+  async function resolveCase(caseId) {
+    const reason = window.prompt(`Why is ${caseId} resolved? (kept on the case)`);
+    if (!reason) return;
+    const response = await fetch('/console/cases/resolve', {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key()}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ case_id: caseId, reason }),
+    });
+    $('case-error').textContent = response.ok ? '' : `not resolved: the service answered ${response.status}`;
+    poll();
+  }
+
+  async function settleEvent(action, messageId) {
+    const reason = window.prompt(`Why ${action} ${messageId}? (kept with the event)`);
+    if (!reason) return;
+    const response = await fetch(`/console/events/${action}`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key()}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ message_id: messageId, reason }),
+    });
+    $('parked-error').textContent = response.ok ? '' : `not done: the service answered ${response.status}`;
+    poll();
   }
 
   poll();

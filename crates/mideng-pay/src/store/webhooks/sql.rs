@@ -1,203 +1,13 @@
-//! Merchant webhooks in storage: endpoints, one delivery per endpoint and event, and every
-//! attempt with its answer.
-//!
-//! Invariants held here:
-//! - an event's deliveries are written in the event's own transaction (`fan_out`, beside
-//!   the outbox row), one per subscribed endpoint (a unique key on endpoint and event): an event
-//!   exists if and only if its deliveries do, and no retry of that transaction makes two;
-//! - a delivery is attempted by one dispatcher at a time: claiming it moves its due time
-//!   forward by compare-and-set, so a second dispatcher's claim finds it moved and skips it; a
-//!   dispatcher that dies mid-attempt leaves it due again when the claim runs out;
-//! - its `webhook-id` is the event's id, the same on every attempt and every redelivery.
+//! The webhooks' statements per dialect and the port's implementation on the SQL store.
 
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, clock, dialect_sql};
 
-use super::payments::{corrupt, read};
-use super::sql::SqlPay;
-use crate::domain::webhook::Message;
-
-/// An endpoint's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EndpointStatus {
-    /// Deliveries are attempted.
-    Enabled,
-    /// A delivery exhausted its schedule: nothing is attempted until a redelivery by hand
-    /// enables it again. Its deliveries are kept.
-    Disabled,
-}
-
-impl EndpointStatus {
-    fn as_str(self) -> &'static str {
-        match self {
-            EndpointStatus::Enabled => "ENABLED",
-            EndpointStatus::Disabled => "DISABLED",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "ENABLED" => Some(EndpointStatus::Enabled),
-            "DISABLED" => Some(EndpointStatus::Disabled),
-            _ => None,
-        }
-    }
-}
-
-/// A tenant's endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    /// Its id.
-    pub endpoint_id: String,
-    /// Tenant.
-    pub tenant_id: String,
-    /// Where messages are posted.
-    pub url: String,
-    /// Subscribed event types.
-    pub events: Vec<String>,
-    /// The signing secret (`whsec_…`).
-    pub secret: String,
-    /// Status.
-    pub status: EndpointStatus,
-    /// When it was registered (Unix ms).
-    pub created_at_ms: i64,
-}
-
-/// A delivery's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryStatus {
-    /// Waiting for its next attempt.
-    Pending,
-    /// An attempt got a 2xx.
-    Delivered,
-    /// Every attempt of the schedule failed.
-    Failed,
-}
-
-impl DeliveryStatus {
-    /// `PENDING`, `DELIVERED` or `FAILED`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Pending => "PENDING",
-            DeliveryStatus::Delivered => "DELIVERED",
-            DeliveryStatus::Failed => "FAILED",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "PENDING" => Some(DeliveryStatus::Pending),
-            "DELIVERED" => Some(DeliveryStatus::Delivered),
-            "FAILED" => Some(DeliveryStatus::Failed),
-            _ => None,
-        }
-    }
-}
-
-/// One event for one endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivery {
-    /// Its id.
-    pub delivery_id: String,
-    /// Tenant.
-    pub tenant_id: String,
-    /// The endpoint.
-    pub endpoint_id: String,
-    /// The event's id: the message's `webhook-id`.
-    pub event_id: String,
-    /// The event's type.
-    pub event_type: String,
-    /// The message body, as sent on every attempt.
-    pub payload: String,
-    /// Status.
-    pub status: DeliveryStatus,
-    /// Position in the retry schedule (attempts since the last redelivery by hand).
-    pub step: i64,
-    /// Attempts so far.
-    pub attempts: i64,
-    /// When the next attempt is due (Unix ms).
-    pub next_attempt_at_ms: i64,
-    /// When it was created (Unix ms).
-    pub created_at_ms: i64,
-}
-
-/// One attempt of a delivery and what the endpoint answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attempt {
-    /// 1, 2, …
-    pub attempt: i64,
-    /// When (Unix ms).
-    pub at_ms: i64,
-    /// The HTTP status, when an answer came.
-    pub status_code: Option<i64>,
-    /// Why no acceptable answer came (a timeout, a refused connection, a non-2xx).
-    pub error: Option<String>,
-    /// How long it took.
-    pub duration_ms: i64,
-}
-
-/// A delivery due now, with where and how to send it.
-#[derive(Clone, Debug)]
-pub struct DueDelivery {
-    /// The delivery.
-    pub delivery: Delivery,
-    /// The endpoint's URL.
-    pub url: String,
-    /// The endpoint's secret.
-    pub secret: String,
-}
-
-/// What an attempt came to, for the delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttemptOutcome {
-    /// A 2xx.
-    Delivered,
-    /// Failed; the next attempt is due at this time (Unix ms).
-    Retry {
-        /// Unix ms.
-        next_at_ms: i64,
-    },
-    /// Failed, and it was the schedule's last attempt: the delivery fails and its endpoint is
-    /// disabled.
-    Exhausted,
-}
-
-/// What an attempt's outcome makes of its delivery, as the delivery is now (`current`), when
-/// the attempt was made under the claim that set its next attempt to `claimed_until_ms`: the
-/// new status, step and next attempt, or `None` when the attempt only joins the history.
-///
-/// A claim is a lease: a dispatcher whose attempt, or whose write of it, outlasted the claim may
-/// finish after another dispatcher claimed the delivery again and settled it. Its failure must
-/// not undo what came after it (a `DELIVERED` made `PENDING` again, a `FAILED` that disables
-/// the endpoint, a redelivery by hand overtaken), so a failure counts only under the claim
-/// that is still the delivery's. A 2xx is a fact whatever the claim: the receiver has the
-/// message, so it settles any delivery not yet `DELIVERED`.
-fn settled_by(
-    current: &Delivery,
-    claimed_until_ms: i64,
-    outcome: AttemptOutcome,
-    now_ms: i64,
-) -> Option<(DeliveryStatus, i64, i64)> {
-    let step = current.step.saturating_add(1);
-    let still_ours =
-        current.status == DeliveryStatus::Pending && current.next_attempt_at_ms == claimed_until_ms;
-    match outcome {
-        AttemptOutcome::Delivered => (current.status != DeliveryStatus::Delivered).then_some((
-            DeliveryStatus::Delivered,
-            step,
-            now_ms,
-        )),
-        AttemptOutcome::Retry { next_at_ms } => {
-            still_ours.then_some((DeliveryStatus::Pending, step, next_at_ms))
-        }
-        AttemptOutcome::Exhausted => still_ours.then_some((DeliveryStatus::Failed, step, now_ms)),
-    }
-}
-
-/// Attempts kept per delivery at most: the schedule's and the redeliveries by hand.
-pub const ATTEMPTS_PER_DELIVERY_MAX: i64 = 100;
+use super::*;
+use crate::store::payments::{corrupt, read};
+use crate::store::sql::SqlPay;
 
 macro_rules! endpoint_columns {
     () => {
@@ -271,11 +81,28 @@ const DELIVERY_INSERT: PerDialect<&str> = dialect_sql!(
     ? ", " ? ", " ? ", " ? ", " ? ", " ? ", 'PENDING', 0, 0, " ? ", " ? ", " ? ")" on_conflict_ignore
 );
 
+// Each endpoint's due deliveries are numbered oldest first (`ROW_NUMBER`: SQLite ≥ 3.25,
+// PostgreSQL, MariaDB ≥ 10.2, MySQL ≥ 8), and only the first few of each are kept. The inner
+// query's `d` is the deliveries table; the outer one's is the ranked rows, whose columns carry
+// the same names, so that `delivery_columns!` reads both. The left-out endpoints and tenants
+// come as one JSON array of strings each (any id, no separator to escape), opened per dialect.
 const DELIVERIES_DUE: PerDialect<&str> = dialect_sql!(
-    "SELECT " delivery_columns!() ", e.url, e.secret FROM pay_webhook_deliveries d"
-    " JOIN pay_webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
+    "SELECT " delivery_columns!() ", d.url, d.secret FROM ("
+    "SELECT " delivery_columns!() ", e.url, e.secret, ROW_NUMBER() OVER"
+    " (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.delivery_id) AS endpoint_rank"
+    " FROM pay_webhook_deliveries d JOIN pay_webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
     " WHERE d.status = 'PENDING' AND d.next_attempt_at <= " ? " AND e.status = 'ENABLED'"
-    " ORDER BY d.next_attempt_at LIMIT " ?
+    { postgres: " AND d.endpoint_id NOT IN (SELECT jsonb_array_elements_text(CAST(",
+      sqlite: " AND d.endpoint_id NOT IN (SELECT value FROM json_each(",
+      mysql: " AND JSON_CONTAINS(" }
+    ?
+    { postgres: " AS jsonb)))", sqlite: "))", mysql: ", JSON_QUOTE(d.endpoint_id)) = 0" }
+    { postgres: " AND d.tenant_id NOT IN (SELECT jsonb_array_elements_text(CAST(",
+      sqlite: " AND d.tenant_id NOT IN (SELECT value FROM json_each(",
+      mysql: " AND JSON_CONTAINS(" }
+    ?
+    { postgres: " AS jsonb)))", sqlite: "))", mysql: ", JSON_QUOTE(d.tenant_id)) = 0" }
+    ") d WHERE d.endpoint_rank <= " ? " ORDER BY d.next_attempt_at, d.delivery_id LIMIT " ?
 );
 
 const DELIVERY_CLAIM: PerDialect<&str> = dialect_sql!(
@@ -324,7 +151,7 @@ const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
 /// Writes one delivery of the event `event_id` for each of the tenant's enabled endpoints
 /// subscribed to `event_type`, in the caller's transaction (the event's own). `data` is the
 /// event's JSON.
-pub(super) async fn fan_out<D: Dialect>(
+pub(in crate::store) async fn fan_out<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     event_type: &str,
@@ -381,7 +208,7 @@ pub(super) async fn fan_out<D: Dialect>(
 }
 
 /// Writes an event to the outbox and its webhook deliveries, in the caller's transaction.
-pub(super) async fn publish_in<D: Dialect>(
+pub(in crate::store) async fn publish_in<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     topic: &str,
@@ -391,68 +218,6 @@ pub(super) async fn publish_in<D: Dialect>(
 ) -> Result<(), StoreError> {
     let event_id = mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, payload).await?;
     fan_out::<D>(connection, tenant_id, topic, &event_id, payload, now_ms).await
-}
-
-/// A new endpoint.
-#[derive(Clone, Copy, Debug)]
-pub struct NewEndpoint<'a> {
-    /// Tenant.
-    pub tenant_id: &'a str,
-    /// Its URL, checked.
-    pub url: &'a str,
-    /// Event types, checked.
-    pub events: &'a [String],
-    /// Its secret.
-    pub secret: &'a str,
-    /// Its id, when new.
-    pub endpoint_id: &'a str,
-}
-
-/// What registering an endpoint did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Registered {
-    /// A new endpoint.
-    New(Endpoint),
-    /// The tenant has an endpoint with this URL: that one, unchanged.
-    Existing(Endpoint),
-    /// The tenant has [`crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX`] endpoints.
-    TooMany,
-}
-
-/// Webhook endpoints and deliveries.
-#[async_trait]
-pub trait Webhooks: Send + Sync {
-    /// Registers an endpoint, or finds the tenant's endpoint with this URL.
-    async fn register(&self, new: &NewEndpoint<'_>) -> Result<Registered, StoreError>;
-    /// The tenant's endpoints (at most 100).
-    async fn endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
-    /// Deliveries due at `now_ms` on enabled endpoints, oldest due first, at most `limit`.
-    async fn due(&self, now_ms: i64, limit: u32) -> Result<Vec<DueDelivery>, StoreError>;
-    /// Claims a due delivery until `until_ms`, if no one moved it since it was read.
-    async fn claim(&self, delivery: &Delivery, until_ms: i64) -> Result<bool, StoreError>;
-    /// Records an attempt and what it came to: `delivery` as it was claimed (its
-    /// `next_attempt_at_ms` the claim's `until_ms`). A failure under a claim that lapsed and
-    /// was taken again is recorded without changing the delivery.
-    async fn finish(
-        &self,
-        delivery: &Delivery,
-        attempt: &Attempt,
-        outcome: AttemptOutcome,
-    ) -> Result<(), StoreError>;
-    /// The tenant's deliveries of an event (or its latest 100), each with its attempts.
-    async fn deliveries(
-        &self,
-        tenant_id: &str,
-        event_id: Option<&str>,
-    ) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError>;
-    /// Makes a delivery due now with a fresh schedule (same `webhook-id`), and enables its
-    /// endpoint; `None` when the tenant has no such delivery or it reached
-    /// [`ATTEMPTS_PER_DELIVERY_MAX`].
-    async fn redeliver(
-        &self,
-        tenant_id: &str,
-        delivery_id: &str,
-    ) -> Result<Option<Delivery>, StoreError>;
 }
 
 async fn attempts_of<D: Dialect>(
@@ -548,6 +313,7 @@ async fn finish_on<D: Dialect>(
         .transpose()?
         .ok_or_else(|| corrupt("a delivery vanished"))?;
     let number = current.attempts.saturating_add(1);
+    let outcome = within_the_bound(outcome, number);
     connection
         .run(
             ATTEMPT_INSERT.get::<D>(),
@@ -618,7 +384,7 @@ async fn redeliver_on<D: Dialect>(
     tenant_id: &str,
     delivery_id: &str,
     now_ms: i64,
-) -> Result<Option<Delivery>, StoreError> {
+) -> Result<Redelivery, StoreError> {
     let Some(current) = connection
         .row(DELIVERY_SELECT_LOCKED.get::<D>(), &[Arg::Text(delivery_id)])
         .await
@@ -628,10 +394,12 @@ async fn redeliver_on<D: Dialect>(
         .transpose()?
         .filter(|delivery| delivery.tenant_id == tenant_id)
     else {
-        return Ok(None);
+        return Ok(Redelivery::NoDelivery);
     };
     if current.attempts >= ATTEMPTS_PER_DELIVERY_MAX {
-        return Ok(None);
+        return Ok(Redelivery::AttemptsExhausted {
+            attempts: current.attempts,
+        });
     }
     connection
         .run(
@@ -658,12 +426,12 @@ async fn redeliver_on<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
-    Ok(Some(Delivery {
+    Ok(Redelivery::Due(Box::new(Delivery {
         status: DeliveryStatus::Pending,
         step: 0,
         next_attempt_at_ms: now_ms,
         ..current
-    }))
+    })))
 }
 
 #[async_trait]
@@ -688,13 +456,23 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
             .collect()
     }
 
-    async fn due(&self, now_ms: i64, limit: u32) -> Result<Vec<DueDelivery>, StoreError> {
+    async fn due(&self, query: &DueQuery<'_>) -> Result<Vec<DueDelivery>, StoreError> {
         let _timer = self.timer("webhooks.due");
+        let skip_endpoints = serde_json::to_string(query.skip_endpoints)
+            .expect("a list of strings always serialises to JSON");
+        let skip_tenants = serde_json::to_string(query.skip_tenants)
+            .expect("a list of strings always serialises to JSON");
         let mut connection = self.connection().await?;
         connection
             .rows(
                 DELIVERIES_DUE.get::<D>(),
-                &[Arg::Int(now_ms), Arg::Int(i64::from(limit))],
+                &[
+                    Arg::Int(query.now_ms),
+                    Arg::Text(&skip_endpoints),
+                    Arg::Text(&skip_tenants),
+                    Arg::Int(i64::from(query.per_endpoint)),
+                    Arg::Int(i64::from(query.limit)),
+                ],
             )
             .await
             .map_err(store_error::<D>)?
@@ -788,7 +566,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         &self,
         tenant_id: &str,
         delivery_id: &str,
-    ) -> Result<Option<Delivery>, StoreError> {
+    ) -> Result<Redelivery, StoreError> {
         let _timer = self.timer("webhooks.redeliver");
         let now_ms = clock::now_ms();
         self.store
@@ -801,70 +579,5 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
                 ))
             })
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn delivery(status: DeliveryStatus, step: i64, next_attempt_at_ms: i64) -> Delivery {
-        Delivery {
-            delivery_id: "W1".to_owned(),
-            tenant_id: "t".to_owned(),
-            endpoint_id: "E1".to_owned(),
-            event_id: "evt_1".to_owned(),
-            event_type: "payment.succeeded".to_owned(),
-            payload: "{}".to_owned(),
-            status,
-            step,
-            attempts: step,
-            next_attempt_at_ms,
-            created_at_ms: 0,
-        }
-    }
-
-    #[test]
-    fn a_lapsed_claims_failure_does_not_undo_what_came_after_it() {
-        use AttemptOutcome::{Delivered, Exhausted, Retry};
-        use DeliveryStatus::{Failed, Pending};
-        let retry = Retry { next_at_ms: 900 };
-        // Still under its claim: every outcome counts.
-        let ours = delivery(Pending, 3, 500);
-        assert_eq!(settled_by(&ours, 500, retry, 700), Some((Pending, 4, 900)));
-        assert_eq!(
-            settled_by(&ours, 500, Exhausted, 700),
-            Some((Failed, 4, 700))
-        );
-        assert_eq!(
-            settled_by(&ours, 500, Delivered, 700),
-            Some((DeliveryStatus::Delivered, 4, 700))
-        );
-        // Claimed again by another dispatcher (a later mark): only a 2xx counts.
-        let taken = delivery(Pending, 3, 650);
-        assert_eq!(settled_by(&taken, 500, retry, 700), None);
-        assert_eq!(settled_by(&taken, 500, Exhausted, 700), None);
-        assert!(settled_by(&taken, 500, Delivered, 700).is_some());
-        // Delivered meanwhile (seen in a storm: a 204 made PENDING again, then FAILED, by
-        // attempts that outlasted their claims): it stays delivered.
-        for outcome in [retry, Exhausted, Delivered] {
-            let delivered = delivery(DeliveryStatus::Delivered, 4, 500);
-            assert_eq!(
-                settled_by(&delivered, 500, outcome, 700),
-                None,
-                "{outcome:?}"
-            );
-        }
-        // Failed meanwhile: a failure leaves it failed; a 2xx proves it arrived.
-        let failed = delivery(Failed, 8, 500);
-        assert_eq!(settled_by(&failed, 500, retry, 700), None);
-        assert_eq!(settled_by(&failed, 500, Exhausted, 700), None);
-        assert_eq!(
-            settled_by(&failed, 500, Delivered, 700),
-            Some((DeliveryStatus::Delivered, 9, 700))
-        );
-        // Redelivered by hand after the claim (step 0, due at once): the old failure is history.
-        let redelivered = delivery(Pending, 0, 680);
-        assert_eq!(settled_by(&redelivered, 500, retry, 700), None);
     }
 }
