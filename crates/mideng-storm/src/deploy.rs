@@ -22,8 +22,9 @@
 //! `mideng` executable instead ([`Processes`]): a crash is SIGKILL, a restart a new process.
 
 mod processes;
+mod replicated;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ use mideng_sim::{MerchantKeys, SimConfig};
 use tokio::sync::watch;
 
 pub use self::processes::Processes;
+use self::replicated::Replicated;
 
 /// What the deployment runs on.
 #[derive(Clone, Debug)]
@@ -288,9 +290,8 @@ impl Deployment {
             ),
         };
         let tenants: Vec<TenantAccess> = (0..options.tenants.max(1))
-            .map(|index| TenantAccess {
-                id: format!("{}-t{index}", options.run_id),
-                api_key: generate_api_key(),
+            .map(|index| {
+                TenantAccess::new(format!("{}-t{index}", options.run_id), generate_api_key())
             })
             .collect();
         let instances = match options.stack {
@@ -795,102 +796,6 @@ pub async fn drop_run_database(server_url: &str, url: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// The URLs `scripts/replicated all up` prints.
-#[derive(Clone, Debug)]
-struct ReplicatedUrls {
-    /// The PostgreSQL front.
-    postgres: String,
-    /// The Redis Cluster's nodes.
-    redis_cluster: Vec<String>,
-    /// The NATS servers, comma-separated.
-    nats: String,
-}
-
-/// How long one command of `scripts/replicated` may take: an `up` from nothing takes seconds,
-/// a failover up to the script's own bounded waits (60 s), a lock held by another command up
-/// to 300 s.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// `scripts/replicated`, and what the failovers left to repair.
-#[derive(Debug)]
-struct Replicated {
-    script: PathBuf,
-    dir: Option<PathBuf>,
-    /// A primary was killed and its standby promoted: the old one is to be rebuilt.
-    pg_degraded: bool,
-    /// A master was killed: it is to be brought back as a replica.
-    redis_degraded: bool,
-}
-
-impl Replicated {
-    fn new(script: &Path, dir: Option<&Path>) -> Self {
-        Self {
-            script: script.to_path_buf(),
-            dir: dir.map(Path::to_path_buf),
-            pg_degraded: false,
-            redis_degraded: false,
-        }
-    }
-
-    /// Runs the script with `args` (after `--dir`), bounded by [`SCRIPT_TIMEOUT`]; its stdout.
-    /// A failure or a timeout is an error naming the command and the end of its stderr.
-    async fn run(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut command = tokio::process::Command::new(&self.script);
-        if let Some(dir) = &self.dir {
-            command.arg("--dir").arg(dir);
-        }
-        command
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let what = format!("{} {}", self.script.display(), args.join(" "));
-        let started = std::time::Instant::now();
-        let output = tokio::time::timeout(SCRIPT_TIMEOUT, command.output())
-            .await
-            .with_context(|| format!("{what} took longer than {SCRIPT_TIMEOUT:?}"))?
-            .with_context(|| {
-                format!(
-                    "running {what} (the replicated stack needs scripts/replicated: \
-                         --replicated-script)"
-                )
-            })?;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if !output.status.success() {
-            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            anyhow::bail!("{what} failed ({}): {}", output.status, tail.join(" | "));
-        }
-        tracing::info!(
-            command = %what,
-            elapsed = ?started.elapsed(),
-            "replicated: {}",
-            stderr.trim()
-        );
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    /// `all up`: every server up and replicated (repairing what an earlier run left); the
-    /// URLs it prints.
-    async fn up(&self) -> anyhow::Result<ReplicatedUrls> {
-        let printed = self.run(&["all", "up"]).await?;
-        let value = |name: &str| {
-            printed
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
-                .map(str::to_owned)
-                .with_context(|| format!("scripts/replicated all up printed no {name}"))
-        };
-        Ok(ReplicatedUrls {
-            postgres: value("MIDENG_TEST_POSTGRES_URL")?,
-            redis_cluster: value("MIDENG_TEST_REDIS_CLUSTER_URLS")?
-                .split(',')
-                .map(str::to_owned)
-                .collect(),
-            nats: value("REPLICATED_NATS_URLS")?,
-        })
-    }
-}
-
 /// The event side of every instance: RabbitMQ through its proxy on the servers stack, NATS
 /// JetStream on the replicated one (every server's URL, a stream of three replicas), the
 /// in-database queue on the embedded one; a fast relay and the entitlement consumer when the
@@ -944,6 +849,10 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
                 .collect(),
             timeout: Duration::from_secs(1),
             interval: Duration::from_millis(50),
+            // An endpoint's backoff on the same scale, so that a failing merchant's deliveries
+            // still settle within the run.
+            endpoint_backoff: Duration::from_millis(50),
+            endpoint_backoff_max: Duration::from_secs(1),
             ..WebhookSettings::default()
         }),
     }

@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 
 use mideng_pay::domain::wallet::WalletStrategy;
-use mideng_storm::attacker::AttackKind;
+use mideng_storm::attacker::{AttackKind, BoundaryKind};
 use mideng_storm::deploy::ServerArgs;
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
 
@@ -88,6 +88,29 @@ fn assert_attacks_refused(report: &StormReport) {
         assert!(caught("signature", outcome), "no {outcome}: {table}");
     }
     assert!(caught("dedup", ":duplicate"), "{table}");
+
+    // The boundary attacker: every probe kind sent and refused for its reason, nothing reached
+    // the canary, and the stalled endpoint was reached and held within the dispatchers' limit.
+    let boundary = &attacks.boundary;
+    for kind in BoundaryKind::EVERY {
+        let counts = boundary.kinds.get(kind.name());
+        assert!(
+            counts.is_some_and(|counts| counts.refused > 0 && counts.acknowledged == 0),
+            "{} not sent, or not refused: {table}",
+            kind.name()
+        );
+    }
+    assert_eq!(boundary.canary_connections, 0, "{table}");
+    assert!(
+        boundary.stall_requests > 0,
+        "the stalled endpoint was never tried: {table}"
+    );
+    assert!(
+        boundary.stall_open_max <= boundary.stall_open_allowed,
+        "{table}"
+    );
+    assert!(caught("outbound", ":private_target"), "{table}");
+    assert!(caught("keys", ":key_not_allowed"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

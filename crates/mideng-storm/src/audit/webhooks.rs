@@ -34,8 +34,13 @@ pub(super) fn check(
                 .map(|refund| refund.refund_no.as_str()),
         )
         .collect();
+    let merchants: Vec<_> = snapshot
+        .deliveries
+        .iter()
+        .filter(|delivery| delivery.url.starts_with(&received.merchant_base))
+        .collect();
     let mut per_event: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for delivery in &snapshot.deliveries {
+    for delivery in &merchants {
         per_event
             .entry(delivery.event_id.as_str())
             .or_default()
@@ -58,7 +63,7 @@ pub(super) fn check(
             )),
         }
     }
-    for delivery in &snapshot.deliveries {
+    for delivery in &merchants {
         figures.webhook_deliveries += 1;
         if delivery.status != "DELIVERED" {
             violations.push(violation(
@@ -116,6 +121,7 @@ mod tests {
                 tenant_id: "t".to_owned(),
                 event_id: "evt_1".to_owned(),
                 status: status.to_owned(),
+                url: "http://127.0.0.1:1/hooks/t".to_owned(),
             }],
             events: vec![
                 EventFact {
@@ -137,6 +143,7 @@ mod tests {
                 .map(|(id, counts)| ((*id).to_owned(), *counts))
                 .collect(),
             bad_signatures: 0,
+            merchant_base: "http://127.0.0.1:1/".to_owned(),
         };
         let mut violations = Vec::new();
         check(

@@ -101,7 +101,7 @@ impl Processes {
                 "--data-dir",
             ])
             .arg(&self.identity_dir)
-            .args(["--clock-speed", "1"]);
+            .args(["--clock-speed", "1", "--bills-as-the-day-runs"]);
         let mut child = command
             .spawn()
             .with_context(|| format!("starting {} sim", self.binary.display()))?;
@@ -281,6 +281,7 @@ fn serve_config(
             .map(|tenant| TenantConfig {
                 id: tenant.id.clone(),
                 api_key_sha256: api_key_hash(&tenant.api_key),
+                publishable_key_sha256: tenant.publishable_key.as_deref().map(api_key_hash),
                 webhooks: Vec::new(),
             })
             .collect(),
@@ -310,15 +311,20 @@ fn serve_config(
     config.payments.automatic_refunds = payments.automatic_refunds;
     config.wallet.strategy = payments.wallet_strategy;
     config.webhooks.allow_private_targets = payments.webhook_private_targets;
+    config.webhooks.allowed_targets = payments.webhook_allowed_targets.clone();
     if let Some(reconcile) = &blueprint.reconcile {
         config.reconcile = ReconcileConfig {
             interval_secs: seconds(reconcile.interval),
             min_age_secs: reconcile.min_age.as_secs(),
             batch: reconcile.batch,
+            // The storm reconciles its day's bills itself, at the end.
+            bills: false,
+            ..ReconcileConfig::default()
         };
     } else {
         // No scheduled rounds: one a day, which a storm never reaches.
         config.reconcile.interval_secs = 3_600;
+        config.reconcile.bills = false;
     }
     let events = &blueprint.events;
     match &events.broker {
@@ -400,10 +406,7 @@ mod tests {
         let blueprint = Blueprint {
             redis_cluster: vec!["redis://127.0.0.1:7100/".to_owned()],
             redis_prefix: Some("run1".to_owned()),
-            tenants: vec![mideng_pay::testing::TenantAccess {
-                id: "t0".to_owned(),
-                api_key: "k".repeat(32),
-            }],
+            tenants: vec![mideng_pay::testing::TenantAccess::new("t0", "k".repeat(32))],
             ..Blueprint::new(
                 Arc::new(identity),
                 "http://127.0.0.1:8090",

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::faults::FaultClock;
 use super::latency::{LatencyHistogram, operation_of};
 use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
-use crate::attacker::{self, AttackLog, Victim};
+use crate::attacker::{self, AttackLog, BoundaryLog, Victim};
 use crate::audit::{AnsweredRefund, ClientFacts};
 use crate::deploy::TenantAccess;
 
@@ -34,7 +34,7 @@ impl Answer {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
-    fn code(&self) -> String {
+    pub(crate) fn code(&self) -> String {
         self.json()["code"].as_str().unwrap_or_default().to_owned()
     }
 
@@ -58,6 +58,8 @@ pub(crate) struct Log {
     pub(crate) victims: Vec<Victim>,
     /// What the attacker sent.
     pub(crate) attacks: AttackLog,
+    /// What the boundary attacker tried, and what its listeners saw.
+    pub(crate) boundary: BoundaryLog,
     /// Payments the buyer paid, waiting for the refund script (at most
     /// [`REFUND_CANDIDATES_MAX`]).
     pub(super) refund_candidates: VecDeque<RefundCandidate>,
@@ -128,7 +130,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The tenants' hot wallet owner.
-    pub(super) fn hot(&self) -> String {
+    pub(crate) fn hot(&self) -> String {
         format!("{}-hot", self.run)
     }
 
@@ -164,12 +166,29 @@ impl Shared {
         headers: &[(&str, &str)],
         timeout: Duration,
     ) -> Option<Answer> {
+        let key = &self.tenants[tenant % self.tenants.len()].api_key;
+        self.send_as(instance, key, method, path, body, headers, timeout)
+            .await
+    }
+
+    /// [`Shared::send`] with `key` as the bearer key (a publishable key, say).
+    #[allow(clippy::too_many_arguments)] // the parts of one HTTP request, each used once
+    pub(crate) async fn send_as(
+        &self,
+        instance: usize,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Option<Answer> {
         let base = &self.bases[instance % self.bases.len()];
         let method_name = method.as_str().to_owned();
         let mut request = self
             .http
             .request(method, format!("{base}{path}"))
-            .bearer_auth(&self.tenants[tenant % self.tenants.len()].api_key)
+            .bearer_auth(key)
             .timeout(timeout);
         if let Some(body) = body {
             request = request.json(body);

@@ -47,7 +47,13 @@ pub(super) async fn audit_now(
         let log = shared.log();
         ClientFacts {
             attacked: log.attacks.victims().clone(),
-            accepted_attacks: log.attacks.accepted.clone(),
+            accepted_attacks: log
+                .attacks
+                .accepted
+                .iter()
+                .cloned()
+                .chain(log.boundary.breaches())
+                .collect(),
             payments: log.payments.iter().cloned().collect(),
             webhooks,
             ..log.client.clone()

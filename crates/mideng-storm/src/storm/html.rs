@@ -361,6 +361,7 @@ impl StormReport {
         let rows: Vec<Row> = attacks
             .kinds
             .iter()
+            .chain(&attacks.boundary.kinds)
             .map(|(kind, counts)| {
                 (
                     None,
@@ -375,10 +376,24 @@ impl StormReport {
                 )
             })
             .collect();
+        let boundary = &attacks.boundary;
+        let listeners = if boundary.kinds.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<p class=\"note\">The canary, which no tenant may reach, accepted {} \
+                 connection(s) (must be 0); the stalled endpoint got {} requests, at most {} open \
+                 at once (the dispatchers may hold {}).</p>\n",
+                boundary.canary_connections,
+                boundary.stall_requests,
+                boundary.stall_open_max,
+                boundary.stall_open_allowed
+            )
+        };
         let content = format!(
             "<p class=\"note\">{} hostile notifies · {} victims of {} tenant(s) · {} across \
              tenants · <strong>{} accepted</strong> (must be 0; a replay is acknowledged as a \
-             duplicate).</p>\n{}",
+             duplicate).</p>\n{listeners}{}",
             attacks.sent(),
             attacks.victims,
             attacks.victim_tenants,

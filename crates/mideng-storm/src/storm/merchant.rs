@@ -63,6 +63,12 @@ impl Merchant {
         Ok(Self { base, received })
     }
 
+    /// Where it listens: the deployment allows it as a webhook target.
+    pub(super) fn address(&self) -> anyhow::Result<std::net::SocketAddr> {
+        let address = self.base.trim_start_matches("http://").parse()?;
+        Ok(address)
+    }
+
     /// Registers an endpoint for every event type on every tenant, and keeps its secret.
     pub(super) async fn register(&self, shared: &Shared) -> anyhow::Result<()> {
         for (index, tenant) in shared.tenants.iter().enumerate() {
@@ -110,6 +116,7 @@ impl Merchant {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             bad_signatures: self.received.bad_signatures.load(Ordering::Relaxed),
+            merchant_base: format!("{}/hooks/", self.base),
         }
     }
 }

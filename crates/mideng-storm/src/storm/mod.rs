@@ -84,6 +84,7 @@ use anyhow::Context;
 use mideng_pay::domain::events::PAYMENT_SUCCEEDED;
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
+use mideng_pay::workers::webhooks::WebhookSettings;
 use mideng_sim::{MerchantKeys, SimConfig};
 use serde_json::Value;
 
@@ -95,7 +96,7 @@ use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
 pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Timeline};
 use self::sampler::{Metrics, Sampler};
-use crate::attacker::{self, AttackerKeys};
+use crate::attacker::{self, AttackerKeys, BoundaryTargets};
 pub use crate::deploy::StackKind;
 use crate::deploy::{DeployOptions, Deployment, Processes, TenantAccess};
 
@@ -153,15 +154,31 @@ pub async fn run(
         None
     };
     let attacker_keys = (!args.no_attacker).then(|| AttackerKeys::of(&identity.0, &identity.1));
+    // The merchant's receiver and the boundary attacker's listeners listen before the
+    // deployment starts, on a deployment the storm makes: the service is told of the
+    // merchant's address and the stall's as allowed webhook targets, on its default outbound
+    // rule otherwise (no private targets), so the attacker meets the guard as it ships.
+    let (merchant, boundary) = if external {
+        (None, None)
+    } else {
+        let merchant = merchant::Merchant::start().await?;
+        let boundary = match &attacker_keys {
+            Some(_) => Some(BoundaryTargets::start().await?),
+            None => None,
+        };
+        (Some(merchant), boundary)
+    };
     let (mut deployment, bases, sim_base, tenants, database_url, stack_label) = if external {
         let tenants = args
             .tenant_key
             .iter()
             .map(|pair| {
                 pair.split_once(':')
+                    // A deployment the storm did not make: its publishable keys are unknown.
                     .map(|(id, key)| TenantAccess {
                         id: id.to_owned(),
                         api_key: key.to_owned(),
+                        publishable_key: None,
                     })
                     .context("--tenant-key takes id:api-key")
             })
@@ -180,12 +197,20 @@ pub async fn run(
     } else {
         let stack = args.stack.stack(&args.dir, &args.servers);
         let label = stack.label().to_owned();
+        let mut allowed = Vec::new();
+        if let Some(merchant) = &merchant {
+            allowed.push(merchant.address()?);
+        }
+        if let Some(boundary) = &boundary {
+            allowed.push(boundary.stall_address());
+        }
         let mut payments = PaymentSettings {
             lock_wait: Duration::from_millis(500),
             duplicate_wait: Duration::from_millis(500),
             wallet_strategy: args.wallet_strategy,
-            // The merchant's webhook receiver listens on loopback.
-            webhook_private_targets: true,
+            // The merchant's receiver and the stall listen on loopback: allowed by address and
+            // port, nothing else private.
+            webhook_allowed_targets: allowed,
             ..PaymentSettings::default()
         };
         if let Some(layer) = args.break_layer {
@@ -258,14 +283,9 @@ pub async fn run(
     };
 
     // The merchant registers its webhook endpoints first (a deployment the storm started).
-    let merchant = match &deployment {
-        Some(_) => {
-            let merchant = merchant::Merchant::start().await?;
-            merchant.register(&shared).await?;
-            Some(merchant)
-        }
-        None => None,
-    };
+    if let Some(merchant) = &merchant {
+        merchant.register(&shared).await?;
+    }
 
     // Every tenant's hot wallet gets money first.
     for tenant in 0..shared.tenants.len() {
@@ -330,6 +350,22 @@ pub async fn run(
         clients.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(attacker_seed);
             attacker::attack_until(&shared, &keys, &mut rng, deadline, leaked_channel_key).await;
+        }));
+    }
+    // The boundary attacker beside it: private webhook targets, the page's key on secret
+    // routes, a stalled endpoint. Each dispatcher may hold its per-endpoint limit open there.
+    if let Some(boundary) = boundary.clone() {
+        let shared = shared.clone();
+        let boundary_seed = seed.rotate_left(43) ^ 0xB0DA_7EE5;
+        let allowed = u64::try_from(
+            WebhookSettings::default()
+                .in_flight_per_endpoint_max
+                .saturating_mul(shared.bases.len()),
+        )
+        .unwrap_or(u64::MAX);
+        clients.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(boundary_seed);
+            attacker::probe_until(&shared, &boundary, &mut rng, deadline, allowed).await;
         }));
     }
 
@@ -491,7 +527,12 @@ pub async fn run(
             .target
             .is_empty()
             .then(|| args.wallet_strategy.as_str().to_owned()),
-        attacks: (!args.no_attacker).then(|| shared.log().attacks.report()),
+        attacks: (!args.no_attacker).then(|| {
+            let log = shared.log();
+            let mut report = log.attacks.report();
+            report.boundary = log.boundary.report();
+            report
+        }),
         timeline,
         latencies,
         invariants,
@@ -580,7 +621,7 @@ async fn drain_webhooks(operator: &mideng_pay::api::AppState) -> anyhow::Result<
         .ports
         .store
         .webhooks
-        .due(i64::MAX, 1)
+        .due(&mideng_pay::store::webhooks::DueQuery::all(i64::MAX, 1))
         .await?
         .is_empty()
     {

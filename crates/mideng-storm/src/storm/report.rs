@@ -252,7 +252,7 @@ impl StormReport {
                 "{:<22} {:>6} {:>6} {:>8} {:>9}  stopped by",
                 "attack", "sent", "acked", "refused", "no answer"
             );
-            for (kind, counts) in &attacks.kinds {
+            for (kind, counts) in attacks.kinds.iter().chain(&attacks.boundary.kinds) {
                 let _ = writeln!(
                     out,
                     "{kind:<22} {:>6} {:>6} {:>8} {:>9}  {}",
@@ -261,6 +261,18 @@ impl StormReport {
                     counts.refused,
                     counts.unanswered,
                     counts.stopped_by
+                );
+            }
+            let boundary = &attacks.boundary;
+            if !boundary.kinds.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "canary (no tenant may reach it): {} connections · stalled endpoint: {} \
+                     requests, at most {} open at once (the dispatchers may hold {})",
+                    boundary.canary_connections,
+                    boundary.stall_requests,
+                    boundary.stall_open_max,
+                    boundary.stall_open_allowed
                 );
             }
         }

@@ -1,0 +1,287 @@
+//! What the audit reads: the database's rows of this run, the channel's side, what the clients
+//! were answered and what the merchant received. Plain data.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A payment as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentFact {
+    /// Number (`out_trade_no`).
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+    /// PENDING, PAID, CLOSED or FAILED.
+    pub status: String,
+    /// Fen.
+    pub amount: i64,
+    /// When the channel stops accepting payment, Unix ms.
+    pub expires_at_ms: i64,
+    /// Its last change, Unix ms.
+    pub updated_at_ms: i64,
+    /// The running total of its refunds that are not CLOSED, fen.
+    pub refunded: i64,
+}
+
+/// A refund as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefundFact {
+    /// Number (the channel's `out_refund_no` / `out_request_no`).
+    pub refund_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The client's `Idempotency-Key`: the refund's business key.
+    pub request_key: String,
+    /// The refunded payment.
+    pub payment_no: String,
+    /// The payment's order.
+    pub order_id: String,
+    /// Fen.
+    pub amount: i64,
+    /// PROCESSING, SUCCESS, CLOSED or ABNORMAL.
+    pub status: String,
+}
+
+/// An order as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+    /// Status.
+    pub status: String,
+    /// Whether paying it grants something.
+    pub has_entitlement: bool,
+}
+
+/// A grant as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantFact {
+    /// The paying payment.
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Order.
+    pub order_id: String,
+}
+
+/// A wallet as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalletFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Owner.
+    pub user_id: String,
+    /// Fen.
+    pub balance: i64,
+}
+
+/// A ledger entry as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryFact {
+    /// Its number (a deduction's `deduction_no`, a reversal's `reversal_no`).
+    pub entry_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Owner.
+    pub user_id: String,
+    /// CREDIT or DEBIT.
+    pub kind: String,
+    /// Fen.
+    pub amount: i64,
+    /// The debited order.
+    pub order_id: Option<String>,
+    /// The credit's reference.
+    pub reference: String,
+}
+
+/// The service's database, read once.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Payments.
+    pub payments: Vec<PaymentFact>,
+    /// Orders.
+    pub orders: Vec<OrderFact>,
+    /// Grants.
+    pub grants: Vec<GrantFact>,
+    /// Wallets.
+    pub wallets: Vec<WalletFact>,
+    /// Ledger entries.
+    pub entries: Vec<EntryFact>,
+    /// Refunds.
+    pub refunds: Vec<RefundFact>,
+    /// Webhook deliveries.
+    pub deliveries: Vec<DeliveryFact>,
+    /// Outbox events of the types merchants subscribe to.
+    pub events: Vec<EventFact>,
+}
+
+/// A webhook delivery as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryFact {
+    /// Tenant.
+    pub tenant_id: String,
+    /// The event's id: the messages' `webhook-id`.
+    pub event_id: String,
+    /// PENDING, DELIVERED or FAILED.
+    pub status: String,
+    /// Its endpoint's URL (the merchant's, or another endpoint a tenant registered).
+    pub url: String,
+}
+
+/// An outbox event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventFact {
+    /// Its id (the webhook-id of its deliveries).
+    pub id: String,
+    /// `payment.succeeded`, `payment.closed` or `refund.succeeded`.
+    pub topic: String,
+    /// The payment or refund number it is about.
+    pub key: String,
+}
+
+/// What the storm's merchant received.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WebhookFacts {
+    /// Per `webhook-id`: copies received with a valid signature, and how many the merchant
+    /// applied (its own dedup by `webhook-id`: one, or none when it never acknowledged one).
+    pub received: BTreeMap<String, (u32, u32)>,
+    /// Messages whose signature did not verify.
+    pub bad_signatures: u64,
+    /// The merchant's base URL: the webhook invariants are about the deliveries to its
+    /// endpoints, not to another a tenant registered (the boundary attacker's stalled one).
+    pub merchant_base: String,
+}
+
+impl Snapshot {
+    /// Only what belongs to one storm run: its tenants, and orders and users whose ids start
+    /// with its prefix (a deployment the storm did not start holds other data too).
+    pub fn of_run(self, tenants: &std::collections::HashSet<String>, prefix: &str) -> Self {
+        let ours = |tenant: &str, id: &str| tenants.contains(tenant) && id.starts_with(prefix);
+        Self {
+            payments: self
+                .payments
+                .into_iter()
+                .filter(|payment| ours(&payment.tenant_id, &payment.order_id))
+                .collect(),
+            orders: self
+                .orders
+                .into_iter()
+                .filter(|order| ours(&order.tenant_id, &order.order_id))
+                .collect(),
+            grants: self
+                .grants
+                .into_iter()
+                .filter(|grant| ours(&grant.tenant_id, &grant.order_id))
+                .collect(),
+            wallets: self
+                .wallets
+                .into_iter()
+                .filter(|wallet| ours(&wallet.tenant_id, &wallet.user_id))
+                .collect(),
+            entries: self
+                .entries
+                .into_iter()
+                .filter(|entry| ours(&entry.tenant_id, &entry.user_id))
+                .collect(),
+            refunds: self
+                .refunds
+                .into_iter()
+                .filter(|refund| ours(&refund.tenant_id, &refund.order_id))
+                .collect(),
+            deliveries: self
+                .deliveries
+                .into_iter()
+                .filter(|delivery| tenants.contains(&delivery.tenant_id))
+                .collect(),
+            // Kept whole: the check keeps those about this run's payments and refunds.
+            events: self.events,
+        }
+    }
+}
+
+/// A trade as the channel sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TradeFact {
+    /// PENDING, PAID, FINISHED, CLOSED or REFUNDED.
+    pub status: String,
+    /// Whether the channel's query shows it (an unscanned Alipay code: no).
+    pub exists: bool,
+    /// What went back to the buyer: its successful refunds' sum, fen.
+    pub refunded_fen: i64,
+    /// Its refunds.
+    pub refunds: Vec<ChannelRefundFact>,
+}
+
+/// A refund in a trade's refund book at the channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelRefundFact {
+    /// The merchant's number (`out_refund_no`).
+    pub out_refund_no: String,
+    /// Fen.
+    pub amount: i64,
+    /// PROCESSING, SUCCESS, CLOSED or ABNORMAL.
+    pub status: String,
+}
+
+/// The channel's side: its ledger and its trades.
+#[derive(Clone, Debug, Default)]
+pub struct ChannelFacts {
+    /// Charges per `out_trade_no` (amounts).
+    pub charges: HashMap<String, Vec<i64>>,
+    /// Refunds per `out_trade_no` in the ledger (amounts).
+    pub refunded: HashMap<String, Vec<i64>>,
+    /// Trades by `out_trade_no`; a number missing here was never created at the channel.
+    pub trades: HashMap<String, TradeFact>,
+}
+
+/// What the storm's clients were told.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFacts {
+    /// Credits answered 200, by (tenant, user, key): amount.
+    pub credits: HashMap<(String, String, String), i64>,
+    /// Payments the clients were answered with (the `payment_no` of an answer to a payment's
+    /// creation): each must be in the database, whatever failed over after the answer.
+    pub payments: BTreeSet<String>,
+    /// Deducts answered 200, by (tenant, user, key): (order, amount).
+    pub deducts: HashMap<(String, String, String), (String, i64)>,
+    /// Replays whose answer differed from the original (description).
+    pub replay_mismatches: Vec<String>,
+    /// 5xx answers outside every fault window (description).
+    pub unexcused_errors: Vec<String>,
+    /// Payments the attacker aimed at: ones the workload left waiting (never paid, never
+    /// closed), so that any change before their expiry is the attacker's doing.
+    pub attacked: BTreeSet<String>,
+    /// Attacks that had to be refused and were acknowledged (description).
+    pub accepted_attacks: Vec<String>,
+    /// Refunds answered 200 or 201, by (tenant, request key).
+    pub refunds: HashMap<(String, String), AnsweredRefund>,
+    /// Reversals answered 200, by (tenant, user, deduction number).
+    pub reversals: HashMap<(String, String, String), AnsweredReversal>,
+    /// What the storm's merchant received (`None`: no merchant, a deployment the storm did
+    /// not start).
+    pub webhooks: Option<WebhookFacts>,
+}
+
+/// What the answers to one refund request key said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnsweredRefund {
+    /// The payment asked to refund.
+    pub payment_no: String,
+    /// Every amount asked for under the key and named by an answer (one, unless a key made
+    /// two refunds or an answer was not the refund asked for).
+    pub amounts: BTreeSet<i64>,
+    /// Every refund number an answer named (one, unless a key made two refunds).
+    pub refund_nos: BTreeSet<String>,
+}
+
+/// What the answers to one deduction's reversal said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnsweredReversal {
+    /// Every reversal number an answer named (one, unless the deduction was put back twice).
+    pub reversal_nos: BTreeSet<String>,
+    /// Every amount an answer named.
+    pub amounts: BTreeSet<i64>,
+}
