@@ -82,6 +82,7 @@ impl AppState {
             records: self.records.clone(),
             tokens: self.tokens.clone(),
             events: self.ports.store.events.clone(),
+            webhooks: self.ports.store.webhooks.clone(),
         }
     }
 }

@@ -168,8 +168,10 @@ pub(super) async fn redeliver(
 ) -> Result<Response, ApiError> {
     let delivery_id =
         PaymentNo::parse(&delivery_id).map_err(|_| ApiError::not_found("delivery"))?;
-    let delivery = match webhook::redeliver(&state.ports, &tenant, delivery_id.as_str()).await? {
-        Redelivery::Due(delivery) => delivery,
+    let (delivery, attempts) = match webhook::redeliver(&state.ports, &tenant, delivery_id.as_str())
+        .await?
+    {
+        Redelivery::Due(delivery, attempts) => (delivery, attempts),
         Redelivery::NoDelivery => return Err(ApiError::not_found("delivery")),
         Redelivery::AttemptsExhausted { attempts } => {
             return Err(ApiError::new(
@@ -182,7 +184,7 @@ pub(super) async fn redeliver(
     };
     Ok((
         StatusCode::ACCEPTED,
-        axum::Json(delivery_view(&delivery, &[])),
+        axum::Json(delivery_view(&delivery, &attempts)),
     )
         .into_response())
 }

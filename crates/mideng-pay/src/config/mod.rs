@@ -275,10 +275,11 @@ impl ServeConfig {
             || !(1..=64).contains(&webhooks.in_flight_per_tenant_max)
             || !(1..=256).contains(&webhooks.concurrency)
             || webhooks.allowed_targets.len() > 64
+            || !(2..=400).contains(&webhooks.retention_days)
         {
             return invalid(
                 "webhooks: in_flight_per_endpoint_max 1 to 16, in_flight_per_tenant_max 1 to 64, \
-                 concurrency 1 to 256, at most 64 allowed_targets",
+                 concurrency 1 to 256, at most 64 allowed_targets, retention_days 2 to 400",
             );
         }
         if !(1..=3_600).contains(&self.events.consumer_visibility_secs) {
@@ -462,6 +463,7 @@ impl ServeConfig {
             batch: self.purge.batch,
             interval: Duration::from_secs(self.purge.interval_secs),
             sent_events_retention: Duration::from_secs(self.events.sent_retention_days * 86_400),
+            webhook_retention: Duration::from_secs(self.webhooks.retention_days * 86_400),
             ..PurgeSettings::default()
         }
     }
@@ -761,12 +763,17 @@ mod tests {
         );
         let defaults = parse("", &Overrides::default()).expect("valid");
         assert_eq!(
+            defaults.purge_settings().webhook_retention,
+            Duration::from_secs(30 * 86_400)
+        );
+        assert_eq!(
             defaults.event_settings().webhooks.expect("on").schedule,
             crate::domain::webhook::SCHEDULE.to_vec()
         );
         for refused in [
             "[webhooks]\nretry_schedule_ms = []",
             "[webhooks]\nretry_schedule_ms = [86400001]",
+            "[webhooks]\nretention_days = 1",
             "[events]\nconsumer_visibility_secs = 0",
         ] {
             assert!(

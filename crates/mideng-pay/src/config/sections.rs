@@ -359,6 +359,10 @@ pub struct WebhooksConfig {
     /// at once, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h); 1 to 32 delays of at most a
     /// day each. Its length is the number of attempts before an endpoint is disabled.
     pub retry_schedule_ms: Option<Vec<u64>>,
+    /// Days a delivery is kept after its last change, 2 to 400 (default 30): then it is
+    /// purged with its attempts. Deliveries that wait on a disabled endpoint are kept as long,
+    /// and go out if it is enabled again within that time.
+    pub retention_days: u64,
 }
 
 impl Default for WebhooksConfig {
@@ -372,6 +376,7 @@ impl Default for WebhooksConfig {
             in_flight_per_tenant_max: 4,
             concurrency: 8,
             retry_schedule_ms: None,
+            retention_days: PurgeSettings::default().webhook_retention.as_secs() / 86_400,
         }
     }
 }

@@ -71,7 +71,7 @@ pub async fn redeliver(
 ) -> Result<Redelivery, StoreError> {
     let redelivered = ports.store.webhooks.redeliver(tenant, delivery_id).await?;
     let outcome = match &redelivered {
-        Redelivery::Due(_) => "redelivery_queued",
+        Redelivery::Due(..) => "redelivery_queued",
         Redelivery::AttemptsExhausted { .. } => "attempts_exhausted",
         Redelivery::NoDelivery => return Ok(redelivered),
     };

@@ -68,6 +68,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "parked events",
                 include_str!("../../migrations/postgres/0009_parked_events.sql"),
             ),
+            (
+                10,
+                "webhook retention",
+                include_str!("../../migrations/postgres/0010_webhook_retention.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -127,6 +132,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "parked events",
                 include_str!("../../migrations/mysql/0009_parked_events.sql"),
             ),
+            (
+                10,
+                "webhook retention",
+                include_str!("../../migrations/mysql/0010_webhook_retention.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -181,6 +191,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 9,
                 "parked events",
                 include_str!("../../migrations/sqlite/0009_parked_events.sql"),
+            ),
+            (
+                10,
+                "webhook retention",
+                include_str!("../../migrations/sqlite/0010_webhook_retention.sql"),
             ),
         ],
     )

@@ -1,6 +1,8 @@
 //! Retention purge: idempotency records (and with them the channel-notify dedup records) and
-//! one-time tokens whose retention ended, and outbox rows sent longer ago than their retention
-//! (7 days by default), deleted in bounded batches. Unsent outbox rows are never purged.
+//! one-time tokens whose retention ended, outbox rows sent longer ago than their retention
+//! (7 days by default), and webhook deliveries, with their attempts, untouched for the webhook
+//! retention (30 days by default), deleted in bounded batches. Unsent outbox rows are never
+//! purged.
 //!
 //! What is kept how long: records of the money-moving routes (payment creation, wallet credit
 //! and deduct) for [`crate::flows::PaymentSettings::funds_retention`] (30 days by default: a
@@ -17,6 +19,7 @@ use mideng::token::TokenStore;
 use mideng::{StoreError, clock};
 
 use crate::store::Events;
+use crate::store::webhooks::Webhooks;
 
 /// What the purge deletes from: the idempotency records, the tokens and the outbox.
 #[derive(Clone)]
@@ -27,6 +30,8 @@ pub struct Retained {
     pub tokens: Arc<dyn TokenStore>,
     /// The outbox.
     pub events: Arc<dyn Events>,
+    /// Webhook deliveries.
+    pub webhooks: Arc<dyn Webhooks>,
 }
 
 /// How the purge runs.
@@ -40,6 +45,8 @@ pub struct PurgeSettings {
     pub interval: Duration,
     /// How long sent outbox rows are kept (for audits of what was published).
     pub sent_events_retention: Duration,
+    /// How long a webhook delivery is kept after its last change.
+    pub webhook_retention: Duration,
 }
 
 impl Default for PurgeSettings {
@@ -49,6 +56,7 @@ impl Default for PurgeSettings {
             batches_per_round: 100,
             interval: Duration::from_secs(60),
             sent_events_retention: Duration::from_secs(7 * 24 * 3600),
+            webhook_retention: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -62,6 +70,8 @@ pub struct PurgeReport {
     pub tokens: u64,
     /// Sent outbox rows.
     pub events: u64,
+    /// Webhook deliveries (with their attempts).
+    pub webhook_deliveries: u64,
 }
 
 /// One round: batches until a batch comes back short (or the round's bound is reached).
@@ -101,10 +111,24 @@ pub async fn purge_once(
             break;
         }
     }
+    let untouched_since_ms = now_ms
+        .saturating_sub(i64::try_from(settings.webhook_retention.as_millis()).unwrap_or(i64::MAX));
+    for _ in 0..settings.batches_per_round {
+        let deleted = retained
+            .webhooks
+            .purge_deliveries(untouched_since_ms, batch)
+            .await?;
+        report.webhook_deliveries += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
     metrics::counter!("mideng_purged_total", "kind" => "events").increment(report.events);
+    metrics::counter!("mideng_purged_total", "kind" => "webhook_deliveries")
+        .increment(report.webhook_deliveries);
     metrics::counter!("mideng_purged_total", "kind" => "records").increment(report.records);
     metrics::counter!("mideng_purged_total", "kind" => "tokens").increment(report.tokens);
-    if report.records + report.tokens + report.events > 0 {
+    if report.records + report.tokens + report.events + report.webhook_deliveries > 0 {
         tracing::info!(?report, "purged past their retention");
     }
     Ok(report)

@@ -97,6 +97,26 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         )
         .await;
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    // A merchant's endpoint, so that the payment's event has a delivery to keep and purge.
+    let hooked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hooked.clone();
+    let base = crate::harness::serve_on_loopback(axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { axum::http::StatusCode::NO_CONTENT }
+        }),
+    ))
+    .await;
+    let registered = service
+        .post(
+            "/v1/webhook-endpoints",
+            json!({"url": format!("{base}/hook"), "events": ["payment.succeeded"]}),
+            &[],
+        )
+        .await;
+    assert_eq!(registered.status, 201, "{}", registered.json());
+
     // The unexpired token survived too.
     let order_id = unique("o");
     service.create_order(&order_id, &user, 100).await;
@@ -136,15 +156,43 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         .await
         .expect("purge");
     assert_eq!(recent.events, 0, "sent a moment ago: kept for 7 days");
+    // Its webhook delivery: delivered, kept for the webhook retention (30 days), then purged
+    // with its attempts.
+    let started = std::time::Instant::now();
+    let delivered = |shown: &serde_json::Value| {
+        shown.as_array().is_some_and(|deliveries| {
+            deliveries.len() == 1
+                && deliveries[0]["status"] == "DELIVERED"
+                && deliveries[0]["attempts"].as_array().map(Vec::len) == Some(1)
+        })
+    };
+    loop {
+        let shown = service.get("/v1/webhook-deliveries").await.json();
+        if delivered(&shown) {
+            break;
+        }
+        assert!(started.elapsed() < crate::harness::WAIT_LIMIT, "{shown:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(recent.webhook_deliveries, 0, "{recent:?}");
     let expired = purge_once(
         &service.state.retained(),
         &PurgeSettings {
             sent_events_retention: Duration::ZERO,
+            webhook_retention: Duration::ZERO,
             ..PurgeSettings::default()
         },
     )
     .await
     .expect("purge");
     assert_eq!(expired.events, 1, "{expired:?}");
+    assert_eq!(expired.webhook_deliveries, 1, "{expired:?}");
+    let shown = service.get("/v1/webhook-deliveries").await.json();
+    assert_eq!(shown, json!([]), "purged with its attempts");
+    assert_eq!(
+        hooked.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "delivered once"
+    );
     assert_eq!(service.grants(&user).await.len(), 1);
 }

@@ -31,6 +31,10 @@ struct Received {
     messages: Arc<Mutex<Vec<(String, bool, Value)>>>,
     secret: Arc<Mutex<Option<String>>>,
     hook_calls: Arc<Mutex<u32>>,
+    /// `/down` answers 204 from when this turns true.
+    recovered: Arc<std::sync::atomic::AtomicBool>,
+    /// The `webhook-id` of every message `/down` was sent.
+    down_ids: Arc<Mutex<Vec<String>>>,
 }
 
 async fn hook(State(received): State<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {
@@ -53,7 +57,17 @@ async fn hook(State(received): State<Received>, headers: HeaderMap, body: Bytes)
 
 async fn down(State(received): State<Received>, headers: HeaderMap, body: Bytes) -> StatusCode {
     record(&received, &headers, &body);
-    StatusCode::SERVICE_UNAVAILABLE
+    let id = headers
+        .get("webhook-id")
+        .and_then(|id| id.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    received.down_ids.lock().expect("lock").push(id);
+    if received.recovered.load(Ordering::SeqCst) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
 }
 
 fn record(received: &Received, headers: &HeaderMap, body: &Bytes) {
@@ -275,6 +289,117 @@ pub(crate) async fn webhooks_retry_under_one_id_until_acknowledged(backend: Back
     assert!(
         statuses.contains(&(json!(endpoint_id), json!("ENABLED"))),
         "{statuses:?}"
+    );
+
+    // While it is disabled, a refund of another payment: its delivery to the disabled endpoint
+    // is kept, PENDING and not attempted.
+    let (_, other_no) = service.paid_payment("u-w", "alipay", 700).await;
+    let refund = service
+        .post(
+            &format!("/v1/payments/{other_no}/refunds"),
+            json!({"amount": 700}),
+            &[("Idempotency-Key", &unique("rk"))],
+        )
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.json());
+    let refund_no = refund.json()["refund_no"]
+        .as_str()
+        .expect("number")
+        .to_owned();
+    let is_waiting = |delivery: &Value| {
+        delivery["event_type"] == "refund.succeeded"
+            && delivery["endpoint_id"] == down_id
+            && delivery["status"] == "PENDING"
+    };
+    let deliveries = deliveries_until(&service, |deliveries| {
+        deliveries.iter().any(is_waiting)
+            && deliveries.iter().any(|delivery| {
+                delivery["event_type"] == "refund.succeeded"
+                    && delivery["endpoint_id"] == endpoint_id
+                    && delivery["status"] == "DELIVERED"
+                    && delivery["webhook_id"] != failed["webhook_id"]
+            })
+    })
+    .await;
+    let waiting = deliveries
+        .iter()
+        .find(|delivery| is_waiting(delivery))
+        .expect("waiting")
+        .clone();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiting_id = waiting["webhook_id"].as_str().expect("id").to_owned();
+    let sent_to_disabled = |id: &str| {
+        received
+            .down_ids
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|sent| *sent == id)
+            .count()
+    };
+    assert_eq!(
+        sent_to_disabled(&waiting_id),
+        0,
+        "nothing sent while disabled"
+    );
+    let shown = service
+        .get(&format!("/v1/webhook-deliveries?event_id={waiting_id}"))
+        .await
+        .json();
+    let kept = shown
+        .as_array()
+        .and_then(|deliveries| {
+            deliveries
+                .iter()
+                .find(|delivery| delivery["endpoint_id"] == down_id)
+        })
+        .expect("kept");
+    assert_eq!(kept["status"], "PENDING", "{kept:#}");
+    assert_eq!(kept["attempts"], json!([]), "{kept:#}");
+
+    // The merchant fixes the endpoint and redelivers the failed delivery: the answer shows its
+    // four attempts, the endpoint is enabled, and the delivery kept while it was disabled goes
+    // out too, under its own webhook-id, with the refund it was written for.
+    received.recovered.store(true, Ordering::SeqCst);
+    let failed_delivery_id = failed["delivery_id"].as_str().expect("id");
+    let redelivered = service
+        .post(
+            &format!("/v1/webhook-deliveries/{failed_delivery_id}/redeliver"),
+            json!({}),
+            &[],
+        )
+        .await;
+    assert_eq!(redelivered.status, 202, "{}", redelivered.json());
+    assert_eq!(
+        redelivered.json()["attempts"].as_array().map(Vec::len),
+        Some(4),
+        "the redelivery's answer shows the delivery's attempts: {}",
+        redelivered.json()
+    );
+    deliveries_until(&service, |deliveries| {
+        let down_refunds: Vec<_> = deliveries
+            .iter()
+            .filter(|delivery| {
+                delivery["event_type"] == "refund.succeeded" && delivery["endpoint_id"] == down_id
+            })
+            .collect();
+        down_refunds.len() == 2
+            && down_refunds
+                .iter()
+                .all(|delivery| delivery["status"] == "DELIVERED")
+    })
+    .await;
+    assert!(sent_to_disabled(&waiting_id) >= 1, "sent once enabled");
+    let messages = received.messages.lock().expect("lock").clone();
+    let late: Vec<_> = messages
+        .iter()
+        .filter(|(id, _, _)| *id == waiting_id)
+        .collect();
+    assert!(
+        late.iter()
+            .all(|(_, _, body)| body["type"] == "refund.succeeded"
+                && body["data"]["refund_no"] == refund_no.as_str()),
+        "{late:?}"
     );
 }
 

@@ -303,6 +303,13 @@ pub trait Webhooks: Send + Sync {
         attempt: &Attempt,
         outcome: AttemptOutcome,
     ) -> Result<(), StoreError>;
+    /// Deletes up to `limit` deliveries whose last change is at or before
+    /// `untouched_since_ms`, with their attempts (the retention purge); answers how many.
+    async fn purge_deliveries(
+        &self,
+        untouched_since_ms: i64,
+        limit: u32,
+    ) -> Result<u64, StoreError>;
     /// The tenant's deliveries of an event (or its latest 100), each with its attempts.
     async fn deliveries(
         &self,
@@ -318,8 +325,8 @@ pub trait Webhooks: Send + Sync {
 /// What a redelivery by hand came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Redelivery {
-    /// Due now, as it is now.
-    Due(Box<Delivery>),
+    /// Due now, as it is now, with the attempts it had so far.
+    Due(Box<Delivery>, Vec<Attempt>),
     /// The tenant has no such delivery.
     NoDelivery,
     /// It has as many attempts as a delivery may have; nothing changed, and it stays listed

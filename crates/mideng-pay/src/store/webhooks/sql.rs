@@ -71,11 +71,6 @@ const ENDPOINTS_OF_TENANT: PerDialect<&str> = dialect_sql!(
     " ORDER BY created_at, endpoint_id LIMIT 100"
 );
 
-const ENDPOINTS_ENABLED_OF_TENANT: PerDialect<&str> = dialect_sql!(
-    "SELECT " endpoint_columns!() " FROM pay_webhook_endpoints WHERE tenant_id = " ?
-    " AND status = 'ENABLED' ORDER BY created_at, endpoint_id LIMIT 100"
-);
-
 const DELIVERY_INSERT: PerDialect<&str> = dialect_sql!(
     insert_ignore " pay_webhook_deliveries (delivery_id, tenant_id, endpoint_id, event_id, event_type, payload, status, step, attempts, next_attempt_at, created_at, updated_at) VALUES ("
     ? ", " ? ", " ? ", " ? ", " ? ", " ? ", 'PENDING', 0, 0, " ? ", " ? ", " ? ")" on_conflict_ignore
@@ -115,6 +110,18 @@ const ATTEMPT_INSERT: PerDialect<&str> = dialect_sql!(
     ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
 );
 
+const DELIVERIES_UNTOUCHED: PerDialect<&str> = dialect_sql!(
+    "SELECT delivery_id FROM pay_webhook_deliveries WHERE updated_at <= " ?
+    " ORDER BY updated_at, delivery_id LIMIT " ? skip_locked
+);
+
+const ATTEMPTS_DELETE: PerDialect<&str> =
+    dialect_sql!("DELETE FROM pay_webhook_attempts WHERE delivery_id = "?);
+
+const DELIVERY_DELETE: PerDialect<&str> = dialect_sql!(
+    "DELETE FROM pay_webhook_deliveries WHERE delivery_id = " ? " AND updated_at <= " ?
+);
+
 const DELIVERY_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
     "SELECT " delivery_columns!() " FROM pay_webhook_deliveries d WHERE d.delivery_id = " ?
     for_update
@@ -148,9 +155,13 @@ const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
     ? " ORDER BY attempt LIMIT 100"
 );
 
-/// Writes one delivery of the event `event_id` for each of the tenant's enabled endpoints
-/// subscribed to `event_type`, in the caller's transaction (the event's own). `data` is the
-/// event's JSON.
+/// Writes one delivery of the event `event_id` for each of the tenant's endpoints subscribed
+/// to `event_type`, in the caller's transaction (the event's own). `data` is the event's JSON.
+///
+/// A disabled endpoint gets its deliveries too: they wait, PENDING, while it is disabled (the
+/// dispatcher reads none of them) and go out oldest first once a redelivery by hand enables it
+/// again, each under its own `webhook-id`. A merchant whose endpoint was down for a day misses
+/// nothing that happened meanwhile; what waits longer than the webhook retention is purged.
 pub(in crate::store) async fn fan_out<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
@@ -160,10 +171,7 @@ pub(in crate::store) async fn fan_out<D: Dialect>(
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let endpoints = connection
-        .rows(
-            ENDPOINTS_ENABLED_OF_TENANT.get::<D>(),
-            &[Arg::Text(tenant_id)],
-        )
+        .rows(ENDPOINTS_OF_TENANT.get::<D>(), &[Arg::Text(tenant_id)])
         .await
         .map_err(store_error::<D>)?
         .iter()
@@ -218,6 +226,41 @@ pub(in crate::store) async fn publish_in<D: Dialect>(
 ) -> Result<(), StoreError> {
     let event_id = mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, payload).await?;
     fan_out::<D>(connection, tenant_id, topic, &event_id, payload, now_ms).await
+}
+
+/// Deletes up to `limit` deliveries untouched since `untouched_since_ms`, each with its
+/// attempts, in one transaction; the rows are locked as they are read (others' locked rows
+/// skipped), so a delivery claimed or redelivered meanwhile is not deleted.
+async fn purge_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    untouched_since_ms: i64,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let ids = connection
+        .rows(
+            DELIVERIES_UNTOUCHED.get::<D>(),
+            &[Arg::Int(untouched_since_ms), Arg::Int(limit)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .iter()
+        .map(|row| row.text(0).map_err(read))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut deleted = 0;
+    for delivery_id in &ids {
+        connection
+            .run(ATTEMPTS_DELETE.get::<D>(), &[Arg::Text(delivery_id)])
+            .await
+            .map_err(store_error::<D>)?;
+        deleted += connection
+            .run(
+                DELIVERY_DELETE.get::<D>(),
+                &[Arg::Text(delivery_id), Arg::Int(untouched_since_ms)],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+    }
+    Ok(deleted)
 }
 
 async fn attempts_of<D: Dialect>(
@@ -426,12 +469,16 @@ async fn redeliver_on<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)?;
-    Ok(Redelivery::Due(Box::new(Delivery {
-        status: DeliveryStatus::Pending,
-        step: 0,
-        next_attempt_at_ms: now_ms,
-        ..current
-    })))
+    let attempts = attempts_of::<D>(connection, &current.delivery_id).await?;
+    Ok(Redelivery::Due(
+        Box::new(Delivery {
+            status: DeliveryStatus::Pending,
+            step: 0,
+            next_attempt_at_ms: now_ms,
+            ..current
+        }),
+        attempts,
+    ))
 }
 
 #[async_trait]
@@ -524,6 +571,18 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
                     now_ms,
                 ))
             })
+            .await
+    }
+
+    async fn purge_deliveries(
+        &self,
+        untouched_since_ms: i64,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let _timer = self.timer("webhooks.purge");
+        let limit = i64::from(limit.clamp(1, mideng::limits::PURGE_BATCH_ROWS_MAX));
+        self.store
+            .write(|transaction| Box::pin(purge_on::<D>(transaction, untouched_since_ms, limit)))
             .await
     }
 

@@ -158,8 +158,13 @@ fn outcome_of(
     if delivered {
         AttemptOutcome::Delivered
     } else if let Some(delay) = next_delay(schedule, step) {
+        // Counted from the attempt's end: an endpoint that answers in 29 s still gets its
+        // whole pause before the next one.
         AttemptOutcome::Retry {
-            next_at_ms: attempt.at_ms.saturating_add(ms(delay)),
+            next_at_ms: attempt
+                .at_ms
+                .saturating_add(attempt.duration_ms.max(0))
+                .saturating_add(ms(delay)),
         }
     } else {
         AttemptOutcome::Exhausted
@@ -489,4 +494,59 @@ pub async fn run(
         }
     }
     dispatcher.drain().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::webhooks::DeliveryStatus;
+
+    fn delivery(step: i64) -> Delivery {
+        Delivery {
+            delivery_id: "W1".to_owned(),
+            tenant_id: "t".to_owned(),
+            endpoint_id: "E1".to_owned(),
+            event_id: "msg_1".to_owned(),
+            event_type: "payment.succeeded".to_owned(),
+            payload: "{}".to_owned(),
+            status: DeliveryStatus::Pending,
+            step,
+            attempts: step,
+            next_attempt_at_ms: 0,
+            created_at_ms: 0,
+        }
+    }
+
+    fn failed_attempt(at_ms: i64, duration_ms: i64) -> Attempt {
+        Attempt {
+            attempt: 1,
+            at_ms,
+            status_code: Some(503),
+            error: Some("HTTP 503".to_owned()),
+            duration_ms,
+        }
+    }
+
+    #[test]
+    fn the_next_attempt_counts_from_the_end_of_the_failed_one() {
+        let schedule = [0, 5_000, 60_000].map(Duration::from_millis);
+        // Started at 1 000, answered 503 after 29 s: the 5 s pause follows the answer.
+        let outcome = outcome_of(
+            &schedule,
+            &delivery(0),
+            &failed_attempt(1_000, 29_000),
+            false,
+        );
+        assert_eq!(
+            outcome,
+            AttemptOutcome::Retry {
+                next_at_ms: 1_000 + 29_000 + 5_000
+            }
+        );
+        // The schedule's last attempt failed: exhausted; a 2xx is delivered whatever the step.
+        let last = outcome_of(&schedule, &delivery(2), &failed_attempt(0, 10), false);
+        assert_eq!(last, AttemptOutcome::Exhausted);
+        let delivered = outcome_of(&schedule, &delivery(2), &failed_attempt(0, 10), true);
+        assert_eq!(delivered, AttemptOutcome::Delivered);
+    }
 }
