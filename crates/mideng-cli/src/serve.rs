@@ -250,8 +250,9 @@ pub(crate) enum EventsAction {
     Discard { message_id: String, reason: String },
 }
 
-/// `mideng events list|replay|discard`: the events a consumer parked, on the configured
-/// database; a replay runs the consumer's own effect (deduplicated). Exit status 1 when the
+/// `mideng events list|replay|discard`: the events a consumer parked and the outbox rows the
+/// relay parked, on the configured database; a replay runs the consumer's own effect
+/// (deduplicated), or puts the outbox row back in the relay's way. Exit status 1 when the
 /// event is not parked or its replay failed again.
 pub(crate) async fn events(
     config_file: Option<PathBuf>,
@@ -276,6 +277,15 @@ pub(crate) async fn events(
                 )?;
             }
             writeln!(out, "{} parked event(s)", parked.len())?;
+            let rows = store.events.parked_outbox(1_000).await?;
+            for row in &rows {
+                writeln!(
+                    out,
+                    "{} outbox.relay {} refusals {}: {}",
+                    row.id, row.topic, row.refusals, row.last_error
+                )?;
+            }
+            writeln!(out, "{} parked outbox row(s)", rows.len())?;
         }
         EventsAction::Replay { message_id, reason } => {
             let reason = checked_reason(&reason)?;
@@ -289,13 +299,20 @@ pub(crate) async fn events(
                 Replayed::FailedAgain => {
                     anyhow::bail!("{message_id} failed again and stays parked")
                 }
-                Replayed::NotParked => anyhow::bail!("{message_id} is not parked"),
+                Replayed::NotParked => {
+                    anyhow::ensure!(
+                        store.events.replay_outbox(&message_id, reason).await?,
+                        "{message_id} is not parked"
+                    );
+                    writeln!(out, "{message_id} put back in the outbox")?;
+                }
             }
         }
         EventsAction::Discard { message_id, reason } => {
             let reason = checked_reason(&reason)?;
             anyhow::ensure!(
-                consumer::discard(store.event_failures.as_ref(), &message_id, reason).await?,
+                consumer::discard(store.event_failures.as_ref(), &message_id, reason).await?
+                    || store.events.discard_outbox(&message_id, reason).await?,
                 "{message_id} is not parked"
             );
             writeln!(out, "{message_id} discarded")?;

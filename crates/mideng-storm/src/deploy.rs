@@ -807,6 +807,7 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
             claim_lease: Duration::from_secs(5),
             publish_timeout: Duration::from_secs(2),
             retry_cap: Duration::from_secs(2),
+            ..RelaySettings::default()
         },
         interval: Duration::from_millis(100),
     };

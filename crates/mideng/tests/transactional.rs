@@ -102,8 +102,175 @@ async fn a_concurrent_begin_waits_for_the_open_transaction<D: Dialect>(store: Sq
     );
 }
 
+/// Relay rounds until a row is parked: the parked rows, and how many the rounds parked.
+#[cfg(feature = "nats")]
+async fn until_parked<D: Dialect>(
+    relay: &mideng::outbox::sql::Relay<D>,
+    store: &SqlStore<D>,
+) -> (Vec<mideng::outbox::sql::ParkedRow>, u32) {
+    let started = std::time::Instant::now();
+    let mut parked_in_rounds = 0;
+    loop {
+        let round = relay.run_once().await.expect("round");
+        parked_in_rounds += round.parked;
+        let shown = mideng::outbox::sql::parked(store, 100)
+            .await
+            .expect("parked");
+        if !shown.is_empty() {
+            return (shown, parked_in_rounds);
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "never parked");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An outbox row the broker keeps refusing is parked after the relay's bound and left out of
+/// its rounds and of the backlog, while the row beside it is sent; a person replays it (it is
+/// refused and parked again) or discards it, the reason kept; and a relay that cannot reach
+/// its broker at all never parks anything, however many rounds it fails. On real NATS
+/// JetStream, on a database of the test's own (a relay takes every row of its outbox).
+#[cfg(feature = "nats")]
+async fn a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks<D: Dialect>(
+    store: SqlStore<D>,
+) {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use mideng::outbox::nats::{NatsPublisher, NatsSettings};
+    use mideng::outbox::sql::{
+        Relay, RelaySettings, backlog, discard_parked, enqueue_in, parked, replay_parked,
+    };
+
+    const PARK_AFTER: u32 = 3;
+    let settings = RelaySettings {
+        batch: 10,
+        claim_lease: Duration::from_secs(2),
+        publish_timeout: Duration::from_secs(1),
+        retry_cap: Duration::from_secs(1),
+        park_after_refusals: PARK_AFTER,
+    };
+    let enqueue = |topic: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut transaction = store.begin_write().await.expect("begin");
+            let id = enqueue_in::<D>(&mut transaction, topic, "P1", b"{}")
+                .await
+                .expect("enqueue");
+            transaction.commit().await.expect("commit");
+            id
+        }
+    };
+    let good = enqueue("payment.succeeded").await;
+
+    // An outage first: a broker nobody listens for. Rounds fail, nothing is parked.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let unreachable = Relay::new(
+        store.clone(),
+        Arc::new(NatsPublisher::new(NatsSettings {
+            url: format!("nats://127.0.0.1:{closed}"),
+            ..NatsSettings::default()
+        })),
+        settings,
+    )
+    .expect("relay");
+    let started = Instant::now();
+    let mut failed_rounds = 0;
+    while failed_rounds < 5 {
+        let round = unreachable.run_once().await.expect("round");
+        assert_eq!((round.sent, round.parked), (0, 0), "{round:?}");
+        failed_rounds += u32::from(round.claimed > 0);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "rows never due"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(parked(&store, 100).await.expect("parked").is_empty());
+    assert_eq!(backlog(&store).await.expect("backlog").unsent, 1);
+
+    // A topic NATS refuses (an empty subject token), written beside it.
+    let poison = enqueue("poison..row").await;
+
+    // The real broker: the valid row is sent, the poison row is refused and parked.
+    let stream = unique("PARK").replace('-', "_").to_uppercase();
+    let relay = Relay::new(
+        store.clone(),
+        Arc::new(NatsPublisher::new(NatsSettings {
+            stream: stream.clone(),
+            subject_prefix: stream.to_lowercase(),
+            ..NatsSettings::default()
+        })),
+        settings,
+    )
+    .expect("relay");
+    let (shown, counted) = until_parked(&relay, &store).await;
+    assert_eq!(counted, 1);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0].id, poison);
+    assert_eq!(shown[0].refusals, i64::from(PARK_AFTER), "{shown:?}");
+    assert!(shown[0].last_error.contains("refused"), "{shown:?}");
+    let left = backlog(&store).await.expect("backlog");
+    assert_eq!(
+        left.unsent, 0,
+        "the valid row sent, the parked one left out: {left:?}"
+    );
+    let round = relay.run_once().await.expect("round");
+    assert_eq!(
+        round.claimed, 0,
+        "a parked row is not taken again: {round:?}"
+    );
+    assert!(
+        !replay_parked(&store, &good, "not parked")
+            .await
+            .expect("replay"),
+        "only a parked row is replayed"
+    );
+
+    // Replayed: due again, refused again, parked again after as many refusals.
+    assert!(
+        replay_parked(&store, &poison, "stream fixed")
+            .await
+            .expect("replay")
+    );
+    assert!(parked(&store, 100).await.expect("parked").is_empty());
+    assert_eq!(backlog(&store).await.expect("backlog").unsent, 1);
+    let (shown, _) = until_parked(&relay, &store).await;
+    assert_eq!(shown[0].refusals, i64::from(PARK_AFTER), "{shown:?}");
+
+    // Discarded: finished, with its reason; nothing left to send or to list.
+    assert!(
+        discard_parked(&store, &poison, "a topic nobody consumes")
+            .await
+            .expect("discard")
+    );
+    assert!(
+        !discard_parked(&store, &poison, "again")
+            .await
+            .expect("discard")
+    );
+    assert!(parked(&store, 100).await.expect("parked").is_empty());
+    assert_eq!(backlog(&store).await.expect("backlog").unsent, 0);
+    assert_eq!(relay.run_once().await.expect("round").claimed, 0);
+
+    // The broker holds the valid row, once; the test's stream goes.
+    let client = async_nats::connect(NatsSettings::default().url.as_str())
+        .await
+        .expect("NATS reachable on 127.0.0.1:4222");
+    let jetstream = async_nats::jetstream::new(client);
+    let mut created = jetstream.get_stream(&stream).await.expect("stream");
+    assert_eq!(created.info().await.expect("info").state.messages, 1);
+    jetstream
+        .delete_stream(&stream)
+        .await
+        .expect("stream deleted");
+}
+
 macro_rules! dialect_suite {
-    ($name:ident, $make:path) => {
+    ($name:ident, $make:path, $isolated:path) => {
         mod $name {
             use super::*;
 
@@ -115,13 +282,25 @@ macro_rules! dialect_suite {
             async fn a_concurrent_begin_waits_for_the_open_transaction() {
                 super::a_concurrent_begin_waits_for_the_open_transaction($make().await).await;
             }
+            #[cfg(feature = "nats")]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks() {
+                super::a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks(
+                    $isolated().await,
+                )
+                .await;
+            }
         }
     };
 }
 
 #[cfg(feature = "sqlite")]
-dialect_suite!(sqlite, support::sqlite_store);
+dialect_suite!(sqlite, support::sqlite_store, support::sqlite_store);
 #[cfg(feature = "postgres")]
-dialect_suite!(postgres, support::postgres_store);
+dialect_suite!(
+    postgres,
+    support::postgres_store,
+    support::isolated_postgres_store
+);
 #[cfg(feature = "mysql")]
-dialect_suite!(mysql, support::mysql_store);
+dialect_suite!(mysql, support::mysql_store, support::isolated_mysql_store);

@@ -288,6 +288,11 @@ impl ServeConfig {
         if !(1..=1_000).contains(&self.events.consumer_park_after) {
             return invalid("events.consumer_park_after must be 1 to 1000");
         }
+        if !(1..=mideng::outbox::sql::PARK_AFTER_REFUSALS_MAX)
+            .contains(&self.events.relay_park_after_refusals)
+        {
+            return invalid("events.relay_park_after_refusals must be 1 to 1000");
+        }
         for tenant in &self.tenants {
             if tenant.webhooks.len() > crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX {
                 return invalid("tenants.webhooks: at most 20 per tenant");
@@ -494,6 +499,7 @@ impl ServeConfig {
                     claim_lease: Duration::from_secs(events.claim_lease_secs),
                     publish_timeout: Duration::from_secs(events.publish_timeout_secs),
                     retry_cap: Duration::from_secs(events.retry_cap_secs),
+                    park_after_refusals: events.relay_park_after_refusals,
                 },
                 interval: Duration::from_millis(events.relay_interval_ms),
             }),

@@ -58,6 +58,9 @@ pub struct EventsConfig {
     pub consumer_visibility_secs: u64,
     /// Failed deliveries of one event before the consumer parks it for a person (1 ..= 1000).
     pub consumer_park_after: u32,
+    /// Refusals of one outbox row by the broker (it answered, and did not take the message)
+    /// before the relay parks it for a person (1 ..= 1000; an outage never counts).
+    pub relay_park_after_refusals: u32,
     /// Days sent outbox rows are kept before the purge deletes them (1 ..= 400).
     pub sent_retention_days: u64,
     /// RabbitMQ.
@@ -83,6 +86,7 @@ impl Default for EventsConfig {
             consumer_group: ConsumerSettings::default().group,
             consumer_visibility_secs: ConsumerSettings::default().visibility.as_secs(),
             consumer_park_after: ConsumerSettings::default().park_after,
+            relay_park_after_refusals: relay.park_after_refusals,
             sent_retention_days: PurgeSettings::default().sent_events_retention.as_secs() / 86_400,
             rabbitmq: RabbitConfig::default(),
             nats: NatsConfig::default(),

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mideng::outbox::queue::SqlQueue;
-use mideng::outbox::sql::{self as outbox_sql, Backlog, Relay, RelayRound, RelaySettings};
+use mideng::outbox::sql::{
+    self as outbox_sql, Backlog, ParkedRow, Relay, RelayRound, RelaySettings,
+};
 use mideng::outbox::{Publisher, Subscriber};
 use mideng::store::sql::Dialect;
 use mideng::{InvalidInput, StoreError};
@@ -63,6 +65,13 @@ pub trait Events: Send + Sync {
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
     /// Deletes at most `limit` outbox rows sent before `sent_before_ms`.
     async fn purge_sent_events(&self, sent_before_ms: i64, limit: u32) -> Result<u64, StoreError>;
+    /// The outbox rows the broker refused too often, parked by the relay, oldest first.
+    async fn parked_outbox(&self, limit: u32) -> Result<Vec<ParkedRow>, StoreError>;
+    /// Puts a parked outbox row back in the relay's way, with a person's reason; whether it
+    /// was parked.
+    async fn replay_outbox(&self, id: &str, reason: &str) -> Result<bool, StoreError>;
+    /// Finishes a parked outbox row unsent, with a person's reason; whether it was parked.
+    async fn discard_outbox(&self, id: &str, reason: &str) -> Result<bool, StoreError>;
 }
 
 #[async_trait]
@@ -104,5 +113,17 @@ impl<D: Dialect> Events for SqlPay<D> {
 
     async fn purge_sent_events(&self, sent_before_ms: i64, limit: u32) -> Result<u64, StoreError> {
         outbox_sql::purge_sent(&self.store, sent_before_ms, limit).await
+    }
+
+    async fn parked_outbox(&self, limit: u32) -> Result<Vec<ParkedRow>, StoreError> {
+        outbox_sql::parked(&self.store, limit).await
+    }
+
+    async fn replay_outbox(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        outbox_sql::replay_parked(&self.store, id, reason).await
+    }
+
+    async fn discard_outbox(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        outbox_sql::discard_parked(&self.store, id, reason).await
     }
 }

@@ -1,7 +1,7 @@
-//! The console's parked events: what a consumer failed too often, with its last error, and an
-//! operator's replay or discard of one, each with its reason recorded
-//! (`POST /console/events/replay` and `/console/events/discard`, `{message_id, reason}`, to the
-//! console key only).
+//! The console's parked events: what a consumer failed too often and what the broker refused
+//! too often (outbox rows the relay parked), each with its last error, and an operator's replay
+//! or discard of one, with its reason recorded (`POST /console/events/replay` and
+//! `/console/events/discard`, `{message_id, reason}`, to the console key only).
 
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
@@ -40,7 +40,23 @@ pub struct ParkedView {
     pub updated_at: String,
 }
 
+/// What the console calls the relay, as the consumer of a parked outbox row.
+const OUTBOX_RELAY: &str = "outbox.relay";
+
 impl ParkedView {
+    fn of_row(row: &mideng::outbox::sql::ParkedRow) -> Self {
+        Self {
+            message_id: row.id.clone(),
+            consumer: OUTBOX_RELAY.to_owned(),
+            topic: row.topic.clone(),
+            attempts: row.refusals,
+            last_error: row.last_error.clone(),
+            status: "PARKED".to_owned(),
+            resolution: None,
+            updated_at: rfc3339(row.parked_at_ms),
+        }
+    }
+
     fn of(event: &FailedEvent) -> Self {
         Self {
             message_id: event.message_id.clone(),
@@ -63,17 +79,62 @@ pub(super) struct Act {
     reason: String,
 }
 
-/// The parked events, oldest first.
+/// The parked events, oldest first, then the parked outbox rows, oldest first.
 pub(super) async fn parked(state: &AppState) -> Result<Vec<ParkedView>, ApiError> {
-    Ok(state
-        .ports
-        .store
+    let store = &state.ports.store;
+    let mut shown: Vec<ParkedView> = store
         .event_failures
         .parked(CONSOLE_PARKED_MAX)
         .await?
         .iter()
         .map(ParkedView::of)
-        .collect())
+        .collect();
+    shown.extend(
+        store
+            .events
+            .parked_outbox(CONSOLE_PARKED_MAX)
+            .await?
+            .iter()
+            .map(ParkedView::of_row),
+    );
+    Ok(shown)
+}
+
+/// An operator's act on a parked outbox row: the row as it is now, or not found.
+async fn act_on_outbox(
+    state: &AppState,
+    act: &Act,
+    reason: &str,
+    replaying: bool,
+) -> Result<ParkedView, ApiError> {
+    let events = &state.ports.store.events;
+    let Some(row) = events
+        .parked_outbox(mideng::limits::OUTBOX_BATCH_MAX)
+        .await?
+        .into_iter()
+        .find(|row| row.id == act.message_id)
+    else {
+        return Err(ApiError::not_found("event"));
+    };
+    let done = if replaying {
+        events.replay_outbox(&row.id, reason).await?
+    } else {
+        events.discard_outbox(&row.id, reason).await?
+    };
+    if !done {
+        return Err(ApiError::new(
+            Code::EventNotParked,
+            "the event is not parked",
+        ));
+    }
+    tracing::info!(message_id = %row.id, replaying, "parked outbox row settled by an operator");
+    let action = if replaying { "replayed" } else { "discarded" };
+    Ok(ParkedView {
+        status: action.to_ascii_uppercase(),
+        resolution: Some(format!("{action}: {reason}")),
+        updated_at: rfc3339(mideng::clock::now_ms()),
+        ..ParkedView::of_row(&row)
+    })
 }
 
 /// `POST /console/events/replay`.
@@ -112,7 +173,7 @@ async fn act(
     let reason = super::cases::reason(&act.reason)?;
     let failures = state.ports.store.event_failures.clone();
     if failures.failed_event(&act.message_id).await?.is_none() {
-        return Err(ApiError::not_found("event"));
+        return act_on_outbox(state, &act, reason, replaying).await;
     }
     if replaying {
         let ports = ConsumerPorts {

@@ -245,6 +245,7 @@ fn short_claims() -> RelaySettings {
         claim_lease: Duration::from_secs(2),
         publish_timeout: Duration::from_secs(1),
         retry_cap: Duration::from_secs(1),
+        ..RelaySettings::default()
     }
 }
 

@@ -668,6 +668,7 @@ pub(crate) fn queue_events() -> EventSettings {
                 claim_lease: Duration::from_secs(3),
                 publish_timeout: Duration::from_secs(1),
                 retry_cap: Duration::from_secs(1),
+                ..RelaySettings::default()
             },
             interval: Duration::from_millis(100),
         }),

@@ -12,6 +12,15 @@
 //!
 //! Rows are published roughly in the order they became due; there is no ordering guarantee
 //! across rows, so consumers must not depend on one.
+//!
+//! A row the broker keeps refusing (it answered, and did not take the message: a negative
+//! confirm, a message returned as unroutable, no stream for its subject) is not retried for
+//! ever: after [`RelaySettings::park_after_refusals`] refusals it is **parked** — left out of
+//! the relay's rounds and of the [`Backlog`], counted (`mideng_outbox_parked_total`), logged as
+//! an error and listed by [`parked`] — until a person [`replay_parked`]s it (due at once, its
+//! refusals reset) or [`discard_parked`]s it, either with a reason kept on the row. An outage
+//! (unreachable, no confirmation in time) never counts towards parking: those rows wait for the
+//! broker however long it is away.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +43,7 @@ const INSERT: PerDialect<&str> = crate::dialect_sql!(
 /// the claims instead).
 const SELECT_DUE_LOCKED: PerDialect<&str> = crate::dialect_sql!(
     "SELECT id, topic, message_key, payload, attempts FROM mideng_outbox \
-     WHERE sent_at IS NULL AND available_at <= " ? " AND claimed_until <= " ?
+     WHERE sent_at IS NULL AND parked_at IS NULL AND available_at <= " ? " AND claimed_until <= " ?
     " ORDER BY available_at, id LIMIT " ? skip_locked
 );
 const CLAIM: PerDialect<&str> = crate::dialect_sql!(
@@ -49,6 +58,33 @@ const DEFER: PerDialect<&str> = crate::dialect_sql!(
     "UPDATE mideng_outbox SET available_at = " ? ", claimed_until = 0, last_error = " ?
     " WHERE id = " ? " AND claimed_by = " ? " AND sent_at IS NULL"
 );
+/// [`DEFER`] for a refusal: one more counted.
+const DEFER_REFUSED: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET available_at = " ? ", claimed_until = 0, last_error = " ?
+    ", refusals = refusals + 1 WHERE id = " ? " AND claimed_by = " ? " AND sent_at IS NULL"
+);
+/// Parks the row once its refusals reach the bound (a separate statement: a crash between the
+/// two leaves the count, and the next refusal parks it).
+const PARK_IF_REFUSED: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET parked_at = " ? " WHERE id = " ? " AND claimed_by = " ?
+    " AND sent_at IS NULL AND parked_at IS NULL AND refusals >= " ?
+);
+const PARKED: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT id, topic, message_key, refusals, attempts, COALESCE(last_error, ''), created_at, parked_at FROM mideng_outbox WHERE parked_at IS NOT NULL AND sent_at IS NULL"
+    " ORDER BY parked_at, id LIMIT " ?
+);
+const PARKED_COUNT: PerDialect<&str> = crate::dialect_sql!(
+    "SELECT COUNT(*) FROM mideng_outbox WHERE parked_at IS NOT NULL AND sent_at IS NULL"
+);
+const UNPARK: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET parked_at = NULL, refusals = 0, available_at = " ?
+    ", claimed_until = 0, resolution = " ?
+    " WHERE id = " ? " AND parked_at IS NOT NULL AND sent_at IS NULL"
+);
+const DISCARD: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_outbox SET sent_at = " ? ", resolution = " ?
+    " WHERE id = " ? " AND parked_at IS NOT NULL AND sent_at IS NULL"
+);
 /// A bounded delete; MySQL cannot delete through a subquery on the same table.
 const PURGE_SENT: PerDialect<&str> = crate::dialect_sql!(
     "DELETE FROM mideng_outbox WHERE "
@@ -60,7 +96,7 @@ const BACKLOG: PerDialect<&str> = crate::dialect_sql!(
     "SELECT COUNT(*), "
     // Cast so that MySQL, too, returns a signed 64-bit integer for the port's `int`.
     { mysql: "CAST(COALESCE(MIN(created_at), 0) AS SIGNED)", _: "COALESCE(MIN(created_at), 0)" }
-    " FROM mideng_outbox WHERE sent_at IS NULL"
+    " FROM mideng_outbox WHERE sent_at IS NULL AND parked_at IS NULL"
 );
 
 /// A new message id: `evt_` and 32 hexadecimal digits of OS randomness.
@@ -141,7 +177,15 @@ pub struct RelaySettings {
     pub publish_timeout: Duration,
     /// Longest delay between attempts at an undeliverable row.
     pub retry_cap: Duration,
+    /// Refusals of one row (the broker answered and did not take it, not "unreachable" or
+    /// "no confirmation") after which it is parked for a person, 1 to
+    /// [`PARK_AFTER_REFUSALS_MAX`]: left out of every round and of the backlog, counted, and
+    /// listed by [`parked`] until [`replay_parked`] or [`discard_parked`].
+    pub park_after_refusals: u32,
 }
+
+/// The most refusals [`RelaySettings::park_after_refusals`] may wait for.
+pub const PARK_AFTER_REFUSALS_MAX: u32 = 1_000;
 
 impl Default for RelaySettings {
     fn default() -> Self {
@@ -150,6 +194,7 @@ impl Default for RelaySettings {
             claim_lease: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(10),
             retry_cap: Duration::from_secs(60),
+            park_after_refusals: 20,
         }
     }
 }
@@ -169,6 +214,13 @@ impl RelaySettings {
                 what: "relay claim lease (at least twice the publish timeout)",
                 min_ms: u64::try_from(self.publish_timeout.as_millis() * 2).unwrap_or(u64::MAX),
                 max_ms: 24 * 3600 * 1000,
+            });
+        }
+        if !(1..=PARK_AFTER_REFUSALS_MAX).contains(&self.park_after_refusals) {
+            return Err(InvalidInput::CountOutOfRange {
+                what: "relay refusals before a row is parked",
+                min: 1,
+                max: u64::from(PARK_AFTER_REFUSALS_MAX),
             });
         }
         if self.retry_cap < Duration::from_secs(1) {
@@ -191,12 +243,15 @@ pub struct RelayRound {
     pub sent: u32,
     /// Rows put back for a later attempt (publish failed, or not reached within the lease).
     pub deferred: u32,
+    /// Rows the broker refused once too often, parked for a person (counted in `deferred`
+    /// too).
+    pub parked: u32,
 }
 
 /// Unsent rows and the age of the oldest, for gauges and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backlog {
-    /// Rows not yet sent.
+    /// Rows not yet sent, parked rows left out.
     pub unsent: u64,
     /// Creation time (Unix ms) of the oldest unsent row, if any.
     pub oldest_created_at_ms: Option<i64>,
@@ -261,6 +316,7 @@ impl<D: Dialect> Relay<D> {
             .saturating_sub(self.settings.publish_timeout);
         let mut broker_down: Option<String> = None;
         for row in claimed {
+            let mut refused = false;
             let failure = if let Some(reason) = &broker_down {
                 Some(reason.clone())
             } else if started.elapsed() >= deadline {
@@ -278,6 +334,7 @@ impl<D: Dialect> Relay<D> {
                         if matches!(error, BrokerError::Unavailable(_) | BrokerError::Timeout(_)) {
                             broker_down = Some(reason.clone());
                         }
+                        refused = matches!(error, BrokerError::Refused(_));
                         Some(reason)
                     }
                     Err(_) => {
@@ -301,8 +358,23 @@ impl<D: Dialect> Relay<D> {
                 }
                 Some(reason) => {
                     let delay = retry_delay(row.attempts, self.settings.retry_cap);
-                    self.defer(&row.message.id, delay, &reason).await?;
+                    self.defer(&row.message.id, delay, &reason, refused).await?;
                     round.deferred += 1;
+                    if refused && self.park_if_refused(&row.message.id).await? {
+                        round.parked += 1;
+                        metrics::counter!("mideng_outbox_parked_total",
+                            "publisher" => self.publisher.name())
+                        .increment(1);
+                        tracing::error!(
+                            id = %row.message.id,
+                            topic = %row.message.topic,
+                            refusals = self.settings.park_after_refusals,
+                            publisher = self.publisher.name(),
+                            %reason,
+                            "outbox row refused too often: parked for a person (replay or discard it)"
+                        );
+                        continue;
+                    }
                     tracing::warn!(
                         id = %row.message.id,
                         topic = %row.message.topic,
@@ -336,12 +408,19 @@ impl<D: Dialect> Relay<D> {
             .await
     }
 
-    async fn defer(&self, id: &str, delay: Duration, reason: &str) -> Result<(), StoreError> {
+    async fn defer(
+        &self,
+        id: &str,
+        delay: Duration,
+        reason: &str,
+        refused: bool,
+    ) -> Result<(), StoreError> {
         let _timer = timer::<D>(op::OUTBOX_DEFER);
         let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
         let reason: String = reason.chars().take(200).collect();
+        let statement = if refused { &DEFER_REFUSED } else { &DEFER };
         self.autocommit(
-            DEFER.get::<D>(),
+            statement.get::<D>(),
             &[
                 Arg::Int(now_ms().saturating_add(delay_ms)),
                 Arg::Text(&reason),
@@ -350,6 +429,24 @@ impl<D: Dialect> Relay<D> {
             ],
         )
         .await
+    }
+
+    /// Parks the row if its refusals reached the bound; whether it did.
+    async fn park_if_refused(&self, id: &str) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::OUTBOX_DEFER);
+        let parked = self
+            .store
+            .run_once(
+                PARK_IF_REFUSED.get::<D>(),
+                &[
+                    Arg::Int(now_ms()),
+                    Arg::Text(id),
+                    Arg::Text(&self.id),
+                    Arg::Int(i64::from(self.settings.park_after_refusals)),
+                ],
+            )
+            .await?;
+        Ok(parked == 1)
     }
 
     async fn autocommit(&self, sql: &'static str, args: &[Arg<'_>]) -> Result<(), StoreError> {
@@ -440,6 +537,116 @@ pub async fn purge_sent<D: Dialect>(
         )
         .await
         .map_err(store_error::<D>)
+}
+
+/// A row the broker refused too often, parked for a person.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParkedRow {
+    /// The message id.
+    pub id: String,
+    /// Its topic.
+    pub topic: String,
+    /// Its key.
+    pub key: String,
+    /// Refusals counted.
+    pub refusals: i64,
+    /// Claims in all, refusals, outages and timeouts together.
+    pub attempts: i64,
+    /// The last failure, as the relay recorded it.
+    pub last_error: String,
+    /// When it was written (Unix ms).
+    pub created_at_ms: i64,
+    /// When it was parked (Unix ms).
+    pub parked_at_ms: i64,
+}
+
+/// The parked rows, oldest parked first, at most `limit` (1 to [`OUTBOX_BATCH_MAX`]).
+pub async fn parked<D: Dialect>(
+    store: &SqlStore<D>,
+    limit: u32,
+) -> Result<Vec<ParkedRow>, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_BACKLOG);
+    let limit = i64::from(limit.clamp(1, OUTBOX_BATCH_MAX));
+    let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
+    let read = |error: sqlx::Error| store_error::<D>(error);
+    connection
+        .rows(PARKED.get::<D>(), &[Arg::Int(limit)])
+        .await
+        .map_err(read)?
+        .iter()
+        .map(|row| {
+            Ok(ParkedRow {
+                id: row.text(0).map_err(read)?,
+                topic: row.text(1).map_err(read)?,
+                key: row.text(2).map_err(read)?,
+                refusals: row.int(3).map_err(read)?,
+                attempts: row.int(4).map_err(read)?,
+                last_error: row.text(5).map_err(read)?,
+                created_at_ms: row.int(6).map_err(read)?,
+                parked_at_ms: row.int(7).map_err(read)?,
+            })
+        })
+        .collect()
+}
+
+/// How many rows are parked.
+pub async fn parked_count<D: Dialect>(store: &SqlStore<D>) -> Result<u64, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_BACKLOG);
+    store
+        .read_row(PARKED_COUNT.get::<D>(), &[], |row| {
+            row.int(0).map_err(|error| store_error::<D>(error))
+        })
+        .await
+        .map(|count| {
+            count
+                .and_then(|count| u64::try_from(count).ok())
+                .unwrap_or(0)
+        })
+}
+
+/// A person's resolution of a parked row, as stored: what was done, and why (at most 200
+/// characters of the reason).
+fn resolution(done: &str, reason: &str) -> String {
+    let reason: String = reason.chars().take(200).collect();
+    format!("{done}: {reason}")
+}
+
+/// Puts a parked row back in the relay's way, due now with its refusals reset, and records
+/// `reason`; whether a parked row of this id was there. A row the broker refuses again is
+/// parked again after as many refusals.
+pub async fn replay_parked<D: Dialect>(
+    store: &SqlStore<D>,
+    id: &str,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_DEFER);
+    let resolution = resolution("replayed", reason);
+    let changed = store
+        .run_once(
+            UNPARK.get::<D>(),
+            &[Arg::Int(now_ms()), Arg::Text(&resolution), Arg::Text(id)],
+        )
+        .await?;
+    Ok(changed == 1)
+}
+
+/// Finishes a parked row without sending it, recording `reason` (the row is purged with the
+/// sent rows after their retention, its `resolution` saying it was discarded); whether a
+/// parked row of this id was there.
+pub async fn discard_parked<D: Dialect>(
+    store: &SqlStore<D>,
+    id: &str,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let _timer = timer::<D>(op::OUTBOX_DEFER);
+    let resolution = resolution("discarded", reason);
+    let changed = store
+        .run_once(
+            DISCARD.get::<D>(),
+            &[Arg::Int(now_ms()), Arg::Text(&resolution), Arg::Text(id)],
+        )
+        .await?;
+    Ok(changed == 1)
 }
 
 /// How many rows wait to be sent, and since when.

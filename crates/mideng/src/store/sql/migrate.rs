@@ -40,6 +40,7 @@ pub(crate) fn migrator(
     toolkit: &'static str,
     outbox: &'static str,
     token_limits: &'static str,
+    outbox_parking: &'static str,
 ) -> sqlx::migrate::Migrator {
     versioned_migrator(
         "mideng_migrations",
@@ -47,6 +48,7 @@ pub(crate) fn migrator(
             (1, "toolkit", toolkit),
             (2, "outbox", outbox),
             (3, "token limits", token_limits),
+            (4, "outbox parking", outbox_parking),
         ],
     )
 }

@@ -68,6 +68,7 @@ impl MySqlStore {
                 include_str!("../../../migrations/mysql/0001_toolkit.sql"),
                 include_str!("../../../migrations/mysql/0002_outbox.sql"),
                 include_str!("../../../migrations/mysql/0003_token_limits.sql"),
+                include_str!("../../../migrations/mysql/0004_outbox_parking.sql"),
             ),
         )
         .await

@@ -59,6 +59,7 @@ impl PostgresStore {
             include_str!("../../../migrations/postgres/0001_toolkit.sql"),
             include_str!("../../../migrations/postgres/0002_outbox.sql"),
             include_str!("../../../migrations/postgres/0003_token_limits.sql"),
+            include_str!("../../../migrations/postgres/0004_outbox_parking.sql"),
         )
         .run(self.pool())
         .await

@@ -83,6 +83,7 @@ impl SqliteStore {
             include_str!("../../../migrations/sqlite/0001_toolkit.sql"),
             include_str!("../../../migrations/sqlite/0002_outbox.sql"),
             include_str!("../../../migrations/sqlite/0003_token_limits.sql"),
+            include_str!("../../../migrations/sqlite/0004_outbox_parking.sql"),
         )
         .run(self.pool())
         .await
