@@ -25,6 +25,12 @@ fn assert_clean(report: &StormReport) {
         "nothing was refunded: {table}"
     );
     assert!(report.audit.reversals > 0, "nothing was reversed: {table}");
+    // The channels' bills of the run's days: every charge and refund on them, each matched.
+    assert!(
+        report.audit.bill_lines >= u64::try_from(report.audit.charged).unwrap_or(u64::MAX)
+            && report.audit.bill_matched == report.audit.bill_lines,
+        "the bills did not match every line: {table}"
+    );
     // The merchant fails some messages on purpose: some webhooks were sent more than once.
     assert!(
         report.audit.webhook_deliveries > 0
@@ -272,6 +278,8 @@ async fn an_attack_that_gets_through_fails_the_audit() {
     );
     for invariant in [
         "nothing PAID that the channel did not charge",
+        // The forged successes' payments are PAID here and on no bill.
+        "every line of the channels' bills matches ours",
         "every attack refused",
         "an attacked payment changes only through the workload",
     ] {

@@ -25,16 +25,19 @@
 //! | a payment refunded in full ⇔ its order REFUNDED | database |
 //! | a deduction reversed at most once, by its own amount; every answered reversal in the ledger, none unanswered | database + client answers |
 //! | every event of this run has its webhook delivery, every delivery DELIVERED, received by the merchant with a valid signature and applied once | database + the merchant |
+//! | every line of the channels' bills of the run's days matches ours, and every PAID payment and SUCCESS refund of those days is on its bill | the bills + database (the service's bill reconciliation) |
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+mod bills;
 mod facts;
 mod refunds;
 mod snapshot;
 mod webhooks;
 
+pub use self::bills::check_bills;
 pub use self::facts::*;
 pub use self::snapshot::snapshot;
 
@@ -78,6 +81,12 @@ pub struct AuditFigures {
     pub webhook_deliveries: usize,
     /// Copies the merchant received (retries and redeliveries included).
     pub webhook_copies: usize,
+    /// Lines on the channels' bills of the run's days.
+    pub bill_lines: u64,
+    /// Of which matched ours to the fen.
+    pub bill_matched: u64,
+    /// Charges the bills found that we had not recorded, recorded then by the success flow.
+    pub bill_repaired: u64,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -139,6 +148,7 @@ pub fn invariant_results(
     violations: &[Violation],
     webhooks_checked: bool,
     attacker_ran: bool,
+    bills_checked: bool,
 ) -> Vec<InvariantResult> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for violation in violations {
@@ -148,9 +158,12 @@ pub fn invariant_results(
         .iter()
         .chain(refunds::INVARIANTS.iter())
         .chain(webhooks::INVARIANTS.iter())
+        .chain(bills::INVARIANTS.iter())
         .map(|&invariant| {
             let checked = if webhooks::INVARIANTS.contains(&invariant) {
                 webhooks_checked
+            } else if bills::INVARIANTS.contains(&invariant) {
+                bills_checked
             } else if ATTACK_INVARIANTS.contains(&invariant) {
                 attacker_ran
             } else {
@@ -573,6 +586,7 @@ mod tests {
             include_str!("mod.rs"),
             include_str!("refunds.rs"),
             include_str!("webhooks.rs"),
+            include_str!("bills.rs"),
         ]
         .into_iter()
         .flat_map(names_in)
@@ -581,6 +595,7 @@ mod tests {
             .iter()
             .chain(refunds::INVARIANTS.iter())
             .chain(webhooks::INVARIANTS.iter())
+            .chain(bills::INVARIANTS.iter())
             .copied()
             .collect();
         let distinct: BTreeSet<&str> = listed.iter().copied().collect();
@@ -595,7 +610,7 @@ mod tests {
             violation("balances equal the ledger", "u2".to_owned()),
             violation("every webhook applied once by the merchant", "w".to_owned()),
         ];
-        let results = invariant_results(&violations, false, false);
+        let results = invariant_results(&violations, false, false, false);
         let find = |name: &str| {
             results
                 .iter()
@@ -611,7 +626,7 @@ mod tests {
         assert!(find("every webhook applied once by the merchant").checked);
         assert!(!find("every attack refused").checked);
         assert!(
-            invariant_results(&[], true, true)
+            invariant_results(&[], true, true, true)
                 .iter()
                 .all(|result| result.checked && result.violations == 0)
         );

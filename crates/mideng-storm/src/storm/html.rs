@@ -509,7 +509,7 @@ mod tests {
                 BTreeMap::from([("wallet.deduct:replayed".to_owned(), 30)]),
             )]),
             audit: AuditFigures::default(),
-            invariants: invariant_results(&violations, true, false),
+            invariants: invariant_results(&violations, true, false, true),
             violations,
             broken_layer: None,
             wallet_strategy: Some("optimistic".to_owned()),

@@ -301,6 +301,8 @@ pub async fn run(
         .await;
     }
 
+    // The channel's time when the workload starts: the first day whose bills are reconciled.
+    let channel_start_ms = channel_now_ms(&shared).await;
     // The timeline's clock starts with the workload.
     let origin = Instant::now();
     let deadline = origin + Duration::from_secs(args.duration_secs);
@@ -436,6 +438,7 @@ pub async fn run(
             tokio::time::sleep(expiry).await;
         }
     }
+    let mut bill_reports = None;
     if let Some(deployment) = &deployment {
         bar.set_prefix("quiescence: reconciling");
         let operator = deployment.operator().clone();
@@ -463,6 +466,9 @@ pub async fn run(
         bar.set_prefix("quiescence: draining events and webhooks");
         drain_events(&operator).await?;
         drain_webhooks(&operator).await?;
+        bar.set_prefix("quiescence: the channels' bills");
+        bill_reports =
+            Some(reconcile_bills(&operator, channel_start_ms, channel_now_ms(&shared).await).await);
     }
 
     // The audit; a deployment the storm did not start is given time for its own workers
@@ -470,7 +476,7 @@ pub async fn run(
     // time is up.
     let settle_until = Instant::now() + Duration::from_secs(args.settle_secs);
     bar.set_prefix("audit");
-    let (violations, figures) = loop {
+    let (mut violations, mut figures) = loop {
         let webhooks = merchant.as_ref().map(merchant::Merchant::facts);
         let audited = audit_now(&shared, &database_url, webhooks).await?;
         if deployment.is_some() || audited.0.is_empty() || Instant::now() >= settle_until {
@@ -478,6 +484,9 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
+    if let Some(reports) = &bill_reports {
+        violations.extend(crate::audit::check_bills(reports, &mut figures));
+    }
     let samples = sampler.stop().await;
     bar.finish_and_clear();
     let timeline = Timeline {
@@ -495,8 +504,12 @@ pub async fn run(
         .iter()
         .map(|(operation, histogram)| (operation.clone(), histogram.summary()))
         .collect();
-    let invariants =
-        crate::audit::invariant_results(&violations, merchant.is_some(), !args.no_attacker);
+    let invariants = crate::audit::invariant_results(
+        &violations,
+        merchant.is_some(),
+        !args.no_attacker,
+        bill_reports.is_some(),
+    );
     let duplicates = shared.log().duplicates.clone();
     let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     // A killed process's counters died with it; what it had counted up to just before.
@@ -567,6 +580,66 @@ async fn finish_pending(shared: &Shared) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The channel's time, from the simulator's clock (0 if it does not answer: the bills of the
+/// day of the Unix epoch are then asked for, and the run reports them missing).
+async fn channel_now_ms(shared: &Shared) -> i64 {
+    shared
+        .sim(reqwest::Method::GET, "/sim/clock", Value::Null)
+        .await
+        .and_then(|clock| clock["now_ms"].as_i64())
+        .unwrap_or(0)
+}
+
+/// Reconciles every configured channel's bill of every channel day from `from_ms` to `to_ms`
+/// (Beijing days), through the service's own bill run; a run that fails is reported as a bill
+/// not published, with its error in the log.
+async fn reconcile_bills(
+    operator: &mideng_pay::api::AppState,
+    from_ms: i64,
+    to_ms: i64,
+) -> Vec<mideng_pay::workers::bill::BillReport> {
+    use mideng_channel::ChannelKind;
+    use mideng_channel::bill::BillDate;
+    use mideng_pay::workers::bill::{BillReport, reconcile_bill};
+    let mut days = Vec::new();
+    if let (Some(first), Some(last)) = (BillDate::containing(from_ms), BillDate::containing(to_ms))
+    {
+        let mut day = last;
+        days.push(day);
+        // At most a month of days: the channel's clock is not moved that far by a storm.
+        while day > first && days.len() < 31 {
+            match day.previous() {
+                Some(previous) => {
+                    day = previous;
+                    days.push(day);
+                }
+                None => break,
+            }
+        }
+    }
+    days.reverse();
+    let mut reports = Vec::new();
+    for date in days {
+        for channel in [ChannelKind::Alipay, ChannelKind::Wechat] {
+            if operator.ports.channels.get(channel).is_none() {
+                continue;
+            }
+            match reconcile_bill(&operator.ports, channel, date).await {
+                Ok(report) => reports.push(report),
+                Err(error) => {
+                    tracing::error!(channel = channel.as_str(), %date, %error, "bill run failed");
+                    reports.push(BillReport {
+                        channel: channel.as_str().to_owned(),
+                        date: date.to_string(),
+                        ..BillReport::default()
+                    });
+                }
+            }
+        }
+    }
+    reports
 }
 
 /// Waits until no notify of these trades is being delivered or due within a few seconds.

@@ -339,7 +339,7 @@ impl StormReport {
 /// What the audit looked at, in one line (the text and the HTML report both show it).
 pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
     format!(
-        "{} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments",
+        "{} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments, {} lines on the channels' bills ({} matched, {} repaired)",
         audit.payments,
         audit.paid,
         audit.charged,
@@ -352,7 +352,10 @@ pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
         audit.reversals,
         audit.webhook_deliveries,
         audit.webhook_copies,
-        audit.attacked
+        audit.attacked,
+        audit.bill_lines,
+        audit.bill_matched,
+        audit.bill_repaired
     )
 }
 
