@@ -472,42 +472,30 @@ pub async fn pending_before<D: Dialect>(
     after: Option<(i64, &str)>,
     limit: i64,
 ) -> Result<Vec<Payment>, StoreError> {
-    let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
-    let rows = match tenant_id {
+    match tenant_id {
         Some(tenant_id) => {
-            connection
-                .rows(
-                    PAYMENT_SELECT_PENDING_BEFORE_FOR_TENANT.get::<D>(),
-                    &[
-                        Arg::Text(tenant_id),
-                        Arg::Int(created_before_ms),
-                        Arg::Int(after_ms),
-                        Arg::Int(after_ms),
-                        Arg::Text(after_no),
-                        Arg::Int(limit),
-                    ],
-                )
-                .await
+            super::sql::cursor_page::<D, _>(
+                connection,
+                PAYMENT_SELECT_PENDING_BEFORE_FOR_TENANT.get::<D>(),
+                &[Arg::Text(tenant_id), Arg::Int(created_before_ms)],
+                after,
+                limit,
+                decode_payment,
+            )
+            .await
         }
         None => {
-            connection
-                .rows(
-                    PAYMENT_SELECT_PENDING_BEFORE.get::<D>(),
-                    &[
-                        Arg::Int(created_before_ms),
-                        Arg::Int(after_ms),
-                        Arg::Int(after_ms),
-                        Arg::Text(after_no),
-                        Arg::Int(limit),
-                    ],
-                )
-                .await
+            super::sql::cursor_page::<D, _>(
+                connection,
+                PAYMENT_SELECT_PENDING_BEFORE.get::<D>(),
+                &[Arg::Int(created_before_ms)],
+                after,
+                limit,
+                decode_payment,
+            )
+            .await
         }
-    };
-    rows.map_err(store_error::<D>)?
-        .iter()
-        .map(decode_payment)
-        .collect()
+    }
 }
 
 /// What opening a payment attempt for an order found.
@@ -790,26 +778,16 @@ impl<D: Dialect> Payments for SqlPay<D> {
         limit: u32,
     ) -> Result<Vec<Payment>, StoreError> {
         let _timer = self.timer("payments.paid_between");
-        let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
         let mut connection = self.connection().await?;
-        connection
-            .rows(
-                PAYMENT_SELECT_PAID_BETWEEN.get::<D>(),
-                &[
-                    Arg::Text(channel),
-                    Arg::Int(from_ms),
-                    Arg::Int(to_ms),
-                    Arg::Int(after_ms),
-                    Arg::Int(after_ms),
-                    Arg::Text(after_no),
-                    Arg::Int(i64::from(limit)),
-                ],
-            )
-            .await
-            .map_err(store_error::<D>)?
-            .iter()
-            .map(decode_payment)
-            .collect()
+        super::sql::cursor_page::<D, _>(
+            &mut connection,
+            PAYMENT_SELECT_PAID_BETWEEN.get::<D>(),
+            &[Arg::Text(channel), Arg::Int(from_ms), Arg::Int(to_ms)],
+            after,
+            i64::from(limit),
+            decode_payment,
+        )
+        .await
     }
 
     async fn apply_success(

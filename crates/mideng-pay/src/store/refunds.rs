@@ -576,26 +576,16 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         limit: u32,
     ) -> Result<Vec<Refund>, StoreError> {
         let _timer = self.timer("refunds.succeeded_between");
-        let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
         let mut connection = self.connection().await?;
-        connection
-            .rows(
-                REFUND_SELECT_SUCCEEDED_BETWEEN.get::<D>(),
-                &[
-                    Arg::Text(channel),
-                    Arg::Int(from_ms),
-                    Arg::Int(to_ms),
-                    Arg::Int(after_ms),
-                    Arg::Int(after_ms),
-                    Arg::Text(after_no),
-                    Arg::Int(i64::from(limit)),
-                ],
-            )
-            .await
-            .map_err(store_error::<D>)?
-            .iter()
-            .map(decode_refund)
-            .collect()
+        super::sql::cursor_page::<D, _>(
+            &mut connection,
+            REFUND_SELECT_SUCCEEDED_BETWEEN.get::<D>(),
+            &[Arg::Text(channel), Arg::Int(from_ms), Arg::Int(to_ms)],
+            after,
+            i64::from(limit),
+            decode_refund,
+        )
+        .await
     }
 
     async fn processing_before(
@@ -605,24 +595,16 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         limit: u32,
     ) -> Result<Vec<Refund>, StoreError> {
         let _timer = self.timer("refunds.processing_before");
-        let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
         let mut connection = self.connection().await?;
-        connection
-            .rows(
-                REFUND_SELECT_OPEN_BEFORE.get::<D>(),
-                &[
-                    Arg::Int(created_before_ms),
-                    Arg::Int(after_ms),
-                    Arg::Int(after_ms),
-                    Arg::Text(after_no),
-                    Arg::Int(i64::from(limit)),
-                ],
-            )
-            .await
-            .map_err(store_error::<D>)?
-            .iter()
-            .map(decode_refund)
-            .collect()
+        super::sql::cursor_page::<D, _>(
+            &mut connection,
+            REFUND_SELECT_OPEN_BEFORE.get::<D>(),
+            &[Arg::Int(created_before_ms)],
+            after,
+            i64::from(limit),
+            decode_refund,
+        )
+        .await
     }
 }
 

@@ -21,8 +21,38 @@ use async_trait::async_trait;
 use mideng::StoreError;
 use mideng::latency::{self, StoreTimer};
 use mideng::record::RecordStore;
+use mideng::sqlx::Database;
 use mideng::sqlx::pool::PoolConnection;
-use mideng::store::sql::{Dialect, SqlConn, SqlStore, store_error};
+use mideng::store::sql::{Arg, Dialect, SqlConn, SqlStore, store_error};
+
+/// One page of a read paged by a cursor: `sql` takes the `leading` arguments, then the cursor
+/// — the rows after `after` (a time and a number) in (time, number) order, the statement
+/// comparing the time twice and the number once (`t > ? OR (t = ? AND no > ?)`), from the
+/// start when `None` — and at most `limit` rows; each row read by `decode`.
+pub(super) async fn cursor_page<D: Dialect, T>(
+    connection: &mut <D::Db as Database>::Connection,
+    sql: &'static str,
+    leading: &[Arg<'_>],
+    after: Option<(i64, &str)>,
+    limit: i64,
+    decode: impl Fn(&<<D::Db as Database>::Connection as SqlConn>::Row) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let (after_ms, after_no) = after.unwrap_or((i64::MIN, ""));
+    let mut args = leading.to_vec();
+    args.extend([
+        Arg::Int(after_ms),
+        Arg::Int(after_ms),
+        Arg::Text(after_no),
+        Arg::Int(limit),
+    ]);
+    connection
+        .rows(sql, &args)
+        .await
+        .map_err(store_error::<D>)?
+        .iter()
+        .map(decode)
+        .collect()
+}
 
 /// Every storage port of the service ([`super::Store`]) on one SQL dialect.
 pub struct SqlPay<D: Dialect> {
