@@ -44,7 +44,17 @@ fn assert_clean(report: &StormReport) {
         .map(|(_, count)| count)
         .sum();
     assert!(refund_duplicates > 0, "no refund was duplicated: {table}");
-    for source in ["double click", "manual replay", "replayed byte for byte"] {
+    // A success for an order canceled meanwhile: a refund case, given back by reconciliation.
+    assert!(
+        report.audit.refund_cases > 0,
+        "no charge became a refund case: {table}"
+    );
+    for source in [
+        "double click",
+        "manual replay",
+        "replayed byte for byte",
+        "paid after the order was canceled",
+    ] {
         assert!(
             report.duplicates.get(source).copied().unwrap_or(0) > 0,
             "{source} never happened: {table}"

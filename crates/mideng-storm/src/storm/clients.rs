@@ -691,6 +691,24 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
         let pay_path = format!("/sim/trades/{number}/pay");
         let close_path = format!("/v1/payments/{number}/close");
         let empty = json!({});
+        if (10..15).contains(&roll) {
+            // The merchant cancels the order while its payment is open, and the buyer pays
+            // anyway: the success arrives for a canceled order, which stays CANCELED with the
+            // charge as a refund case, refunded by reconciliation.
+            shared.count("paid after the order was canceled");
+            let cancel = json!({"to": "CANCELED"});
+            shared
+                .send(
+                    rng.usize(..shared.bases.len()),
+                    tenant,
+                    reqwest::Method::POST,
+                    &format!("/v1/orders/{order_id}/transitions"),
+                    Some(&cancel),
+                    &[],
+                    Duration::from_secs(20),
+                )
+                .await;
+        }
         let pay = shared.sim(reqwest::Method::POST, &pay_path, json!({}));
         if roll < 10 {
             // The buyer pays while the merchant closes: never both.

@@ -18,6 +18,8 @@
 //!   long after;
 //! - **callbacks**: per trade, the simulator's notify policy is normal, duplicate, concurrent,
 //!   delayed, reordered or dropped (then only reconciliation finds the payment);
+//! - **a success after a cancel**: the merchant cancels an order whose payment is open and
+//!   the buyer pays it anyway; the charge is a refund case, refunded by reconciliation;
 //! - **reconciliation overlapping callbacks**: every instance runs its reconciler every 5 s over
 //!   payments pending (and refunds processing) for 3 s, and rounds by hand run at the end,
 //!   until no refund is PROCESSING;
