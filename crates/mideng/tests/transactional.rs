@@ -192,7 +192,8 @@ async fn a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks<D: 
     assert!(parked(&store, 100).await.expect("parked").is_empty());
     assert_eq!(backlog(&store).await.expect("backlog").unsent, 1);
 
-    // A topic NATS refuses (an empty subject token), written beside it.
+    // A topic the NATS publisher refuses (an empty subject token, refused before it reaches
+    // the server), written beside it.
     let poison = enqueue("poison..row").await;
 
     // The real broker: the valid row is sent, the poison row is refused and parked.

@@ -103,6 +103,11 @@ mod bounded {
     async fn sqlite_a_delivery_is_attempted_at_most_a_hundred_times() {
         crate::bounds::a_delivery_is_attempted_at_most_a_hundred_times().await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite_nats_refused_outbox_rows_are_parked_and_settled_on_the_console() {
+        crate::parked::refused_outbox_rows_are_parked_and_settled_on_the_console().await;
+    }
 }
 
 /// The outbound-address guard: a tenant's webhook URL never reaches into our network. On one

@@ -364,3 +364,140 @@ pub(crate) async fn a_failing_event_is_parked_and_replayed_once(backend: Backend
         .expect("kept");
     assert_eq!(discarded.status, FailureStatus::Discarded);
 }
+
+/// Outbox rows the broker refuses: parked by the relay (its NATS publisher refuses a topic
+/// that is no valid NATS subject, before anything reaches the server), listed on the console beside the consumer's parked events,
+/// discarded or replayed there with a reason; a replayed row is tried again and, refused
+/// again, parked again. On SQLite: a database of the test's own, whose outbox no other relay
+/// drains (the service's own relay is off).
+pub(crate) async fn refused_outbox_rows_are_parked_and_settled_on_the_console() {
+    use mideng::outbox::nats::{NatsPublisher, NatsSettings};
+    use mideng::outbox::sql::{RelaySettings, enqueue_in};
+    use mideng::store::sql::sqlite::{SqliteDialect, SqliteStore};
+
+    let service = Service::start_with_pages(
+        Backend::Sqlite,
+        Backend::Sqlite.database_url(),
+        None,
+        None,
+        Default::default(),
+        mideng_pay::workers::EventSettings {
+            relay: None,
+            ..queue_events()
+        },
+        |_, _, _| PageSettings {
+            checkout: None,
+            console: Some(ConsoleSettings {
+                api_key_sha256: api_key_hash(CONSOLE_KEY),
+                journal: Journal::new(0),
+            }),
+        },
+    )
+    .await;
+    // Two rows no broker takes, written as a business transaction writes its events.
+    let writer = SqliteStore::connect(&service.database_url, Default::default())
+        .await
+        .expect("the service's database");
+    let mut transaction = writer.begin_write().await.expect("begin");
+    let mut poison = Vec::new();
+    for key in ["P1", "P2"] {
+        poison.push(
+            enqueue_in::<SqliteDialect>(&mut transaction, "poison..row", key, b"{}")
+                .await
+                .expect("enqueue"),
+        );
+    }
+    transaction.commit().await.expect("commit");
+
+    // Nothing reaches the server (every row is refused first): one name for every run.
+    let stream = "MIDENG_TEST_PARKED_OUTBOX".to_owned();
+    let relay = service
+        .state
+        .ports
+        .store
+        .events
+        .relay(
+            Arc::new(NatsPublisher::new(NatsSettings {
+                stream: stream.clone(),
+                subject_prefix: stream.to_lowercase(),
+                ..NatsSettings::default()
+            })),
+            RelaySettings {
+                park_after_refusals: 1,
+                ..RelaySettings::default()
+            },
+        )
+        .expect("relay");
+    let parked_now = || async {
+        let (status, overview) =
+            console(&service, reqwest::Method::GET, "/console/overview", None).await;
+        assert_eq!(status, 200, "{overview}");
+        overview["parked_events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|event| event["consumer"] == "outbox.relay")
+            .collect::<Vec<_>>()
+    };
+    let round = relay.run_once().await.expect("round");
+    assert_eq!((round.claimed, round.parked), (2, 2), "{round:?}");
+    let shown = parked_now().await;
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown
+            .iter()
+            .all(|event| event["status"] == "PARKED" && event["topic"] == "poison..row"),
+        "{shown:?}"
+    );
+    assert_eq!(relay.run_once().await.expect("round").claimed, 0);
+
+    let act = |id: &str, reason: &str| json!({"message_id": id, "reason": reason});
+    let (status, view) = console(
+        &service,
+        reqwest::Method::POST,
+        "/console/events/discard",
+        Some(act(&poison[0], "a topic nobody consumes")),
+    )
+    .await;
+    assert_eq!(
+        (status, view["status"].as_str(), view["resolution"].as_str()),
+        (
+            200,
+            Some("DISCARDED"),
+            Some("discarded: a topic nobody consumes")
+        ),
+        "{view}"
+    );
+    let (status, _) = console(
+        &service,
+        reqwest::Method::POST,
+        "/console/events/discard",
+        Some(act(&poison[0], "twice")),
+    )
+    .await;
+    assert_eq!(status, 404, "discarded once: no longer parked");
+
+    let (status, view) = console(
+        &service,
+        reqwest::Method::POST,
+        "/console/events/replay",
+        Some(act(&poison[1], "stream fixed")),
+    )
+    .await;
+    assert_eq!(
+        (status, view["status"].as_str()),
+        (200, Some("REPLAYED")),
+        "{view}"
+    );
+    assert!(parked_now().await.is_empty());
+    let round = relay.run_once().await.expect("round");
+    assert_eq!(
+        (round.claimed, round.parked),
+        (1, 1),
+        "the replayed row is tried again and parked again; the discarded one is not: {round:?}"
+    );
+    let shown = parked_now().await;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0]["message_id"], poison[1].as_str());
+}
