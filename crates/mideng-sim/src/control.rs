@@ -542,7 +542,8 @@ struct FailNextRequest {
     times: Option<u32>,
 }
 
-/// `POST /sim/fail-next`.
+/// `POST /sim/fail-next`. Alipay's `ACQ.CONTEXT_INCONSISTENT` is a definite refusal rather than
+/// an unknown outcome: with `apply_anyway` the channel answers "failed" and made the trade.
 async fn fail_next(State(simulator): State<Simulator>, body: Body) -> Response {
     let request: FailNextRequest = match json_body(body).await {
         Ok(request) => request,
@@ -561,8 +562,8 @@ async fn fail_next(State(simulator): State<Simulator>, body: Body) -> Response {
     };
     let Some(code) = FaultCode::for_method(method, code_text.as_deref()) else {
         return Problem::invalid(
-            "code must be 20000 / isp.unknow-error or 40004 / ACQ.SYSTEM_ERROR for Alipay, \
-             500 / SYSTEM_ERROR for WeChat Pay",
+            "code must be 20000 / isp.unknow-error, 40004 / ACQ.SYSTEM_ERROR or \
+             ACQ.CONTEXT_INCONSISTENT (a refusal) for Alipay, 500 / SYSTEM_ERROR for WeChat Pay",
         )
         .into_response();
     };

@@ -99,6 +99,10 @@ pub(crate) enum FaultCode {
     AlipaySystemError,
     /// WeChat Pay HTTP 500 `SYSTEM_ERROR`.
     WechatSystemError,
+    /// Alipay 40004 `ACQ.CONTEXT_INCONSISTENT`: a definite business refusal. Armed with
+    /// `apply_anyway` it is a channel that answers "failed" and made the trade all the same,
+    /// which the buyer can then pay: the merchant holds a FAILED attempt the channel charges.
+    AlipayRefused,
 }
 
 impl FaultCode {
@@ -107,6 +111,7 @@ impl FaultCode {
         match self {
             FaultCode::AlipayUnknown => alipay::CODE_UNKNOWN,
             FaultCode::AlipaySystemError => alipay::SUB_SYSTEM_ERROR,
+            FaultCode::AlipayRefused => alipay::SUB_CONTEXT_INCONSISTENT,
             FaultCode::WechatSystemError => wechat::CODE_SYSTEM_ERROR,
         }
     }
@@ -121,6 +126,7 @@ impl FaultCode {
             (true, Some(alipay::CODE_BUSINESS_FAILED | alipay::SUB_SYSTEM_ERROR)) => {
                 Some(FaultCode::AlipaySystemError)
             }
+            (true, Some(alipay::SUB_CONTEXT_INCONSISTENT)) => Some(FaultCode::AlipayRefused),
             (false, None | Some("500" | wechat::CODE_SYSTEM_ERROR)) => {
                 Some(FaultCode::WechatSystemError)
             }
@@ -227,6 +233,13 @@ mod tests {
         assert_eq!(
             FaultCode::for_method(GatewayMethod::WechatClose, Some("20000")),
             None
+        );
+        assert_eq!(
+            FaultCode::for_method(
+                GatewayMethod::AlipayPrecreate,
+                Some("ACQ.CONTEXT_INCONSISTENT")
+            ),
+            Some(FaultCode::AlipayRefused)
         );
         assert_eq!(
             GatewayMethod::from_name("wechat.query"),

@@ -817,6 +817,11 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
         dedup: options
             .payments
             .layer_on(mideng_pay::flows::BrokenLayer::GrantDedup),
+        // An event that keeps failing (the storm writes some no consumer can process) is
+        // parked after five failures a fraction of a second apart, within the run.
+        retry_after: Duration::from_millis(200),
+        retry_cap: Duration::from_secs(1),
+        park_after: 5,
         ..ConsumerSettings::default()
     };
     let broker = match (&options.stack, broker, nats) {

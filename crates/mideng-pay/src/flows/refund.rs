@@ -101,7 +101,8 @@ pub async fn request(ports: &Ports, asked: RefundRequest<'_>) -> Result<Requeste
             );
             Requested::KeyReused(*refund)
         }
-        OpenRefund::NoPayment => Requested::NoPayment,
+        // A case's asks are counted by the case's refunds only; a merchant's refund is not one.
+        OpenRefund::NoPayment | OpenRefund::AsksUsedUp => Requested::NoPayment,
         OpenRefund::NotPaid(status) => Requested::NotPaid(status),
         OpenRefund::Exceeds { refundable_fen } => {
             decision("constraint", op, asked.tenant, asked.payment_no, "exceeds");
@@ -266,9 +267,11 @@ pub async fn own_refund(
         .filter(|refund| refund.tenant_id == tenant))
 }
 
-/// Refunds a refund case (a charge this service will not keep) once: its one refund, under the
-/// request key `auto-<payment_no>`, asked of the channel like any other. `None` when the case
-/// is no longer open or cannot be refunded (counted and logged for a person).
+/// Refunds a refund case (a charge this service will not keep): its refund, under the request
+/// key `auto-<payment_no>`, asked of the channel like any other. A refund the channel closes
+/// (nothing moved) reopens the case, and the next round asks again under the next key, up to
+/// [`crate::store::refunds::CASE_ASKS_MAX`] refunds. `None` when the case is no longer open or
+/// cannot be refunded (logged for a person; the case stays OPEN).
 pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refund>, StoreError> {
     let refund_no = crate::domain::ids::new_refund_no(ports.clock.now_ms());
     match ports
@@ -294,6 +297,14 @@ pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refun
                 payment_no,
                 refundable_fen,
                 "a refund case cannot be refunded in full (refunds were made by hand?); left for a person"
+            );
+            Ok(None)
+        }
+        OpenRefund::AsksUsedUp => {
+            tracing::error!(
+                payment_no,
+                asks = crate::store::refunds::CASE_ASKS_MAX,
+                "the channel closed every refund of a refund case; left open for a person"
             );
             Ok(None)
         }

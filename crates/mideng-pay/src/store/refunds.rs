@@ -61,6 +61,8 @@ pub enum OpenRefund {
         /// Fen that can still be refunded.
         refundable_fen: i64,
     },
+    /// A refund case whose [`CASE_ASKS_MAX`] refunds the channel all closed: left for a person.
+    AsksUsedUp,
 }
 
 /// What settling a refund with the channel's word did.
@@ -398,6 +400,15 @@ pub(super) async fn settle_on<D: Dialect>(
                 )
                 .await
                 .map_err(store_error::<D>)?;
+            // A refund case's refund that moved nothing: the case is open again, to be asked
+            // once more under its next key (or left for a person when they are used up).
+            connection
+                .run(
+                    CASE_REOPEN.get::<D>(),
+                    &[Arg::Int(now_ms), Arg::Text(refund_no)],
+                )
+                .await
+                .map_err(store_error::<D>)?;
         }
         RefundStatus::Success => succeeded_on::<D>(connection, &moved, now_ms).await?,
         RefundStatus::Processing | RefundStatus::Abnormal => {}
@@ -427,7 +438,9 @@ async fn succeeded_on<D: Dialect>(
         .int(0)
         .map_err(read)?;
     let payment_refunded = left == 0 && open == 0;
-    if payment_refunded {
+    // Only the order's own payment moves the order: a charge it did not keep (a refund case
+    // of a FAILED or CLOSED attempt) is given back while the order stays as it is.
+    if payment_refunded && payment.status == PaymentStatus::Paid {
         // PAID (or DELIVERED) → REFUNDING → REFUNDED, along the order's declared machine; an
         // order a merchant moved to REFUNDING by hand takes the last step only.
         for from in [OrderStatus::Paid, OrderStatus::Delivered] {
@@ -625,11 +638,24 @@ pub struct RefundCase {
     pub created_at_ms: i64,
 }
 
-/// The request key of a case's refund: one automatic refund per payment, held by the refunds'
-/// unique tenant + key.
-pub fn case_request_key(payment_no: &str) -> String {
-    format!("auto-{payment_no}")
+/// Refunds asked for one case at most: a refund the channel closes (nothing moved) reopens the
+/// case and the next ask takes the next key; after this many the case stays OPEN for a person.
+pub const CASE_ASKS_MAX: u32 = 3;
+
+/// The request key of a case's `ask`-th refund (0-based): `auto-<payment_no>`, then
+/// `auto-<payment_no>-2`, … — each ask one refund, held by the refunds' unique tenant + key.
+pub fn case_request_key(payment_no: &str, ask: u32) -> String {
+    if ask == 0 {
+        format!("auto-{payment_no}")
+    } else {
+        format!("auto-{payment_no}-{}", ask + 1)
+    }
 }
+
+const CASE_REOPEN: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_refund_cases SET status = 'OPEN', refund_no = NULL, updated_at = " ?
+    " WHERE refund_no = " ? " AND status = 'REFUND_ASKED'"
+);
 
 const CASE_INSERT: PerDialect<&str> = dialect_sql!(
     insert_ignore " pay_refund_cases (payment_no, tenant_id, order_id, kind, amount, status, refund_no, created_at, updated_at) VALUES ("
@@ -706,17 +732,34 @@ async fn open_case_on<D: Dialect>(
     let Some(payment) = find_payment::<D>(connection, payment_no, true).await? else {
         return Ok(OpenRefund::NoPayment);
     };
-    let key = case_request_key(payment_no);
-    if let Some(row) = connection
-        .row(
-            REFUND_SELECT_BY_KEY.get::<D>(),
-            &[Arg::Text(&payment.tenant_id), Arg::Text(&key)],
-        )
-        .await
-        .map_err(store_error::<D>)?
-    {
-        return Ok(OpenRefund::Existing(Box::new(decode_refund(&row)?)));
+    // The first key whose refund the channel did not close: a refund still under way (or
+    // given back) is the case's; a key not used yet is the next ask.
+    let mut key = None;
+    for ask in 0..CASE_ASKS_MAX {
+        let candidate = case_request_key(payment_no, ask);
+        match connection
+            .row(
+                REFUND_SELECT_BY_KEY.get::<D>(),
+                &[Arg::Text(&payment.tenant_id), Arg::Text(&candidate)],
+            )
+            .await
+            .map_err(store_error::<D>)?
+        {
+            None => {
+                key = Some(candidate);
+                break;
+            }
+            Some(row) => {
+                let refund = decode_refund(&row)?;
+                if refund.status != RefundStatus::Closed {
+                    return Ok(OpenRefund::Existing(Box::new(refund)));
+                }
+            }
+        }
     }
+    let Some(key) = key else {
+        return Ok(OpenRefund::AsksUsedUp);
+    };
     let Some(case) = connection
         .row(CASE_SELECT_LOCKED.get::<D>(), &[Arg::Text(payment_no)])
         .await

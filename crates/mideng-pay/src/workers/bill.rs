@@ -56,7 +56,9 @@ pub struct BillReport {
     pub lines: u64,
     /// Lines that matched ours to the fen.
     pub matched: u64,
-    /// Charges we had not recorded, settled now by the success flow.
+    /// Charges we had not recorded, settled now by the success flow (PAID, or a refund case
+    /// that the automatic refunds give back). Each is also a disagreement, with its case
+    /// marked repaired.
     pub repaired: u64,
     /// Cases this run recorded (a case found before is not counted again).
     pub cases_found: u64,
@@ -177,7 +179,8 @@ struct Found<'a> {
 }
 
 impl Cases<'_> {
-    async fn keep(&mut self, found: Found<'_>) -> Result<(), StoreError> {
+    /// Records `found` as a case (once: a later run finds it known); whether it is new.
+    async fn keep(&mut self, found: Found<'_>) -> Result<bool, StoreError> {
         let now_ms = clock::now_ms();
         let case = BillCase {
             case_id: case_id(self.channel, self.date, found.kind, found.reference),
@@ -195,7 +198,8 @@ impl Cases<'_> {
             updated_at_ms: now_ms,
         };
         self.report.disagreements += 1;
-        if self.ports.store.bill_cases.record(&case).await? {
+        let new = self.ports.store.bill_cases.record(&case).await?;
+        if new {
             self.report.cases_found += 1;
         }
         decision(
@@ -205,7 +209,7 @@ impl Cases<'_> {
             found.reference,
             found.kind.as_str(),
         );
-        Ok(())
+        Ok(new)
     }
 
     fn matched(&mut self, tenant_id: &str, reference: &str) {
@@ -251,7 +255,7 @@ impl Cases<'_> {
                         ours.as_ref().map_or(0, |payment| payment.amount_fen)
                     ),
                 };
-                self.keep(case(kind, detail)).await
+                self.keep(case(kind, detail)).await.map(drop)
             }
             // The rule judges `None` as a case; nothing else is left.
             (ChargeVerdict::Matched | ChargeVerdict::Repair, None) => Ok(()),
@@ -278,7 +282,6 @@ impl Cases<'_> {
                 if let Some(sibling) = open_sibling {
                     close_sibling(self.ports, &payment.tenant_id, &sibling).await;
                 }
-                self.report.repaired += 1;
                 (
                     BillCaseStatus::Repaired,
                     format!(
@@ -313,16 +316,24 @@ impl Cases<'_> {
                 ),
             ),
         };
-        self.keep(Found {
-            kind: BillCaseKind::ChargedNotPaid,
-            reference: &payment.payment_no,
-            tenant_id: Some(&payment.tenant_id),
-            ours_fen: Some(payment.amount_fen),
-            billed_fen: Some(entry.amount_fen),
-            status,
-            detail,
-        })
-        .await
+        let repaired = status == BillCaseStatus::Repaired;
+        let new = self
+            .keep(Found {
+                kind: BillCaseKind::ChargedNotPaid,
+                reference: &payment.payment_no,
+                tenant_id: Some(&payment.tenant_id),
+                ours_fen: Some(payment.amount_fen),
+                billed_fen: Some(entry.amount_fen),
+                status,
+                detail,
+            })
+            .await?;
+        // Repaired by this run: a later run finds the refund case known, and it stays a
+        // disagreement of the day (the charge is not ours to keep).
+        if repaired && new {
+            self.report.repaired += 1;
+        }
+        Ok(())
     }
 
     async fn refund(&mut self, entry: &BillEntry) -> Result<(), StoreError> {
@@ -380,6 +391,7 @@ impl Cases<'_> {
             detail,
         })
         .await
+        .map(drop)
     }
 
     /// The other direction: our PAID payments and successful refunds of the day that the bill

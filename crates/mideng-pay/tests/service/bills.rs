@@ -153,8 +153,8 @@ pub(crate) async fn the_bill_finds_every_charge_and_keeps_every_disagreement(bac
             alipay.disagreements,
             alipay.cases_found
         ),
-        (5, 3, 1, 3, 3),
-        "A, B's two charges, C's charge and refund; A repaired, B's stale charge a refund case, E not on the bill: {alipay:?}"
+        (5, 3, 2, 3, 3),
+        "A, B's two charges, C's charge and refund; A repaired as PAID, B's stale charge repaired as a refund case, E not on the bill: {alipay:?}"
     );
     assert_eq!(alipay.charged_fen, 150 + 230 + 230 + 400);
     assert_eq!(alipay.refunded_fen, 100);

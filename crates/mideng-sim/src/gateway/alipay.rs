@@ -122,6 +122,10 @@ impl Failure {
             FaultCode::AlipaySystemError => {
                 Self::business(alipay::SUB_SYSTEM_ERROR, "系统错误 (simulated failure)")
             }
+            FaultCode::AlipayRefused => Self::business(
+                alipay::SUB_CONTEXT_INCONSISTENT,
+                "交易信息被篡改 (simulated refusal)",
+            ),
             FaultCode::AlipayUnknown | FaultCode::WechatSystemError => Self {
                 code: alipay::CODE_UNKNOWN,
                 sub_code: alipay::SUB_UNKNOWN_ERROR,

@@ -116,6 +116,44 @@ pub struct Snapshot {
     pub deliveries: Vec<DeliveryFact>,
     /// Outbox events of the types merchants subscribe to.
     pub events: Vec<EventFact>,
+    /// Refund cases: charges this service does not keep.
+    pub cases: Vec<CaseFact>,
+    /// Events a consumer failed (counted, parked, replayed or discarded).
+    pub failures: Vec<FailureFact>,
+    /// Outbox rows the relay parked (the broker refused them too often): their ids.
+    pub parked_outbox: Vec<String>,
+}
+
+/// A refund case as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaseFact {
+    /// The charged payment.
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Its order.
+    pub order_id: String,
+    /// PAID_AFTER_CANCEL, DOUBLE_CHARGE or FAILED_ATTEMPT_CHARGED.
+    pub kind: String,
+    /// Fen.
+    pub amount: i64,
+    /// OPEN or REFUND_ASKED.
+    pub status: String,
+    /// The refund asked for it.
+    pub refund_no: Option<String>,
+}
+
+/// An event a consumer failed, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailureFact {
+    /// The message id.
+    pub message_id: String,
+    /// Which consumer.
+    pub consumer: String,
+    /// FAILING, PARKED, REPLAYED or DISCARDED.
+    pub status: String,
+    /// Failed deliveries.
+    pub attempts: i64,
 }
 
 /// A webhook delivery as stored.
@@ -198,6 +236,14 @@ impl Snapshot {
                 .collect(),
             // Kept whole: the check keeps those about this run's payments and refunds.
             events: self.events,
+            cases: self
+                .cases
+                .into_iter()
+                .filter(|case| ours(&case.tenant_id, &case.order_id))
+                .collect(),
+            // Kept whole: every one must be accounted for (the database is the storm's own).
+            failures: self.failures,
+            parked_outbox: self.parked_outbox,
         }
     }
 }
@@ -263,6 +309,10 @@ pub struct ClientFacts {
     /// What the storm's merchant received (`None`: no merchant, a deployment the storm did
     /// not start).
     pub webhooks: Option<WebhookFacts>,
+    /// Events no consumer can process that the storm wrote into the outbox (message ids).
+    pub poisoned: BTreeSet<String>,
+    /// Whether the parked events are the storm's to count (a deployment it started).
+    pub parked_checked: bool,
 }
 
 /// What the answers to one refund request key said.

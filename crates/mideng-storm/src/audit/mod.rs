@@ -25,6 +25,8 @@
 //! | a payment refunded in full ⇔ its order REFUNDED | database |
 //! | a deduction reversed at most once, by its own amount; every answered reversal in the ledger, none unanswered | database + client answers |
 //! | every event of this run has its webhook delivery, every delivery DELIVERED, received by the merchant with a valid signature and applied once | database + the merchant |
+//! | for every order, the channel's charges less its refunds equal the PAID payment and the refund cases less their refunds; every charge not kept is a case; every case refunded or open with its reason | ledger + database (`ledger`) |
+//! | nothing parked without being counted: every parked event is one the storm wrote for that | database + the storm's log |
 //! | every line of the channels' bills of the run's days matches ours, and every PAID payment and SUCCESS refund of those days is on its bill | the bills + database (the service's bill reconciliation) |
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +35,7 @@ use serde::Serialize;
 
 mod bills;
 mod facts;
+mod ledger;
 mod refunds;
 mod snapshot;
 mod webhooks;
@@ -87,6 +90,16 @@ pub struct AuditFigures {
     pub bill_matched: u64,
     /// Charges the bills found that we had not recorded, recorded then by the success flow.
     pub bill_repaired: u64,
+    /// Orders whose channel ledger was held to ours.
+    pub ledger_orders: usize,
+    /// Refund cases.
+    pub cases: usize,
+    /// Of which refunded for their whole amount.
+    pub cases_refunded: usize,
+    /// Of which open for a person, with their reason.
+    pub cases_open: usize,
+    /// Events a consumer parked.
+    pub parked: usize,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -159,8 +172,13 @@ pub fn invariant_results(
         .chain(refunds::INVARIANTS.iter())
         .chain(webhooks::INVARIANTS.iter())
         .chain(bills::INVARIANTS.iter())
+        .chain(ledger::INVARIANTS.iter())
         .map(|&invariant| {
-            let checked = if webhooks::INVARIANTS.contains(&invariant) {
+            // The parked events are the storm's to count only in a deployment it started,
+            // as are the webhooks.
+            let checked = if webhooks::INVARIANTS.contains(&invariant)
+                || invariant == ledger::PARKED_INVARIANT
+            {
                 webhooks_checked
             } else if bills::INVARIANTS.contains(&invariant) {
                 bills_checked
@@ -508,6 +526,7 @@ pub fn check(
 
     check_reversals(snapshot, client, &mut violations, &mut figures);
     check_refunds(snapshot, channel, client, &mut violations, &mut figures);
+    ledger::check_ledger(snapshot, channel, client, &mut violations, &mut figures);
 
     // The attacker: whatever it sent had to be refused, and what it aimed at must not have
     // moved. A victim's only legitimate change is a close after its expiry (the reconciler's)
@@ -587,6 +606,7 @@ mod tests {
             include_str!("refunds.rs"),
             include_str!("webhooks.rs"),
             include_str!("bills.rs"),
+            include_str!("ledger.rs"),
         ]
         .into_iter()
         .flat_map(names_in)
@@ -596,6 +616,7 @@ mod tests {
             .chain(refunds::INVARIANTS.iter())
             .chain(webhooks::INVARIANTS.iter())
             .chain(bills::INVARIANTS.iter())
+            .chain(ledger::INVARIANTS.iter())
             .copied()
             .collect();
         let distinct: BTreeSet<&str> = listed.iter().copied().collect();
@@ -736,6 +757,7 @@ mod tests {
             BTreeSet::from([
                 "nothing PAID that the channel did not charge",
                 "an attacked payment changes only through the workload",
+                "the channel's ledger equals ours, order by order",
             ]),
             "{violations:?}"
         );
@@ -828,6 +850,7 @@ mod tests {
             refunds: Vec::new(),
             deliveries: Vec::new(),
             events: Vec::new(),
+            ..Snapshot::default()
         };
         let client = ClientFacts {
             credits: [(("t".to_owned(), "u".to_owned(), "k1".to_owned()), 100)].into(),

@@ -261,10 +261,16 @@ pub(super) fn check_refunds(
             continue;
         };
         // A charge this service does not keep (the payment CLOSED or FAILED here) is given
-        // back by its automatic refund (request key auto-<payment_no>) alone.
-        let automatic_only = refunds
-            .iter()
-            .all(|refund| refund.request_key == format!("auto-{number}"));
+        // back by its automatic refunds (request keys auto-<payment_no>, then -2, -3 after a
+        // refund the channel closed) alone.
+        let automatic = format!("auto-{number}");
+        let automatic_only = refunds.iter().all(|refund| {
+            refund.request_key == automatic
+                || refund
+                    .request_key
+                    .strip_prefix(automatic.as_str())
+                    .is_some_and(|ask| ask.starts_with('-'))
+        });
         if !refunds.is_empty() && payment.status != "PAID" && !automatic_only {
             violations.push(violation(
                 "only a PAID payment is refunded",
@@ -295,7 +301,12 @@ pub(super) fn check_refunds(
         let order = orders.get(&(payment.tenant_id.as_str(), payment.order_id.as_str()));
         let order_status = order.map_or("missing", |order| order.status.as_str());
         let full = payment.amount > 0 && succeeded == payment.amount;
-        if full && matches!(order_status, "PAID" | "DELIVERED" | "REFUNDING") {
+        // Only the order's own payment: a charge it did not keep (a refund case of a FAILED
+        // or CLOSED attempt) is given back in full while the order stays PAID.
+        if full
+            && payment.status == "PAID"
+            && matches!(order_status, "PAID" | "DELIVERED" | "REFUNDING")
+        {
             violations.push(violation(
                 "a payment refunded in full refunds its order",
                 format!("{number} refunded in full, its order is {order_status}"),
@@ -567,6 +578,7 @@ mod tests {
         assert_eq!(
             names(&violations),
             BTreeSet::from([
+                "the channel's ledger equals ours, order by order",
                 "no refund PROCESSING after quiescence",
                 "one refund per request key",
                 "a payment's refunds here equal the channel's",

@@ -139,5 +139,49 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             key: row.text(2).map_err(read)?,
         });
     }
+    for row in connection
+        .rows(
+            "SELECT payment_no, tenant_id, order_id, kind, amount, status, refund_no \
+             FROM pay_refund_cases",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.cases.push(CaseFact {
+            payment_no: row.text(0).map_err(read)?,
+            tenant_id: row.text(1).map_err(read)?,
+            order_id: row.text(2).map_err(read)?,
+            kind: row.text(3).map_err(read)?,
+            amount: row.int(4).map_err(read)?,
+            status: row.text(5).map_err(read)?,
+            refund_no: row.opt_text(6).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT message_id, consumer, status, attempts FROM pay_event_failures",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.failures.push(FailureFact {
+            message_id: row.text(0).map_err(read)?,
+            consumer: row.text(1).map_err(read)?,
+            status: row.text(2).map_err(read)?,
+            attempts: row.int(3).map_err(read)?,
+        });
+    }
+    for row in connection
+        .rows(
+            "SELECT id FROM mideng_outbox WHERE parked_at IS NOT NULL AND sent_at IS NULL",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        snapshot.parked_outbox.push(row.text(0).map_err(read)?);
+    }
     Ok(snapshot)
 }

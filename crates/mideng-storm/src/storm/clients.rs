@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::faults::FaultClock;
 use super::latency::{LatencyHistogram, operation_of};
+use super::rare;
 use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
 use crate::attacker::{self, AttackLog, BoundaryLog, Victim};
 use crate::audit::{AnsweredRefund, ClientFacts};
@@ -120,6 +121,9 @@ pub(crate) struct Shared {
     pub(super) log: Mutex<Log>,
     pub(super) requests: AtomicU64,
     pub(super) excused: AtomicU64,
+    /// Refusals of a trade's creation the storm armed at the channel and no client was answered
+    /// yet ([`super::rare`]): each excuses one `502 channel-rejected` of a payment's creation.
+    pub(super) refusals_armed: AtomicU64,
     /// Latencies of answered requests, by operation; a lock of its own, apart from the log's,
     /// since every answer takes it.
     pub(super) latencies: Mutex<BTreeMap<String, LatencyHistogram>>,
@@ -217,6 +221,20 @@ impl Shared {
     /// A 5xx is excused inside a fault window (and counted); outside one it is a violation.
     fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
         if status < 500 {
+            return;
+        }
+        if status == 502
+            && path.ends_with("/payments")
+            && serde_json::from_slice::<Value>(body)
+                .is_ok_and(|problem| problem["code"] == "channel-rejected")
+            && self
+                .refusals_armed
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok()
+        {
+            // The channel refused the creation, as the storm asked it to: the right answer.
             return;
         }
         if self.faults.excused(started, Instant::now()) {
@@ -656,7 +674,14 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
     if !created {
         return;
     }
-    let channel = if rng.bool() { "alipay" } else { "wechat" };
+    // Some orders meet a channel that refuses their first attempt and makes the trade anyway
+    // (an Alipay refusal, [`rare`]); the buyer then pays both attempts.
+    let refused = rng.u8(..100) < rare::REFUSED_PERCENT && rare::arm_refusal(shared).await;
+    let channel = if refused || rng.bool() {
+        "alipay"
+    } else {
+        "wechat"
+    };
     if rng.u8(..10) < 2 {
         keyless_double_click(shared, rng, tenant, &order_id, channel).await;
     }
@@ -675,6 +700,9 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
     let Some(number) = answer.json()["payment_no"].as_str().map(str::to_owned) else {
         return;
     };
+    if refused {
+        rare::pay_failed_attempts(shared, rng, tenant, &order_id).await;
+    }
     let mode = NOTIFY_MODES[rng.usize(..NOTIFY_MODES.len())];
     if mode != "normal" {
         shared.count(&format!("notify {mode}"));
@@ -686,7 +714,8 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
     shared
         .sim(reqwest::Method::PUT, "/sim/notify-policy", policy)
         .await;
-    let roll = rng.u8(..100);
+    // The second attempt of a refused order is paid too.
+    let roll = if refused { 50 } else { rng.u8(..100) };
     if roll < 75 {
         let pay_path = format!("/sim/trades/{number}/pay");
         let close_path = format!("/v1/payments/{number}/close");
@@ -722,7 +751,13 @@ pub(super) async fn order_script(shared: &Shared, rng: &mut fastrand::Rng, tenan
                 &[],
                 Duration::from_secs(20),
             );
-            let _ = tokio::join!(pay, close);
+            let (_, closed) = tokio::join!(pay, close);
+            if closed
+                .is_some_and(|closed| closed.status == 200 && closed.json()["status"] == "CLOSED")
+            {
+                // The buyer pays the closed attempt's code afterwards: the channel refuses.
+                rare::pay_closed_code(shared, &number).await;
+            }
         } else {
             pay.await;
             if rng.u8(..10) < 4 {

@@ -55,6 +55,7 @@ pub(super) async fn audit_now(
                 .chain(log.boundary.breaches())
                 .collect(),
             payments: log.payments.iter().cloned().collect(),
+            parked_checked: webhooks.is_some(),
             webhooks,
             ..log.client.clone()
         }

@@ -73,6 +73,7 @@ mod faults;
 mod html;
 mod latency;
 mod merchant;
+mod rare;
 mod refunds;
 mod report;
 mod sampler;
@@ -259,6 +260,7 @@ pub async fn run(
         log: Mutex::new(Log::default()),
         requests: AtomicU64::new(0),
         excused: AtomicU64::new(0),
+        refusals_armed: AtomicU64::new(0),
         latencies: Mutex::new(BTreeMap::new()),
         killed_metrics: Mutex::new(Vec::new()),
     });
@@ -343,6 +345,18 @@ pub async fn run(
                         credit(&shared, &mut rng, tenant, &user, &key, amount).await;
                     }
                 }
+            }
+        }));
+    }
+
+    // Events no consumer can process, written into the outbox of a deployment the storm
+    // started (its database is the storm's own).
+    if deployment.is_some() {
+        let shared = shared.clone();
+        let database_url = database_url.clone();
+        clients.push(tokio::spawn(async move {
+            if let Err(error) = rare::write_poison_events(&shared, &database_url, deadline).await {
+                tracing::warn!(%error, "the events no consumer can process were not written");
             }
         }));
     }
@@ -450,27 +464,22 @@ pub async fn run(
             interval: Duration::from_secs(1),
             tenant: None,
         };
-        // Payments: until a round changes nothing (20 rounds at most: an unscanned code stays
-        // unknown). Refunds: until none is PROCESSING (a WeChat refund takes 5 s of channel
-        // time; a lost answer is asked again), for at most a minute — the audit reports any
-        // left.
-        let refunds_until = Instant::now() + Duration::from_secs(60);
-        for round_number in 1.. {
-            let round = reconcile_once(&operator.ports, &everything).await?;
-            let payments_settled = round_number >= 20
-                || round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0;
-            let refunds_settled = round.refunds_examined == 0 || Instant::now() >= refunds_until;
-            if payments_settled && refunds_settled {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        settle_by_reconciliation(&operator.ports, &everything).await?;
         bar.set_prefix("quiescence: draining events and webhooks");
         drain_events(&operator).await?;
         drain_webhooks(&operator).await?;
         bar.set_prefix("quiescence: the channels' bills");
-        bill_reports =
-            Some(reconcile_bills(&operator, channel_start_ms, channel_now_ms(&shared).await).await);
+        let reports =
+            reconcile_bills(&operator, channel_start_ms, channel_now_ms(&shared).await).await;
+        if reports.iter().any(|report| report.repaired > 0) {
+            // Charges only the bills told of (every notify lost, the attempt FAILED or CLOSED
+            // here) became refund cases: refunded by the rounds, their events delivered.
+            bar.set_prefix("quiescence: refunding what the bills found");
+            settle_by_reconciliation(&operator.ports, &everything).await?;
+            drain_events(&operator).await?;
+            drain_webhooks(&operator).await?;
+        }
+        bill_reports = Some(reports);
     }
 
     // The audit; a deployment the storm did not start is given time for its own workers
@@ -592,6 +601,29 @@ async fn channel_now_ms(shared: &Shared) -> i64 {
         .await
         .and_then(|clock| clock["now_ms"].as_i64())
         .unwrap_or(0)
+}
+
+/// Reconciliation rounds over everything until one changes nothing. Payments: 20 rounds at
+/// most (an unscanned code stays unknown). Refunds and refund cases: until none is PROCESSING
+/// and none was refunded by the round (a WeChat refund takes 5 s of channel time; a lost answer
+/// is asked again), for at most a minute — the audit reports any left.
+async fn settle_by_reconciliation(
+    ports: &mideng_pay::flows::Ports,
+    everything: &ReconcileSettings,
+) -> anyhow::Result<()> {
+    let refunds_until = Instant::now() + Duration::from_secs(60);
+    for round_number in 1.. {
+        let round = reconcile_once(ports, everything).await?;
+        let payments_settled = round_number >= 20
+            || round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0;
+        let refunds_settled = round.refunds_examined == 0 && round.cases_refunded == 0
+            || Instant::now() >= refunds_until;
+        if payments_settled && refunds_settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
 }
 
 /// Reconciles every configured channel's bill of every channel day from `from_ms` to `to_ms`

@@ -1,0 +1,219 @@
+//! The rare paths of the money lifecycle, taken on purpose, each counted as a source:
+//!
+//! - **a channel that refuses a trade's creation and makes it all the same**: the storm arms
+//!   Alipay's definite refusal of the next precreate, applied anyway. The service asks the
+//!   channel, finds no trade (Alipay has none before the scan) and fails the attempt; the
+//!   client's retry under the same key opens a second attempt, and the buyer pays both codes —
+//!   half the time with every notify of the first lost, so that only the channel's bill tells
+//!   of that charge. The first charge must end as a refund case, given back;
+//! - **a buyer who pays the code of an attempt the merchant closed**: the channel refuses it;
+//! - **events no consumer can process**: `payment.succeeded` events whose grant the database
+//!   refuses (a quantity of 0), written into the service's outbox as a faulty producer would.
+//!   The consumer fails each a few times and parks it; the audit holds that every parked event
+//!   is one of these, and each of these is parked.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mideng::store::sql::mysql::MySqlStore;
+use mideng::store::sql::postgres::PostgresStore;
+use mideng::store::sql::sqlite::SqliteStore;
+use mideng::store::sql::{Dialect, PoolSettings, SqlStore, store_error};
+use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
+use serde_json::json;
+
+use super::clients::Shared;
+
+/// Orders out of a hundred whose first attempt the channel refuses and makes anyway.
+pub(super) const REFUSED_PERCENT: u8 = 4;
+
+/// The refusal the simulator answers while making the trade: a definite business failure.
+const REFUSAL_CODE: &str = "ACQ.CONTEXT_INCONSISTENT";
+
+/// Events no consumer can process, written at most per run.
+pub(super) const POISON_EVENTS_MAX: u64 = 20;
+
+/// Seconds of workload per event no consumer can process (and one at the start).
+const POISON_EVERY_SECS: u64 = 30;
+
+/// Arms the channel's refusal of the next Alipay trade creation, made anyway; whether it was
+/// armed. Another client's creation may take it: that client's order then holds a FAILED
+/// attempt nobody pays, and its retry opens another.
+pub(super) async fn arm_refusal(shared: &Shared) -> bool {
+    let armed = shared
+        .sim(
+            reqwest::Method::POST,
+            "/sim/fail-next",
+            json!({
+                "method": "alipay.trade.precreate",
+                "code": REFUSAL_CODE,
+                "apply_anyway": true,
+            }),
+        )
+        .await
+        .is_some_and(|answer| answer["apply_anyway"] == true);
+    if armed {
+        shared.refusals_armed.fetch_add(1, Ordering::Relaxed);
+        shared.count("channel refuses a creation and makes the trade");
+    }
+    armed
+}
+
+/// The buyer pays the code of every FAILED attempt of `order_id` (the channel made the trade
+/// it refused), half the time with every notify of it lost.
+pub(super) async fn pay_failed_attempts(
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    tenant: usize,
+    order_id: &str,
+) {
+    let Some(answer) = shared
+        .send(
+            rng.usize(..shared.bases.len()),
+            tenant,
+            reqwest::Method::GET,
+            &format!("/v1/orders/{order_id}"),
+            None,
+            &[],
+            Duration::from_secs(20),
+        )
+        .await
+    else {
+        return;
+    };
+    let view = answer.json();
+    let failed: Vec<String> = view["payments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|payment| payment["status"] == "FAILED")
+        .filter_map(|payment| payment["payment_no"].as_str().map(str::to_owned))
+        .collect();
+    for number in failed {
+        shared.log().payments.insert(number.clone());
+        if rng.bool() {
+            shared.count("every notify lost for a charged FAILED attempt");
+            shared
+                .sim(
+                    reqwest::Method::PUT,
+                    "/sim/notify-policy",
+                    json!({"mode": "drop", "out_trade_no": number}),
+                )
+                .await;
+        }
+        let paid = shared
+            .sim(
+                reqwest::Method::POST,
+                &format!("/sim/trades/{number}/pay"),
+                json!({}),
+            )
+            .await;
+        if paid.is_some_and(|paid| paid["outcome"].is_string()) {
+            shared.count("buyer pays a FAILED attempt's code and the second attempt");
+        }
+    }
+}
+
+/// The buyer pays the code of `payment_no`, which the merchant closed: the channel must refuse.
+pub(super) async fn pay_closed_code(shared: &Shared, payment_no: &str) {
+    shared.count("buyer pays a closed attempt's code");
+    shared
+        .sim(
+            reqwest::Method::POST,
+            &format!("/sim/trades/{payment_no}/pay"),
+            json!({}),
+        )
+        .await;
+}
+
+/// Writes an event no consumer can process into the service's outbox every
+/// [`POISON_EVERY_SECS`] of the workload (at most [`POISON_EVENTS_MAX`]), until `deadline`;
+/// the message ids written go into the log.
+pub(super) async fn write_poison_events(
+    shared: &Shared,
+    database_url: &str,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let pool = PoolSettings {
+        connections_max: 1,
+        ..PoolSettings::default()
+    };
+    if database_url.starts_with("sqlite") {
+        let store = SqliteStore::connect(database_url, pool).await?;
+        poison_until(shared, &store, deadline).await
+    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
+        let url = database_url.replacen("mariadb://", "mysql://", 1);
+        let store = MySqlStore::connect(&url, pool).await?;
+        poison_until(shared, &store, deadline).await
+    } else {
+        let store = PostgresStore::connect(database_url, pool).await?;
+        poison_until(shared, &store, deadline).await
+    }
+}
+
+async fn poison_until<D: Dialect>(
+    shared: &Shared,
+    store: &SqlStore<D>,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let tenant = shared
+        .tenants
+        .first()
+        .map(|tenant| tenant.id.clone())
+        .unwrap_or_default();
+    for n in 0..POISON_EVENTS_MAX {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let number = format!("{}-poison-{n}", shared.run);
+        let event = PaymentSucceeded {
+            tenant_id: tenant.clone(),
+            payment_no: number.clone(),
+            order_id: number.clone(),
+            user_id: format!("{}-u0", shared.run),
+            amount: 100,
+            currency: "CNY".to_owned(),
+            channel: "alipay".to_owned(),
+            channel_trade_no: number.clone(),
+            paid_at_ms: 0,
+            order_paid: true,
+            // The grants table holds positive quantities only: the grant fails every time.
+            entitlement: Some(GrantedItem {
+                sku: "vip-month".to_owned(),
+                quantity: 0,
+            }),
+        };
+        let payload = serde_json::to_vec(&event)?;
+        // A database fault of the schedule may refuse the write: this one is skipped.
+        match enqueue(store, &number, &payload).await {
+            Ok(id) => {
+                shared.count("an event no consumer can process");
+                shared.log().client.poisoned.insert(id);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an event no consumer can process was not written")
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep(Duration::from_secs(POISON_EVERY_SECS).min(left)).await;
+    }
+    Ok(())
+}
+
+async fn enqueue<D: Dialect>(
+    store: &SqlStore<D>,
+    number: &str,
+    payload: &[u8],
+) -> anyhow::Result<String> {
+    let mut connection = store
+        .pool()
+        .acquire()
+        .await
+        .map_err(store_error::<D>)
+        .context("a connection for the outbox")?;
+    let id =
+        mideng::outbox::sql::enqueue_in::<D>(&mut connection, PAYMENT_SUCCEEDED, number, payload)
+            .await?;
+    Ok(id)
+}
