@@ -667,6 +667,10 @@ const CASES_OPEN: PerDialect<&str> = dialect_sql!(
     " ORDER BY created_at, payment_no LIMIT " ?
 );
 
+const CASE_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT payment_no, tenant_id, kind, amount, created_at FROM pay_refund_cases WHERE payment_no = "?
+);
+
 const CASE_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
     "SELECT payment_no, tenant_id, kind, amount, created_at FROM pay_refund_cases WHERE payment_no = "
     ? " AND status = 'OPEN'" for_update
@@ -804,6 +808,8 @@ async fn open_case_on<D: Dialect>(
 pub trait RefundCases: Send + Sync {
     /// Open cases, oldest first, at most `limit`.
     async fn open_cases(&self, limit: u32) -> Result<Vec<RefundCase>, StoreError>;
+    /// The case of `payment_no`, open or refunded, if it has one.
+    async fn case_of(&self, payment_no: &str) -> Result<Option<RefundCase>, StoreError>;
     /// Turns an open case into its one refund (or finds it).
     async fn open_case_refund(
         &self,
@@ -824,6 +830,18 @@ impl<D: Dialect> RefundCases for SqlPay<D> {
             .iter()
             .map(decode_case)
             .collect()
+    }
+
+    async fn case_of(&self, payment_no: &str) -> Result<Option<RefundCase>, StoreError> {
+        let _timer = self.timer("refund_cases.case_of");
+        let mut connection = self.connection().await?;
+        connection
+            .row(CASE_SELECT.get::<D>(), &[Arg::Text(payment_no)])
+            .await
+            .map_err(store_error::<D>)?
+            .as_ref()
+            .map(decode_case)
+            .transpose()
     }
 
     async fn open_case_refund(

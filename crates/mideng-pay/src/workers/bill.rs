@@ -6,7 +6,8 @@
 //! A charge we never heard of — a payment CLOSED or FAILED here, every notify lost — is settled
 //! by the same success flow as a notify: the payment becomes PAID, or, when the order has
 //! another PAID payment or was canceled, its charge becomes a refund case that the automatic
-//! refund worker pays back. Everything else is kept OPEN for a person, with its evidence.
+//! refund worker pays back. A charge that is a refund case already (of the line's amount)
+//! matches that case. Everything else is kept OPEN for a person, with its evidence.
 //!
 //! A run is idempotent: cases are named by channel, day, kind and number and recorded once, the
 //! success flow is a compare-and-set, and a line that matches on a later run marks its open
@@ -29,7 +30,7 @@ use serde::Serialize;
 use crate::domain::bill::{
     BillCase, BillCaseKind, BillCaseStatus, ChargeVerdict, case_id, judge_charge, judge_refund,
 };
-use crate::domain::payment::Payment;
+use crate::domain::payment::{Payment, PaymentStatus};
 use crate::flows::payment::{OnClose, Settled, close_sibling, settle};
 use crate::flows::{Ports, decision};
 use crate::store::SuccessOutcome;
@@ -238,6 +239,21 @@ impl Cases<'_> {
         };
         match (verdict, ours.as_ref()) {
             (ChargeVerdict::Matched, Some(payment)) => {
+                self.matched(&payment.tenant_id, &payment.payment_no);
+                Ok(())
+            }
+            // A charge not kept here that is already a refund case of that amount is
+            // accounted for: the line matches the case (its refund is on a later bill).
+            (ChargeVerdict::Repair, Some(payment))
+                if payment.status != PaymentStatus::Pending
+                    && self
+                        .ports
+                        .store
+                        .refund_cases
+                        .case_of(&payment.payment_no)
+                        .await?
+                        .is_some_and(|case| case.amount_fen == entry.amount_fen) =>
+            {
                 self.matched(&payment.tenant_id, &payment.payment_no);
                 Ok(())
             }

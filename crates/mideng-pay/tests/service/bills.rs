@@ -205,8 +205,8 @@ pub(crate) async fn the_bill_finds_every_charge_and_keeps_every_disagreement(bac
             again.disagreements,
             again.cases_found
         ),
-        (4, 0, 2, 0),
-        "A matches now; B's refund case and E are known: {again:?}"
+        (5, 0, 1, 0),
+        "A matches now, B's stale charge matches its refund case; E is known: {again:?}"
     );
 
     // The tenant sees its cases, with their evidence; another tenant sees none of them.

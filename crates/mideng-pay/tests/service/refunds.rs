@@ -307,4 +307,43 @@ pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
     // Later rounds find nothing more to do.
     let round = reconcile_once(&ports, &settings).await.expect("round");
     assert_eq!(round.cases_refunded, 0, "{round:?}");
+
+    // A case's refund that the channel closes (nothing moved) opens the case again: the next
+    // round asks once more under the case's next key, and the money goes back once.
+    let closed_first = paid_after_cancel("wechat").await;
+    service
+        .sim_post("/sim/refund-outcome", json!({"outcome": "closed"}))
+        .await;
+    let started = Instant::now();
+    let view = loop {
+        reconcile_once(&ports, &settings).await.expect("round");
+        let view = service
+            .get(&format!("/v1/payments/{closed_first}"))
+            .await
+            .json();
+        let refunds = view["refunds"].as_array().cloned().unwrap_or_default();
+        if refunds.iter().any(|refund| refund["status"] == "SUCCESS") {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let statuses: Vec<&str> = view["refunds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|refund| refund["status"].as_str())
+        .collect();
+    assert_eq!(statuses.len(), 2, "one closed, one given back: {view}");
+    assert!(
+        statuses.contains(&"CLOSED") && statuses.contains(&"SUCCESS"),
+        "{view}"
+    );
+    assert_eq!(
+        ledger_refunded(&service, &closed_first).await,
+        3_300,
+        "given back once"
+    );
+    let round = reconcile_once(&ports, &settings).await.expect("round");
+    assert_eq!(round.cases_refunded, 0, "{round:?}");
 }

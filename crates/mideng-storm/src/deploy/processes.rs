@@ -360,6 +360,9 @@ fn serve_config(
         config.events.consumer_group = consumer.group.clone();
         config.events.consumer_visibility_secs = seconds(consumer.visibility);
         config.events.revoke_on_refund = consumer.revoke_on_refund;
+        // The configuration has no retry pauses: the default ones (1 s, doubling) park an
+        // event after five failures within 15 s.
+        config.events.consumer_park_after = consumer.park_after;
     }
     config.webhooks.enabled = events.webhooks.is_some();
     if let Some(webhooks) = &events.webhooks {

@@ -124,6 +124,9 @@ pub(crate) struct Shared {
     /// Refusals of a trade's creation the storm armed at the channel and no client was answered
     /// yet ([`super::rare`]): each excuses one `502 channel-rejected` of a payment's creation.
     pub(super) refusals_armed: AtomicU64,
+    /// Whether quiescence runs the bill reconciliation (a deployment the storm started): only
+    /// then may every notify of a charge be lost, since only the bill finds it.
+    pub(super) bills_reconciled: bool,
     /// Latencies of answered requests, by operation; a lock of its own, apart from the log's,
     /// since every answer takes it.
     pub(super) latencies: Mutex<BTreeMap<String, LatencyHistogram>>,

@@ -261,6 +261,7 @@ pub async fn run(
         requests: AtomicU64::new(0),
         excused: AtomicU64::new(0),
         refusals_armed: AtomicU64::new(0),
+        bills_reconciled: deployment.is_some(),
         latencies: Mutex::new(BTreeMap::new()),
         killed_metrics: Mutex::new(Vec::new()),
     });
