@@ -469,6 +469,8 @@ pub async fn run(
         bar.set_prefix("quiescence: draining events and webhooks");
         drain_events(&operator).await?;
         drain_webhooks(&operator).await?;
+        bar.set_prefix("quiescence: parking what no consumer can process");
+        rare::wait_until_parked(&shared, &database_url, Duration::from_secs(90)).await?;
         bar.set_prefix("quiescence: the channels' bills");
         let reports =
             reconcile_bills(&operator, channel_start_ms, channel_now_ms(&shared).await).await;

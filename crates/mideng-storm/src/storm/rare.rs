@@ -19,7 +19,7 @@ use anyhow::Context;
 use mideng::store::sql::mysql::MySqlStore;
 use mideng::store::sql::postgres::PostgresStore;
 use mideng::store::sql::sqlite::SqliteStore;
-use mideng::store::sql::{Dialect, PoolSettings, SqlStore, store_error};
+use mideng::store::sql::{Dialect, PoolSettings, SqlConn, SqlRow, SqlStore, store_error};
 use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use serde_json::json;
 
@@ -222,4 +222,56 @@ async fn enqueue<D: Dialect>(
         mideng::outbox::sql::enqueue_in::<D>(&mut connection, PAYMENT_SUCCEEDED, number, payload)
             .await?;
     Ok(id)
+}
+
+/// Waits, at most `within`, until every event no consumer can process that the storm wrote is
+/// parked: a consumer slowed by the faults (a process killed, a broker failed over) may still be
+/// counting their failures when the workload ends. The audit judges what is parked then.
+pub(super) async fn wait_until_parked(
+    shared: &Shared,
+    database_url: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let pool = PoolSettings {
+        connections_max: 1,
+        ..PoolSettings::default()
+    };
+    if database_url.starts_with("sqlite") {
+        let store = SqliteStore::connect(database_url, pool).await?;
+        parked_within(shared, &store, within).await
+    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
+        let url = database_url.replacen("mariadb://", "mysql://", 1);
+        let store = MySqlStore::connect(&url, pool).await?;
+        parked_within(shared, &store, within).await
+    } else {
+        let store = PostgresStore::connect(database_url, pool).await?;
+        parked_within(shared, &store, within).await
+    }
+}
+
+async fn parked_within<D: Dialect>(
+    shared: &Shared,
+    store: &SqlStore<D>,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let written: Vec<String> = shared.log().client.poisoned.iter().cloned().collect();
+    let until = Instant::now() + within;
+    loop {
+        let mut connection = store.pool().acquire().await.map_err(store_error::<D>)?;
+        let parked: std::collections::HashSet<String> = connection
+            .rows(
+                "SELECT message_id FROM pay_event_failures WHERE status = 'PARKED'",
+                &[],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .iter()
+            .filter_map(|row| row.text(0).ok())
+            .collect();
+        drop(connection);
+        if written.iter().all(|id| parked.contains(id)) || Instant::now() >= until {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
