@@ -131,6 +131,25 @@ pub(super) async fn pay_closed_code(shared: &Shared, payment_no: &str) {
         .await;
 }
 
+/// Runs `$run(&store)` on a store of `$url`'s dialect (one connection).
+macro_rules! on_store {
+    ($url:expr, $run:ident($($arg:expr),*)) => {{
+        let pool = PoolSettings {
+            connections_max: 1,
+            ..PoolSettings::default()
+        };
+        let url: &str = $url;
+        if url.starts_with("sqlite") {
+            $run($($arg,)* &SqliteStore::connect(url, pool).await?).await
+        } else if url.starts_with("mysql") || url.starts_with("mariadb") {
+            let url = url.replacen("mariadb://", "mysql://", 1);
+            $run($($arg,)* &MySqlStore::connect(&url, pool).await?).await
+        } else {
+            $run($($arg,)* &PostgresStore::connect(url, pool).await?).await
+        }
+    }};
+}
+
 /// Writes an event no consumer can process into the service's outbox every
 /// [`POISON_EVERY_SECS`] of the workload (at most [`POISON_EVENTS_MAX`]), until `deadline`;
 /// the message ids written go into the log.
@@ -139,27 +158,13 @@ pub(super) async fn write_poison_events(
     database_url: &str,
     deadline: Instant,
 ) -> anyhow::Result<()> {
-    let pool = PoolSettings {
-        connections_max: 1,
-        ..PoolSettings::default()
-    };
-    if database_url.starts_with("sqlite") {
-        let store = SqliteStore::connect(database_url, pool).await?;
-        poison_until(shared, &store, deadline).await
-    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
-        let url = database_url.replacen("mariadb://", "mysql://", 1);
-        let store = MySqlStore::connect(&url, pool).await?;
-        poison_until(shared, &store, deadline).await
-    } else {
-        let store = PostgresStore::connect(database_url, pool).await?;
-        poison_until(shared, &store, deadline).await
-    }
+    on_store!(database_url, poison_until(shared, deadline))
 }
 
 async fn poison_until<D: Dialect>(
     shared: &Shared,
-    store: &SqlStore<D>,
     deadline: Instant,
+    store: &SqlStore<D>,
 ) -> anyhow::Result<()> {
     let tenant = shared
         .tenants
@@ -232,27 +237,13 @@ pub(super) async fn wait_until_parked(
     database_url: &str,
     within: Duration,
 ) -> anyhow::Result<()> {
-    let pool = PoolSettings {
-        connections_max: 1,
-        ..PoolSettings::default()
-    };
-    if database_url.starts_with("sqlite") {
-        let store = SqliteStore::connect(database_url, pool).await?;
-        parked_within(shared, &store, within).await
-    } else if database_url.starts_with("mysql") || database_url.starts_with("mariadb") {
-        let url = database_url.replacen("mariadb://", "mysql://", 1);
-        let store = MySqlStore::connect(&url, pool).await?;
-        parked_within(shared, &store, within).await
-    } else {
-        let store = PostgresStore::connect(database_url, pool).await?;
-        parked_within(shared, &store, within).await
-    }
+    on_store!(database_url, parked_within(shared, within))
 }
 
 async fn parked_within<D: Dialect>(
     shared: &Shared,
-    store: &SqlStore<D>,
     within: Duration,
+    store: &SqlStore<D>,
 ) -> anyhow::Result<()> {
     let written: Vec<String> = shared.log().client.poisoned.iter().cloned().collect();
     let until = Instant::now() + within;
