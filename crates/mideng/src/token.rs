@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::error::{InvalidInput, StoreError};
-use crate::key::{Scope, redact};
+use crate::key::{IdempotencyKey, Scope, redact};
 use crate::limits::{
     NAME_BYTES_MAX, TOKEN_TTL_MS_MAX, TOKENS_PER_SCOPE_MAX, TOKENS_TOTAL_CEILING, TOKENS_TOTAL_MAX,
 };
@@ -75,7 +75,12 @@ pub struct IssuedToken {
 pub enum Consumption {
     /// This call consumed it: proceed.
     Consumed,
-    /// It was consumed before: a duplicate submission.
+    /// It was consumed before by a request with the same idempotency key: the same submission
+    /// again (a retry of an attempt that failed, timed out or lost its lease), which proceeds.
+    /// A token stays bound to the key that consumed it for as long as the token would have
+    /// lived.
+    SameKey,
+    /// It was consumed before, without a key or under another one: a duplicate submission.
     AlreadyConsumed,
     /// Never issued in this scope, or expired.
     Unknown,
@@ -86,6 +91,7 @@ impl Consumption {
     pub fn label(self) -> &'static str {
         match self {
             Consumption::Consumed => "consumed",
+            Consumption::SameKey => "same_key",
             Consumption::AlreadyConsumed => "already_consumed",
             Consumption::Unknown => "unknown",
         }
@@ -222,9 +228,24 @@ pub trait TokenStore: Send + Sync {
     /// number of concurrent callers the limits hold.
     async fn issue_token(&self, scope: &Scope, ttl: Duration) -> Result<IssuedToken, IssueError>;
 
-    /// Consumes `token` in `scope`: exactly one of any number of concurrent callers gets
-    /// [`Consumption::Consumed`].
-    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError>;
+    /// Consumes `token` in `scope` for a request without an idempotency key: exactly one of
+    /// any number of concurrent callers gets [`Consumption::Consumed`], and the token is bound
+    /// to no key (every later use is [`Consumption::AlreadyConsumed`]).
+    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+        self.consume_token_for(scope, token, None).await
+    }
+
+    /// Consumes `token` in `scope` on behalf of the request with idempotency key `key`:
+    /// exactly one of any number of concurrent callers gets [`Consumption::Consumed`], and the
+    /// token is bound to `key` in the same step. A later call with the same `key` gets
+    /// [`Consumption::SameKey`] (the same submission, retried), one with another key or none
+    /// [`Consumption::AlreadyConsumed`].
+    async fn consume_token_for(
+        &self,
+        scope: &Scope,
+        token: &Token,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Consumption, StoreError>;
 
     /// Deletes at most `limit` tokens that expired before `now_ms`; returns how many.
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError>;

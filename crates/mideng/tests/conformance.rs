@@ -758,6 +758,7 @@ macro_rules! backend_suite {
                 abandon_frees_the_key_for_any_retry,
                 purge_deletes_only_expired_records_in_bounded_batches,
                 a_token_is_consumed_once_under_contention,
+                a_token_is_bound_to_the_key_that_spent_it,
                 a_scope_holds_at_most_its_limit_of_unspent_tokens,
                 a_store_holds_at_most_its_limit_of_unspent_tokens_in_all,
                 concurrent_issues_at_a_limit_never_pass_it,

@@ -466,7 +466,12 @@ impl TokenStore for DownTokenStore {
     async fn issue_token(&self, _: &Scope, _: Duration) -> Result<IssuedToken, IssueError> {
         Err(StoreError::Unavailable("connection refused".to_owned()).into())
     }
-    async fn consume_token(&self, _: &Scope, _: &Token) -> Result<Consumption, StoreError> {
+    async fn consume_token_for(
+        &self,
+        _: &Scope,
+        _: &Token,
+        _: Option<&mideng::IdempotencyKey>,
+    ) -> Result<Consumption, StoreError> {
         Err(StoreError::Unavailable("connection refused".to_owned()))
     }
     async fn purge_expired_tokens(&self, _: i64, _: u32) -> Result<u64, StoreError> {

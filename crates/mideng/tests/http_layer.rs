@@ -15,11 +15,12 @@ use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, Request, Response, StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use mideng::RecordStore;
 use mideng::http::{
     IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer, RouteConfig, RouteConfigBuilder,
-    TenantSource,
+    TenantSource, TokenGuard, not_final,
 };
 use support::{Stores, race, unique};
 use tower::ServiceExt;
@@ -418,6 +419,79 @@ pub(crate) async fn a_handler_that_lost_its_lease_cannot_overwrite_the_new_owner
     assert_ne!(replay.body, first.body);
 }
 
+/// Fails with 500 on its first execution, answers a 202 that is not final on its second (the
+/// outcome is not known yet), and 201 from its third on.
+async fn not_yet(State(effects): State<Effects>) -> Response<Body> {
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    match number {
+        1 => (StatusCode::INTERNAL_SERVER_ERROR, "channel down").into_response(),
+        2 => not_final((
+            StatusCode::ACCEPTED,
+            [(header::RETRY_AFTER, "2")],
+            "not confirmed yet",
+        )),
+        _ => (StatusCode::CREATED, format!("done on execution {number}")).into_response(),
+    }
+}
+
+fn with_token(request: Request<Body>, token: &str) -> Request<Body> {
+    let (mut parts, body) = request.into_parts();
+    parts.headers.insert(
+        "idempotency-token",
+        token.parse().expect("a token is a header value"),
+    );
+    Request::from_parts(parts, body)
+}
+
+pub(crate) async fn a_retry_keeps_its_key_and_token_until_the_answer_is_final(stores: Stores) {
+    let effects = Effects::default();
+    let route = config(stores.records.clone(), "pending")
+        .token_guard(TokenGuard::new(stores.tokens.clone()))
+        .build()
+        .expect("valid config");
+    let app = Router::new()
+        .route(
+            "/pending",
+            post(not_yet).route_layer(IdempotencyLayer::new(route)),
+        )
+        .with_state(effects.clone());
+    let (tenant, key) = (unique("t"), unique("k"));
+    let scope = mideng::Scope::new(&tenant, "pending").expect("scope");
+    let token = stores
+        .tokens
+        .issue_token(&scope, Duration::from_secs(60))
+        .await
+        .expect("issue")
+        .token;
+    let submit = |key: &str| with_token(request("/pending", &tenant, key, "{}"), token.as_str());
+
+    // The first attempt fails after spending the token: the same key and token run again.
+    let failed = send(&app, submit(&key)).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    // "Come back later" is not stored: the retry after Retry-After runs again too.
+    let later = send(&app, submit(&key)).await;
+    assert_eq!(
+        (later.status, later.replayed),
+        (StatusCode::ACCEPTED, false)
+    );
+    assert_eq!(later.headers[header::RETRY_AFTER], "2");
+    let done = send(&app, submit(&key)).await;
+    assert_eq!((done.status, done.replayed), (StatusCode::CREATED, false));
+    assert_eq!(String::from_utf8_lossy(&done.body), "done on execution 3");
+    // The final answer is stored and replayed; the handler ran three times in all.
+    let replay = send(&app, submit(&key)).await;
+    assert_eq!(
+        (replay.status, replay.replayed),
+        (StatusCode::CREATED, true)
+    );
+    assert_eq!(replay.body, done.body);
+    // Another key with the spent token is another submission: refused.
+    let other = send(&app, submit(&unique("k"))).await;
+    assert_eq!(other.status, StatusCode::CONFLICT);
+    assert_eq!(problem_code(&other), "duplicate-submission");
+    assert_eq!(effects.count(), 3);
+}
+
 macro_rules! layer_suite {
     ($name:ident, $make:path) => {
         mod $name {
@@ -430,6 +504,7 @@ macro_rules! layer_suite {
                 a_client_that_disconnects_gets_the_answer_on_retry,
                 tenants_cannot_read_each_others_replays,
                 a_handler_that_lost_its_lease_cannot_overwrite_the_new_owner,
+                a_retry_keeps_its_key_and_token_until_the_answer_is_final,
             );
         }
     };

@@ -7,7 +7,7 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use mideng::http::{IDEMPOTENT_REPLAYED, IdempotencyContext, Tenant};
+use mideng::http::{IDEMPOTENT_REPLAYED, IdempotencyContext, Tenant, not_final};
 use mideng::state::StateMachine;
 use mideng_channel::ChannelKind;
 
@@ -51,15 +51,17 @@ fn not_configured(channel: &str) -> ApiError {
 }
 
 /// The payment exists here but the channel gave no definite answer about its trade: 202 with
-/// the PENDING payment (no `pay_url` yet). Not a 5xx: the attempt is real and its token is
-/// spent; the next request for the order (a fresh token) creates the trade at the channel
-/// again under the same payment number, and reconciliation settles it either way.
+/// the PENDING payment (no `pay_url` yet) and `Retry-After: 2`. Not a 5xx: the attempt is real.
+/// Not final either: the layer does not store it, so the client's retry with the same key and
+/// the same token (bound to that key) runs again, asks the channel for the same payment number
+/// and gets the outcome (a retry without a key needs a fresh token). Reconciliation settles
+/// the attempt if nobody asks again.
 fn not_yet_at_channel(payment: &Payment) -> Response {
     let mut response = payment_answer(StatusCode::ACCEPTED, payment, false);
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-    response
+    not_final(response)
 }
 
 /// Creates a payment attempt for an order, or answers the order's pending one.
@@ -73,7 +75,7 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
     request_body = CreatePayment,
     responses(
         (status = 201, description = "New pending payment", body = PaymentView),
-        (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url): ask again with a new token", body = PaymentView),
+        (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url), not stored under the key: ask again after Retry-After with the same Idempotency-Key and token (without a key, a new token)", body = PaymentView),
         (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
         (status = 409, description = "order-already-paid, payment-closed, in-progress, duplicate-submission, order-not-payable", body = super::ProblemBody),
         (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),

@@ -465,8 +465,9 @@ pub(crate) async fn a_close_before_the_scan_never_strands_a_payment(backend: Bac
 }
 
 /// Scenario 6 of the channels at creation: the channel's answer is lost (applied or not). The
-/// attempt is kept (202, no pay URL, its number reserved); the next request for the order
-/// creates the trade again under the same number, and the buyer pays once.
+/// attempt is kept (202, no pay URL, its number reserved, the answer not stored under the
+/// key); the retry with the same key and token creates the trade again under the same number,
+/// and the buyer pays once.
 pub(crate) async fn a_lost_channel_answer_keeps_the_attempt(backend: Backend) {
     let service = Service::start(backend).await;
     for (channel, method, applied) in [
@@ -481,13 +482,25 @@ pub(crate) async fn a_lost_channel_answer_keeps_the_attempt(backend: Backend) {
                 json!({"method": method, "apply_anyway": applied}),
             )
             .await;
-        let first = service.create_payment(&order_id, channel).await;
+        // The client sends a key: the 202 is not stored under it, and the retry after
+        // Retry-After with the same key and the same (spent, bound) token gets the outcome.
+        let (key, token) = (unique("k"), service.token().await);
+        let path = format!("/v1/orders/{order_id}/payments");
+        let headers = [
+            ("Idempotency-Key", key.as_str()),
+            ("Idempotency-Token", token.as_str()),
+        ];
+        let first = service
+            .post(&path, json!({"channel": channel}), &headers)
+            .await;
         assert_eq!(first.status, 202, "{}", first.json());
         assert_eq!(first.header("retry-after"), Some("2"));
         assert_eq!(first.json()["status"], "PENDING");
         assert!(first.json()["pay_url"].is_null());
         let number = payment_no(&first.json());
-        let second = service.create_payment(&order_id, channel).await;
+        let second = service
+            .post(&path, json!({"channel": channel}), &headers)
+            .await;
         assert_eq!(second.status, 200, "{}", second.json());
         assert_eq!(
             payment_no(&second.json()),

@@ -39,9 +39,11 @@ impl Answer {
         self.json()["code"].as_str().unwrap_or_default().to_owned()
     }
 
-    /// A final answer for its key: not a 5xx, not "in progress", not a used token.
+    /// A final answer for its key: not a 5xx, not "come back later" (202, not stored under the
+    /// key), not "in progress", not a used token.
     fn is_final(&self) -> bool {
         self.status < 500
+            && self.status != 202
             && !(self.status == 409
                 && matches!(self.code().as_str(), "in-progress" | "duplicate-submission"))
     }
@@ -411,6 +413,19 @@ pub(super) async fn keyed_at(
             Some(answer) if answer.code() == "duplicate-submission" => {
                 // The token was used by an attempt whose answer was lost: a fresh one.
                 token = None;
+            }
+            Some(answer) if answer.status == 202 => {
+                // The channel has not confirmed the trade: the answer is not stored, and the
+                // same key with the same token (bound to that key) asks again. When the
+                // attempts run out this answer is what the client keeps (the payment stays
+                // PENDING, for reconciliation).
+                if attempt + 1 == attempts {
+                    record(shared, &pending, &answer);
+                    return (Some(answer), token);
+                }
+                shared.count("asked again after 202, same key and token");
+                tokio::time::sleep(Duration::from_millis(rng.u64(500..2_000))).await;
+                continue;
             }
             _ => {}
         }

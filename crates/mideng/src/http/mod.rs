@@ -6,7 +6,7 @@
 //!              │        │                          ├─ Replay    ─► stored answer, Idempotent-Replayed: true
 //!             401      400                         ├─ InFlight  ─► 409 + Retry-After (or wait, then replay)
 //!                                                  ├─ Mismatch  ─► 422
-//!                                                  └─ Proceed   ─► token ─► handler ─► store (<500) / free (5xx, panic, timeout)
+//!                                                  └─ Proceed   ─► token ─► handler ─► store (final) / free (not final, 5xx, panic, timeout)
 //! ```
 //!
 //! - [`RouteConfig`] — per-route settings, validated when the router is built.
@@ -18,6 +18,8 @@
 //!   decision itself and completes the record in its own transaction.
 //! - [`IdempotencyClaim`] — for routes built with `handler_begins()`: the handler begins the
 //!   record in the transaction of its effect, so that a first-time request commits once.
+//! - [`not_final`] — a handler marks an answer that is not the outcome yet (a 202 "come back
+//!   later"): sent, not stored, the key freed for the retry.
 //! - [`read_idempotency_key`] — the key headers, read once: a repeated header, both spellings
 //!   or a broken structured string is refused, never resolved by picking one.
 //! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
@@ -25,6 +27,7 @@
 //! - [`observe`] — every decision is a tracing event, a metrics counter and a latency
 //!   histogram.
 
+mod answer;
 mod config;
 mod deadline;
 mod headers;
@@ -32,6 +35,7 @@ pub mod observe;
 mod problem;
 mod service;
 
+pub use answer::{Finality, IDEMPOTENT_REPLAYED, not_final};
 pub use config::{
     FingerprintParts, KeyRequirement, ResolveTenant, RouteConfig, RouteConfigBuilder, Tenant,
     TenantSource, TokenGuard, TokenUnavailable,
@@ -45,6 +49,5 @@ pub use headers::{
 };
 pub use problem::Problem;
 pub use service::{
-    IDEMPOTENT_REPLAYED, IdempotencyClaim, IdempotencyContext, IdempotencyDecision,
-    IdempotencyLayer, IdempotencyService,
+    IdempotencyClaim, IdempotencyContext, IdempotencyDecision, IdempotencyLayer, IdempotencyService,
 };

@@ -9,10 +9,10 @@
 //!
 //! The histogram measures from the layer receiving the request to the decision. For the
 //! decisions that end the request (`replay`, `in_flight`, `mismatch`, `key_*`, `token_duplicate`,
-//! `token_unknown`, `token_unavailable`, and `stored`, `abandoned`, `lease_lost`,
+//! `token_unknown`, `token_unavailable`, and `stored`, `not_final`, `abandoned`, `lease_lost`,
 //! `store_unavailable` after the handler) that is the time to its answer; for those that let
 //! the handler run (`proceed`, `proceed_takeover`, `no_key`, `token_consumed`,
-//! `token_degraded`) it is what the layer cost before the handler started (except on routes
+//! `token_same_key`, `token_degraded`) it is what the layer cost before the handler started (except on routes
 //! whose handler begins the record itself, where `proceed` is known, and timed, only after the
 //! handler's commit). Labels are the route's operation and the decision: both bounded by the
 //! application's routes.
@@ -40,7 +40,10 @@ pub enum Outcome {
     NoKey,
     /// The one-time token was consumed: the handler may run.
     TokenConsumed,
-    /// The token was consumed before: 409.
+    /// The token was consumed before by a request with the same key (the same submission,
+    /// retried): the handler may run.
+    TokenSameKey,
+    /// The token was consumed before, without a key or under another one: 409.
     TokenDuplicate,
     /// The token is unknown or expired: 400.
     TokenUnknown,
@@ -52,6 +55,9 @@ pub enum Outcome {
     Stored,
     /// The handler failed (5xx, timeout, panic): the key was freed.
     Abandoned,
+    /// The handler's answer is not the outcome yet (marked not final, or 408, 425, 429): sent,
+    /// not stored, and the key was freed for the retry.
+    NotFinal,
     /// The handler finished after its lease was taken over; its response was not stored.
     LeaseLost,
     /// The idempotency store failed: 503.
@@ -71,12 +77,14 @@ impl Outcome {
             Outcome::KeyMalformed => "key_malformed",
             Outcome::NoKey => "no_key",
             Outcome::TokenConsumed => "token_consumed",
+            Outcome::TokenSameKey => "token_same_key",
             Outcome::TokenDuplicate => "token_duplicate",
             Outcome::TokenUnknown => "token_unknown",
             Outcome::TokenDegraded => "token_degraded",
             Outcome::TokenUnavailable => "token_unavailable",
             Outcome::Stored => "stored",
             Outcome::Abandoned => "abandoned",
+            Outcome::NotFinal => "not_final",
             Outcome::LeaseLost => "lease_lost",
             Outcome::StoreUnavailable => "store_unavailable",
         }

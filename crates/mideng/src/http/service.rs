@@ -7,12 +7,14 @@
 //! - `InFlight`: 409 with `Retry-After` (or, if the route allows, wait briefly and replay);
 //! - `Mismatch`: 422;
 //! - `Proceed`: consume the one-time token if the route has a guard, run the handler under the
-//!   route's timeout, then store a status below 500 (except 408, 425 and 429, which say "try
-//!   again" and must not be replayed) or free the key after a 5xx, a timeout or a panic.
+//!   route's timeout, then store its answer if it is final, or free the key after an answer
+//!   that is not (see [`super::answer`]), a 5xx, a timeout or a panic.
 //!
 //! The key is read before the token on purpose: a client that retries a submission after a
 //! timeout, with the same key and the same (now consumed) token, gets the stored answer
-//! instead of "duplicate submission".
+//! instead of "duplicate submission". And the token is bound to the key that consumed it: when
+//! the first attempt left no answer (a 5xx, a timeout, a lost lease, an answer not final), the
+//! retry with the same key and token runs again instead of being refused as a duplicate.
 //!
 //! A handler that outlives its lease (so that another request took the key over) cannot
 //! overwrite the new owner's record: `complete` checks the fence and the owner. Its response is
@@ -31,9 +33,10 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use axum::http::{HeaderValue, Request, Response};
 use futures_util::FutureExt;
 
+use super::answer::{finish, replay, replay_free};
 use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
 use super::deadline::is_body_deadline;
 use super::headers::{read_idempotency_key, read_idempotency_token};
@@ -41,12 +44,8 @@ use super::observe::{Outcome, record};
 use super::problem::Problem;
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Scope, redact};
-use crate::limits::RESPONSE_BODY_BYTES_MAX;
 use crate::record::{Decision, Lease, RecordPolicy, StoredResponse};
 use crate::token::Consumption;
-
-/// The response header that marks a replay.
-pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// Pause between polls while a duplicate waits for the first request.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(25);
@@ -296,29 +295,6 @@ fn is_length_limit(error: &axum::Error) -> bool {
     false
 }
 
-/// Builds the replayed response.
-fn replay(stored: StoredResponse) -> Response<Body> {
-    let mut response = Response::new(Body::from(stored.body));
-    *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
-    let headers = response.headers_mut();
-    for (name, value) in stored.headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-            headers.append(name, value);
-        }
-    }
-    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    response
-}
-
-/// Statuses that are outcomes of the request and so are stored: below 500, except those that
-/// tell the client to come back later.
-fn is_stored(status: StatusCode) -> bool {
-    !status.is_server_error()
-        && status != StatusCode::REQUEST_TIMEOUT
-        && status != StatusCode::TOO_EARLY
-        && status != StatusCode::TOO_MANY_REQUESTS
-}
-
 fn store_problem(error: &StoreError) -> Problem {
     if error.is_transient() {
         Problem::StoreUnavailable
@@ -329,7 +305,7 @@ fn store_problem(error: &StoreError) -> Problem {
 }
 
 /// Everything known about the request while it is handled, for logging.
-struct DecisionLog<'a> {
+pub(super) struct DecisionLog<'a> {
     config: &'a RouteConfig,
     tenant: String,
     redacted_key: String,
@@ -338,7 +314,7 @@ struct DecisionLog<'a> {
 }
 
 impl DecisionLog<'_> {
-    fn record(&self, outcome: Outcome) {
+    pub(super) fn record(&self, outcome: Outcome) {
         record(
             &self.tenant,
             &self.config.operation,
@@ -408,7 +384,7 @@ where
 
     let Some(key) = key else {
         // No key on an optional route: only the token guard applies.
-        if let Err(refusal) = check_token(&config, &scope, &parts, &log).await {
+        if let Err(refusal) = check_token(&config, &scope, None, &parts, &log).await {
             return refusal;
         }
         log.record(Outcome::NoKey);
@@ -435,7 +411,7 @@ where
         Outcome::Proceed
     });
 
-    if let Err(refusal) = check_token(&config, &scope, &parts, &log).await {
+    if let Err(refusal) = check_token(&config, &scope, Some(&key), &parts, &log).await {
         abandon(&config, &lease).await;
         return refusal;
     }
@@ -681,13 +657,6 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyClaim {
     }
 }
 
-/// A stored answer sent for the first time (no replay mark).
-fn replay_free(stored: StoredResponse) -> Response<Body> {
-    let mut response = replay(stored);
-    response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-    response
-}
-
 /// How a decision is logged and counted.
 fn outcome_of(decision: &Decision) -> Outcome {
     match decision {
@@ -751,10 +720,13 @@ async fn begin(
     }
 }
 
-/// Consumes the request's one-time token if the route has a guard.
+/// Consumes the request's one-time token if the route has a guard, for the request's key: a
+/// token that the same key consumed before passes again (the same submission, retried after a
+/// failure, a timeout or a lost lease); with another key or none it is a duplicate.
 async fn check_token(
     config: &RouteConfig,
     scope: &Scope,
+    key: Option<&IdempotencyKey>,
     parts: &Parts,
     log: &DecisionLog<'_>,
 ) -> Result<(), Response<Body>> {
@@ -767,9 +739,13 @@ async fn check_token(
         Ok(None) => return Ok(()),
         Err(_) => return Err(Problem::TokenMalformed.into_response()),
     };
-    match guard.store.consume_token(scope, &token).await {
+    match guard.store.consume_token_for(scope, &token, key).await {
         Ok(Consumption::Consumed) => {
             log.record(Outcome::TokenConsumed);
+            Ok(())
+        }
+        Ok(Consumption::SameKey) => {
+            log.record(Outcome::TokenSameKey);
             Ok(())
         }
         Ok(Consumption::AlreadyConsumed) => {
@@ -836,97 +812,9 @@ where
     }
 }
 
-async fn abandon(config: &RouteConfig, lease: &Lease) {
+pub(super) async fn abandon(config: &RouteConfig, lease: &Lease) {
     if let Err(error) = config.records.abandon(lease).await {
         // The lease expires by itself; a failed abandon only delays the retry.
         tracing::warn!(target: "mideng::idempotency", %error, "could not free the key; it frees itself when the lease expires");
-    }
-}
-
-/// Stores the handler's response (or frees the key) and returns the response to send.
-async fn finish(
-    config: &RouteConfig,
-    lease: &Lease,
-    response: Response<Body>,
-    log: &DecisionLog<'_>,
-) -> Response<Body> {
-    let status = response.status();
-    if !is_stored(status) {
-        abandon(config, lease).await;
-        log.record(Outcome::Abandoned);
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, RESPONSE_BODY_BYTES_MAX).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            abandon(config, lease).await;
-            log.record(Outcome::Abandoned);
-            return Problem::ResponseTooLarge.into_response();
-        }
-    };
-    let headers = config
-        .replay_headers
-        .iter()
-        .flat_map(|name| {
-            parts.headers.get_all(name).iter().filter_map(move |value| {
-                value
-                    .to_str()
-                    .ok()
-                    .map(|value| (name.as_str().to_owned(), value.to_owned()))
-            })
-        })
-        .collect();
-    let stored = StoredResponse {
-        status: status.as_u16(),
-        headers,
-        body: bytes.to_vec(),
-    };
-    let mut attempt = 0_u32;
-    loop {
-        match config.records.complete(lease, &stored).await {
-            Ok(()) => {
-                log.record(Outcome::Stored);
-                break;
-            }
-            Err(StoreError::StaleLease) => {
-                log.record(Outcome::LeaseLost);
-                break;
-            }
-            Err(error) if error.is_transient() && attempt < COMPLETE_RETRIES_MAX => {
-                attempt += 1;
-                tokio::time::sleep(COMPLETE_RETRY_PAUSE * attempt).await;
-            }
-            Err(error) => {
-                // The effect happened but its answer cannot be stored. Sending it anyway would
-                // give this client an answer that its own retry contradicts (the retry runs the
-                // handler again and finds the effect): withhold it, free the key if the store
-                // lets us, and let the retry answer. Loud, because the store is failing.
-                tracing::error!(target: "mideng::idempotency", %error, "response could not be stored; answered 503");
-                abandon(config, lease).await;
-                log.record(Outcome::StoreUnavailable);
-                return Problem::ResponseNotStored.into_response();
-            }
-        }
-    }
-    Response::from_parts(parts, Body::from(bytes))
-}
-
-/// How often storing a response is retried on a transient store failure, and the pause
-/// (growing linearly) between attempts: about 3 s in all, within any lease.
-const COMPLETE_RETRIES_MAX: u32 = 5;
-const COMPLETE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_final_outcomes_are_stored() {
-        assert!(is_stored(StatusCode::CREATED));
-        assert!(is_stored(StatusCode::UNPROCESSABLE_ENTITY));
-        assert!(!is_stored(StatusCode::INTERNAL_SERVER_ERROR));
-        assert!(!is_stored(StatusCode::TOO_MANY_REQUESTS));
-        assert!(!is_stored(StatusCode::REQUEST_TIMEOUT));
     }
 }

@@ -36,6 +36,8 @@ struct TokenEntry {
     scope: Scope,
     expires_at_ms: i64,
     spent: bool,
+    /// The idempotency key of the request that spent it, if it had one.
+    spent_by: Option<IdempotencyKey>,
 }
 
 /// A token's place in an expiry order: (expires_at_ms, token).
@@ -133,13 +135,20 @@ impl Tokens {
                 scope: scope.clone(),
                 expires_at_ms,
                 spent: false,
+                spent_by: None,
             },
         );
         debug_assert!(self.entries.len() <= total_max);
         Ok(())
     }
 
-    fn consume(&mut self, scope: &Scope, token: &Token, now_ms: i64) -> Consumption {
+    fn consume(
+        &mut self,
+        scope: &Scope,
+        token: &Token,
+        key: Option<&IdempotencyKey>,
+        now_ms: i64,
+    ) -> Consumption {
         let Some(entry) = self
             .entries
             .get_mut(token.as_str())
@@ -151,9 +160,13 @@ impl Tokens {
             return Consumption::Unknown;
         }
         if entry.spent {
-            return Consumption::AlreadyConsumed;
+            return match (&entry.spent_by, key) {
+                (Some(spent_by), Some(key)) if spent_by == key => Consumption::SameKey,
+                _ => Consumption::AlreadyConsumed,
+            };
         }
         entry.spent = true;
+        entry.spent_by = key.cloned();
         let place = (entry.expires_at_ms, Arc::<str>::from(token.as_str()));
         self.unspent.remove(&place);
         self.remove_from_scope(scope, &place);
@@ -353,10 +366,15 @@ impl TokenStore for MemoryStore {
         })
     }
 
-    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+    async fn consume_token_for(
+        &self,
+        scope: &Scope,
+        token: &Token,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Consumption, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::TOKEN_CONSUME);
         let now = now_ms();
-        Ok(self.tables().tokens.consume(scope, token, now))
+        Ok(self.tables().tokens.consume(scope, token, key, now))
     }
 
     async fn purge_expired_tokens(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
@@ -486,7 +504,7 @@ mod tests {
             .issue(&scopes[0], &spent, expires, limits, now)
             .expect("room");
         assert_eq!(
-            tokens.consume(&scopes[0], &spent, now),
+            tokens.consume(&scopes[0], &spent, None, now),
             Consumption::Consumed
         );
         let kept = Token::generate();
@@ -494,7 +512,7 @@ mod tests {
             .issue(&scopes[1], &kept, expires, limits, now)
             .expect("room: one unspent");
         assert_eq!(
-            tokens.consume(&scopes[0], &spent, now),
+            tokens.consume(&scopes[0], &spent, None, now),
             Consumption::AlreadyConsumed,
             "a spent token is kept while there is room"
         );
@@ -504,7 +522,7 @@ mod tests {
             .expect("two unspent is the total");
         assert_eq!(tokens.entries.len(), 2, "the spent one made room");
         assert_eq!(
-            tokens.consume(&scopes[0], &spent, now),
+            tokens.consume(&scopes[0], &spent, None, now),
             Consumption::Unknown,
             "forgotten, and still refused"
         );
@@ -516,7 +534,7 @@ mod tests {
             })
         ));
         assert_eq!(
-            tokens.consume(&scopes[2], &last, now),
+            tokens.consume(&scopes[2], &last, None, now),
             Consumption::Consumed
         );
         assert_eq!(tokens.forget_expired(expires, usize::MAX), 2);

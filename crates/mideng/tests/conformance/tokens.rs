@@ -92,6 +92,114 @@ pub(crate) async fn a_token_is_consumed_once_under_contention(stores: Stores) {
     );
 }
 
+pub(crate) async fn a_token_is_bound_to_the_key_that_spent_it(stores: Stores) {
+    let scope = scope();
+    let issued = stores
+        .tokens
+        .issue_token(&scope, Duration::from_secs(60))
+        .await
+        .expect("issue");
+    let (mine, other) = (key(), key());
+    // Many submissions race, half with one key and half with another: exactly one spends the
+    // token, and afterwards only its key passes again.
+    let outcomes: Vec<(bool, Consumption)> = race(TASKS, |task| {
+        let (tokens, scope, token) = (stores.tokens.clone(), scope.clone(), issued.token.clone());
+        let (first, key) = if task % 2 == 0 {
+            (true, mine.clone())
+        } else {
+            (false, other.clone())
+        };
+        async move {
+            let outcome = tokens.consume_token_for(&scope, &token, Some(&key)).await;
+            (first, outcome.expect("consume succeeds"))
+        }
+    })
+    .await;
+    let winners: Vec<bool> = outcomes
+        .iter()
+        .filter(|(_, outcome)| *outcome == Consumption::Consumed)
+        .map(|(first, _)| *first)
+        .collect();
+    assert_eq!(winners.len(), 1, "spent exactly once: {outcomes:?}");
+    let (winner, loser) = if winners[0] {
+        (&mine, &other)
+    } else {
+        (&other, &mine)
+    };
+    for (first, outcome) in &outcomes {
+        let expected = if *first == winners[0] {
+            [Consumption::Consumed, Consumption::SameKey]
+        } else {
+            [Consumption::AlreadyConsumed, Consumption::AlreadyConsumed]
+        };
+        assert!(expected.contains(outcome), "{outcome:?} for a racer");
+    }
+    let again = |key: Option<mideng::IdempotencyKey>| {
+        let (tokens, scope, token) = (stores.tokens.clone(), scope.clone(), issued.token.clone());
+        async move {
+            tokens
+                .consume_token_for(&scope, &token, key.as_ref())
+                .await
+                .expect("consume")
+        }
+    };
+    assert_eq!(again(Some(winner.clone())).await, Consumption::SameKey);
+    assert_eq!(again(Some(winner.clone())).await, Consumption::SameKey);
+    assert_eq!(
+        again(Some(loser.clone())).await,
+        Consumption::AlreadyConsumed
+    );
+    assert_eq!(again(None).await, Consumption::AlreadyConsumed);
+
+    // Spent without a key: bound to none, every later use is a duplicate.
+    let keyless = stores
+        .tokens
+        .issue_token(&scope, Duration::from_secs(60))
+        .await
+        .expect("issue");
+    assert_eq!(
+        stores
+            .tokens
+            .consume_token(&scope, &keyless.token)
+            .await
+            .expect("consume"),
+        Consumption::Consumed
+    );
+    assert_eq!(
+        stores
+            .tokens
+            .consume_token_for(&scope, &keyless.token, Some(&mine))
+            .await
+            .expect("consume"),
+        Consumption::AlreadyConsumed
+    );
+
+    // The binding lives as long as the token: expired, the same key is refused as unknown.
+    let short = stores
+        .tokens
+        .issue_token(&scope, Duration::from_millis(300))
+        .await
+        .expect("issue");
+    assert_eq!(
+        stores
+            .tokens
+            .consume_token_for(&scope, &short.token, Some(&mine))
+            .await
+            .expect("consume"),
+        Consumption::Consumed
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        stores
+            .tokens
+            .consume_token_for(&scope, &short.token, Some(&mine))
+            .await
+            .expect("consume"),
+        Consumption::Unknown,
+        "expired with its binding"
+    );
+}
+
 fn limits(per_scope_max: u32, total_max: u32) -> TokenLimits {
     TokenLimits::new(per_scope_max, total_max).expect("valid limits")
 }

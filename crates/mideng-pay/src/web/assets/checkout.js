@@ -4,8 +4,9 @@
 // - the pay button is disabled the moment it is clicked, and clicks closer together than
 //   DEBOUNCE_MS are dropped before any request;
 // - each checkout attempt has one Idempotency-Key, kept in sessionStorage for the order: a
-//   request that fails at the network is sent again with the same key and token, and the
-//   service answers what it stored;
+//   request that fails at the network (or answers 5xx, or 202 "not confirmed yet") is sent
+//   again with the same key and token: the token is bound to the key that spent it, and the
+//   service answers what it stored or runs the attempt again;
 // - the pay URL is drawn as a QR code by the service; the order is followed until PAID and
 //   its entitlement is shown.
 'use strict';
@@ -224,9 +225,10 @@
       return;
     }
     if (answer.status === 202 && data.payment_no) {
-      note(`payment ${data.payment_no} pending at the channel; asking again with a new token`);
-      forgetAttempt();
-      await retryable('The channel has not confirmed the trade yet. Try again.');
+      // Not stored under the key: the same key and token ask again and get the outcome.
+      note(`payment ${data.payment_no} pending at the channel; the same key ${redact(key)} and token ask again`);
+      say('The channel has not confirmed the trade yet. Click again to ask (same attempt, same key).');
+      payButton.disabled = false;
       return;
     }
     const code = data.code || String(answer.status);

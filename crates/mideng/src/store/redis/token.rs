@@ -1,11 +1,12 @@
 //! One-time tokens on Redis ([`TokenStore`]), under [`TokenLimits`], on one node or a cluster.
 //!
-//! A token is a string key (`1` unspent, `0` spent) beside its scope's sorted set of unspent
-//! tokens scored by expiry; both carry the scope's hash tag, so one script may touch both on
-//! Redis Cluster. Issuing in a scope is one script that drops the set's expired members, counts
-//! the rest and adds the token only under the scope's limit; consuming is one script that spends
-//! the token only while it is in that set, unexpired, and takes it out. The set is therefore
-//! the truth of what is unspent, and its count can never pass the limit.
+//! A token is a string key (`1` unspent; once spent, `0`, or `k:` and the idempotency key that
+//! spent it) beside its scope's sorted set of unspent tokens scored by expiry; both carry the
+//! scope's hash tag, so one script may touch both on Redis Cluster. Issuing in a scope is one
+//! script that drops the set's expired members, counts the rest and adds the token only under
+//! the scope's limit; consuming is one script that spends the token only while it is in that
+//! set, unexpired, and takes it out. The set is therefore the truth of what is unspent, and its
+//! count can never pass the limit.
 //!
 //! The store-wide limit cannot share a slot with every scope, so it is a second sorted set of
 //! its own (`prefix:unspent`, one key, on one node of a cluster) kept in two steps around the
@@ -28,7 +29,7 @@ use redis::{Script, Value};
 use super::{RedisStore, corrupt, integer_of, tag_part};
 use crate::clock::now_ms;
 use crate::error::StoreError;
-use crate::key::Scope;
+use crate::key::{IdempotencyKey, Scope};
 use crate::latency::{Backend, StoreTimer, op};
 use crate::token::{self, Consumption, IssueError, IssuedToken, Token, TokenCap, TokenStore};
 
@@ -57,11 +58,13 @@ return {1}
     )
 });
 
-/// Consumes a token. KEYS: the token, its scope's set of unspent tokens. ARGV: now, the token.
-/// Returns 1 consumed now, 2 consumed before, 0 unknown or expired, -1 for a value this store
-/// never writes. A token is spent only while its scope's set holds it unexpired, so that what
-/// the limit counts and what can be spent are the same tokens. `KEEPTTL` keeps a spent token
-/// only as long as it would have lived, so a duplicate is recognised until then.
+/// Consumes a token. KEYS: the token, its scope's set of unspent tokens. ARGV: now, the token,
+/// the spent value to write (`0` for a request without a key, `k:` and the key for one with).
+/// Returns 1 consumed now, 3 spent before under the same key, 2 spent before otherwise, 0
+/// unknown or expired, -1 for a value this store never writes. A token is spent only while its
+/// scope's set holds it unexpired, so that what the limit counts and what can be spent are the
+/// same tokens. `KEEPTTL` keeps a spent token (and the key bound to it) only as long as it
+/// would have lived, so a duplicate is recognised until then.
 static CONSUME_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -72,10 +75,16 @@ if value == '1' then
     return 0
   end
   redis.call('ZREM', KEYS[2], ARGV[2])
-  redis.call('SET', KEYS[1], '0', 'KEEPTTL')
+  redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
   return 1
 end
 if value == '0' then
+  return 2
+end
+if value and string.sub(value, 1, 2) == 'k:' then
+  if value == ARGV[3] then
+    return 3
+  end
   return 2
 end
 if value then
@@ -214,14 +223,20 @@ where
         }
     }
 
-    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+    async fn consume_token_for(
+        &self,
+        scope: &Scope,
+        token: &Token,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Consumption, StoreError> {
         let _timer = StoreTimer::start(Backend::Redis, op::TOKEN_CONSUME);
         let mut invocation = CONSUME_SCRIPT.prepare_invoke();
         invocation
             .key(self.token_key(scope, token))
             .key(self.unspent_key(scope))
             .arg(now_ms())
-            .arg(token.as_str());
+            .arg(token.as_str())
+            .arg(key.map_or_else(|| "0".to_owned(), |key| format!("k:{}", key.as_str())));
         let found: i64 = self.invoke(&invocation).await?;
         match found {
             1 => {
@@ -229,6 +244,7 @@ where
                     .await;
                 Ok(Consumption::Consumed)
             }
+            3 => Ok(Consumption::SameKey),
             2 => Ok(Consumption::AlreadyConsumed),
             0 => Ok(Consumption::Unknown),
             _ => Err(corrupt("token holds a value this store never writes")),

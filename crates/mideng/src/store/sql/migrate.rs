@@ -35,22 +35,24 @@ pub fn versioned_migrator(
     migrator
 }
 
-/// The toolkit's own migrator for one dialect.
-pub(crate) fn migrator(
-    toolkit: &'static str,
-    outbox: &'static str,
-    token_limits: &'static str,
-    outbox_parking: &'static str,
-) -> sqlx::migrate::Migrator {
-    versioned_migrator(
-        "mideng_migrations",
-        &[
-            (1, "toolkit", toolkit),
-            (2, "outbox", outbox),
-            (3, "token limits", token_limits),
-            (4, "outbox parking", outbox_parking),
-        ],
-    )
+/// What each of the toolkit's migrations does, in order: version `n` is entry `n - 1`.
+const TOOLKIT_MIGRATIONS: [&str; 5] = [
+    "toolkit",
+    "outbox",
+    "token limits",
+    "outbox parking",
+    "token binding",
+];
+
+/// The toolkit's own migrator for one dialect, from its scripts in version order.
+pub(crate) fn migrator(scripts: [&'static str; 5]) -> sqlx::migrate::Migrator {
+    let versioned: Vec<(i64, &'static str, &'static str)> = TOOLKIT_MIGRATIONS
+        .iter()
+        .zip(scripts)
+        .zip(1_i64..)
+        .map(|((description, sql), version)| (version, *description, sql))
+        .collect();
+    versioned_migrator("mideng_migrations", &versioned)
 }
 
 /// Pool settings shared by the SQL stores.

@@ -64,12 +64,13 @@ impl MySqlStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         migrate_serialized(
             self.pool(),
-            super::migrator(
+            super::migrator([
                 include_str!("../../../migrations/mysql/0001_toolkit.sql"),
                 include_str!("../../../migrations/mysql/0002_outbox.sql"),
                 include_str!("../../../migrations/mysql/0003_token_limits.sql"),
                 include_str!("../../../migrations/mysql/0004_outbox_parking.sql"),
-            ),
+                include_str!("../../../migrations/mysql/0005_token_binding.sql"),
+            ]),
         )
         .await
     }

@@ -55,12 +55,13 @@ impl PostgresStore {
 
     /// Creates or upgrades the toolkit's tables; safe to run concurrently from many instances.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(
+        super::migrator([
             include_str!("../../../migrations/postgres/0001_toolkit.sql"),
             include_str!("../../../migrations/postgres/0002_outbox.sql"),
             include_str!("../../../migrations/postgres/0003_token_limits.sql"),
             include_str!("../../../migrations/postgres/0004_outbox_parking.sql"),
-        )
+            include_str!("../../../migrations/postgres/0005_token_binding.sql"),
+        ])
         .run(self.pool())
         .await
         .map_err(|error| StoreError::Backend(Box::new(error)))

@@ -79,12 +79,13 @@ impl SqliteStore {
 
     /// Creates or upgrades the toolkit's tables.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        super::migrator(
+        super::migrator([
             include_str!("../../../migrations/sqlite/0001_toolkit.sql"),
             include_str!("../../../migrations/sqlite/0002_outbox.sql"),
             include_str!("../../../migrations/sqlite/0003_token_limits.sql"),
             include_str!("../../../migrations/sqlite/0004_outbox_parking.sql"),
-        )
+            include_str!("../../../migrations/sqlite/0005_token_binding.sql"),
+        ])
         .run(self.pool())
         .await
         .map_err(|error| StoreError::Backend(Box::new(error)))

@@ -22,7 +22,7 @@ use super::engine::{Arg, Dialect, SqlConn, SqlRow, SqlStore, store_error, timer}
 use super::statements::PerDialect;
 use crate::clock::now_ms;
 use crate::error::StoreError;
-use crate::key::Scope;
+use crate::key::{IdempotencyKey, Scope};
 use crate::latency::op;
 use crate::limits::PURGE_BATCH_ROWS_MAX;
 use crate::token::{
@@ -46,11 +46,11 @@ const INSERT: PerDialect<&str> = crate::dialect_sql!(
     "INSERT INTO mideng_tokens (tenant, operation, token, expires_at) VALUES (" ? ", " ? ", " ? ", " ? ")"
 );
 const CONSUME: PerDialect<&str> = crate::dialect_sql!(
-    "UPDATE mideng_tokens SET consumed_at = " ? " WHERE tenant = " ? " AND operation = " ?
+    "UPDATE mideng_tokens SET consumed_at = " ? ", consumed_by = " ? " WHERE tenant = " ? " AND operation = " ?
     " AND token = " ? " AND consumed_at IS NULL AND expires_at > " ?
 );
 const SELECT: PerDialect<&str> = crate::dialect_sql!(
-    "SELECT expires_at, consumed_at FROM mideng_tokens WHERE tenant = " ? " AND operation = " ?
+    "SELECT expires_at, consumed_at, consumed_by FROM mideng_tokens WHERE tenant = " ? " AND operation = " ?
     " AND token = " ?
 );
 /// A bounded delete, written per dialect as for records (see `record.rs`).
@@ -150,7 +150,12 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
         })
     }
 
-    async fn consume_token(&self, scope: &Scope, token: &Token) -> Result<Consumption, StoreError> {
+    async fn consume_token_for(
+        &self,
+        scope: &Scope,
+        token: &Token,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Consumption, StoreError> {
         let _timer = timer::<D>(op::TOKEN_CONSUME);
         let now = now_ms();
         let identity = [
@@ -159,12 +164,21 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
             Arg::Text(token.as_str()),
         ];
         let [tenant, operation, token_text] = identity;
-        // One conditional update decides: of many concurrent consumers exactly one changes the
-        // row. The read that follows only explains a refusal.
+        let consumed_by = Arg::OptText(key.map(IdempotencyKey::as_str));
+        // One conditional update decides, and binds the key in the same step: of many
+        // concurrent consumers exactly one changes the row. The read that follows only
+        // explains a refusal.
         let changed = self
             .run_once(
                 CONSUME.get::<D>(),
-                &[Arg::Int(now), tenant, operation, token_text, Arg::Int(now)],
+                &[
+                    Arg::Int(now),
+                    consumed_by,
+                    tenant,
+                    operation,
+                    token_text,
+                    Arg::Int(now),
+                ],
             )
             .await?;
         if changed == 1 {
@@ -174,11 +188,20 @@ impl<D: Dialect> TokenStore for SqlStore<D> {
             .read_row(SELECT.get::<D>(), &identity, |row| {
                 let read =
                     |error: sqlx::Error| StoreError::Corrupt(format!("unreadable token: {error}"));
-                Ok((row.int(0).map_err(read)?, row.opt_int(1).map_err(read)?))
+                Ok((
+                    row.int(0).map_err(read)?,
+                    row.opt_int(1).map_err(read)?,
+                    row.opt_text(2).map_err(read)?,
+                ))
             })
             .await?;
         Ok(match found {
-            Some((expires_at_ms, Some(_))) if expires_at_ms > now => Consumption::AlreadyConsumed,
+            Some((expires_at_ms, Some(_), spent_by)) if expires_at_ms > now => {
+                match (spent_by, key) {
+                    (Some(spent_by), Some(key)) if spent_by == key.as_str() => Consumption::SameKey,
+                    _ => Consumption::AlreadyConsumed,
+                }
+            }
             _ => Consumption::Unknown,
         })
     }

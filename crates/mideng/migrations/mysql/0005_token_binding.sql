@@ -1,0 +1,5 @@
+-- mideng token binding (MySQL/MariaDB). A token spent by a request with an idempotency key
+-- keeps that key, so that a retry of the same submission (same key, same token) passes while
+-- any other use of the token is a duplicate. Kept as long as the token row is (until it
+-- expires). Keys are visible ASCII of at most 255 bytes.
+ALTER TABLE mideng_tokens ADD COLUMN consumed_by VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL;
