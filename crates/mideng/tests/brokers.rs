@@ -209,6 +209,44 @@ async fn nats_delivers_dedups_and_redelivers() {
         .expect("stream deleted");
 }
 
+/// A durable consumer of one topic that a subscriber of another topic opens by the same name
+/// (a configuration mistake, or a consumer recreated with another filter): the other topic's
+/// message never reaches the subscriber's handler, and the rightful consumer still gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_never_hands_a_subscriber_another_topics_message() {
+    let settings = nats_settings();
+    let publisher = NatsPublisher::new(settings.clone());
+    let mut payments = NatsSubscriber::new(settings.clone(), TOPIC, "shared");
+    let mut rightful = NatsSubscriber::new(settings.clone(), TOPIC, "payments");
+    // Both consumers exist (filtered on TOPIC) before the message is stored.
+    expect_nothing(&mut payments).await;
+    expect_nothing(&mut rightful).await;
+    publisher.publish(&message(7)).await.expect("published");
+
+    // The same durable name, asked for by a subscriber of refunds: the server hands it the
+    // consumer filtered on payments.
+    let mut refunds = NatsSubscriber::new(settings.clone(), "refund.succeeded", "shared");
+    match refunds.next(WAIT).await {
+        Err(BrokerError::Malformed(detail)) => {
+            assert!(detail.contains("ob_7"), "{detail}");
+        }
+        other => panic!("expected the message refused as another topic's, got {other:?}"),
+    }
+    expect_nothing(&mut refunds).await;
+    // Terminated for that consumer only: the payments consumer of another name has its copy.
+    let delivery = expect_delivery(&mut rightful).await;
+    assert_eq!(delivery.message, message(7));
+    delivery.ack().await.expect("acked");
+
+    let client = async_nats::connect(settings.url.as_str())
+        .await
+        .expect("NATS reachable on 127.0.0.1:4222");
+    async_nats::jetstream::new(client)
+        .delete_stream(&settings.stream)
+        .await
+        .expect("stream deleted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_unreachable_is_unavailable() {
     let settings = NatsSettings {

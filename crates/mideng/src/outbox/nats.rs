@@ -23,8 +23,9 @@
 //!   at-least-once and consumers still dedup on [`Message::id`].
 //! - A delivery not acknowledged within the ack wait (the consumer died) is delivered again.
 //!   [`Delivery::retry`] sends a negative ack with the requested delay. A delivery without
-//!   `Nats-Msg-Id` is terminated (`+TERM`, never redelivered) and reported once as
-//!   [`BrokerError::Malformed`].
+//!   `Nats-Msg-Id`, or on another topic's subject (whatever the server's consumer of that name
+//!   was made to deliver), is terminated for this consumer (`+TERM`, never redelivered to it)
+//!   and reported once as [`BrokerError::Malformed`]; it never reaches the handler.
 //! - [`Subscriber::next`] issues one pull request for one message that expires after the
 //!   requested wait (at least 10 ms).
 
@@ -431,6 +432,21 @@ impl NatsSubscriber {
             .filter(|topic| !topic.is_empty())
             .unwrap_or(&self.topic)
             .to_owned();
+        // A message of another topic never reaches this topic's handler, whatever the durable
+        // consumer on the server was made to deliver (a consumer of the same name created with
+        // another filter, or recreated without one): its handler would misread it, and a
+        // consumer that records failures by message id would then keep the rightful
+        // consumer's copy from being processed. Each consumer holds its own copy of a stream
+        // message, so terminating this one leaves the others as they are.
+        if topic != self.topic {
+            if let Err(error) = message.ack_with(AckKind::Term).await {
+                tracing::warn!(%error, "could not terminate a message of another topic");
+            }
+            return Err(BrokerError::Malformed(format!(
+                "message {id} on {} reached the consumer {} of {}; terminated for it",
+                message.subject, self.durable_name, self.topic
+            )));
+        }
         let redelivered = message.info().is_ok_and(|info| info.delivered > 1);
         let rebuilt = Message {
             id,
