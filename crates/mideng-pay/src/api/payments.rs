@@ -227,7 +227,7 @@ fn refund_answer(status: StatusCode, refund: &Refund) -> Response {
     responses(
         (status = 201, description = "The refund, as the channel's answer left it: SUCCESS, PROCESSING (the channel has not finished, or did not answer: follow GET /v1/refunds/{refund_no}), CLOSED (the channel refused it; nothing moved) or ABNORMAL", body = RefundView),
         (status = 200, description = "The refund this key made before (after a crash, or a replay with Idempotent-Replayed: true)", body = RefundView),
-        (status = 409, description = "payment-not-refundable, refund-exceeds-payment, in-progress", body = super::ProblemBody),
+        (status = 409, description = "payment-not-refundable (not PAID, or paid after its order was canceled: its refund case gives the whole charge back), refund-exceeds-payment, in-progress", body = super::ProblemBody),
         (status = 422, description = "invalid-amount; invalid-request (a reason over 80 characters, or with a control character, a line separator or a bidirectional control); idempotency-key-reused: the key was used with another payment, amount or reason (its record is kept for the funds retention); refund-key-reused: the same, found by the refund's unique key after that record was purged (the body names the refund the key made)", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
@@ -281,6 +281,10 @@ pub(super) async fn refund(
         Requested::Exceeds { refundable_fen } => Err(ApiError::new(
             Code::RefundExceedsPayment,
             format!("at most {refundable_fen} fen is left to refund"),
+        )),
+        Requested::InCase => Err(ApiError::new(
+            Code::PaymentNotRefundable,
+            "the payment was made after its order was canceled: its refund case gives the whole charge back (GET /v1/reconciliation/cases)",
         )),
     }
 }

@@ -39,6 +39,9 @@ pub enum Requested {
         /// Fen that can still be refunded.
         refundable_fen: i64,
     },
+    /// The payment's charge is a refund case (paid after its order was canceled): it goes
+    /// back in full through the case.
+    InCase,
 }
 
 /// What a client asks.
@@ -107,6 +110,10 @@ pub async fn request(ports: &Ports, asked: RefundRequest<'_>) -> Result<Requeste
         OpenRefund::Exceeds { refundable_fen } => {
             decision("constraint", op, asked.tenant, asked.payment_no, "exceeds");
             Requested::Exceeds { refundable_fen }
+        }
+        OpenRefund::InCase => {
+            decision("constraint", op, asked.tenant, asked.payment_no, "in_case");
+            Requested::InCase
         }
     })
 }
@@ -308,6 +315,9 @@ pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refun
             );
             Ok(None)
         }
-        OpenRefund::KeyReused(_) | OpenRefund::NoPayment | OpenRefund::NotPaid(_) => Ok(None),
+        OpenRefund::KeyReused(_)
+        | OpenRefund::NoPayment
+        | OpenRefund::NotPaid(_)
+        | OpenRefund::InCase => Ok(None),
     }
 }

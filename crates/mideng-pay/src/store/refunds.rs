@@ -63,6 +63,9 @@ pub enum OpenRefund {
     },
     /// A refund case whose [`CASE_ASKS_MAX`] refunds the channel all closed: left for a person.
     AsksUsedUp,
+    /// The payment's charge is a refund case (paid after its order was canceled): its money
+    /// goes back in full through the case, never in part by a merchant's refund.
+    InCase,
 }
 
 /// What settling a refund with the channel's word did.
@@ -241,6 +244,18 @@ async fn open_on<D: Dialect>(
     }
     if payment.status != PaymentStatus::Paid {
         return Ok(OpenRefund::NotPaid(payment.status));
+    }
+    // A PAID payment whose order was canceled first is a case too, opened in the transaction
+    // that made it PAID (so it is seen here, under the payment's row lock): its whole charge
+    // goes back through the case. A merchant's partial refund before it would leave the case
+    // unable to refund in full.
+    if connection
+        .row(CASE_SELECT.get::<D>(), &[Arg::Text(new.payment_no)])
+        .await
+        .map_err(store_error::<D>)?
+        .is_some()
+    {
+        return Ok(OpenRefund::InCase);
     }
     reserve_and_insert::<D>(
         connection,

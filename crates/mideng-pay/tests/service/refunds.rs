@@ -229,7 +229,8 @@ pub(crate) async fn a_lost_refund_answer_is_settled_once(backend: Backend) {
 }
 
 /// A payment paid after its order was canceled is a refund case: two reconcilers at once
-/// refund it once, under its own request key; with automatic refunds off it is only recorded.
+/// refund it once, under its own request key; with automatic refunds off it is only recorded,
+/// and a merchant's refund of it is refused.
 pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
     let service = Service::start(backend).await;
     let paid_after_cancel = |channel: &'static str| {
@@ -270,6 +271,16 @@ pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
     let kept = paid_after_cancel("alipay").await;
     let round = reconcile_once(&off, &settings).await.expect("round");
     assert_eq!(round.cases_refunded, 0);
+    assert_eq!(ledger_refunded(&service, &kept).await, 0);
+    // Its charge goes back through the case, in full: a merchant's partial refund is refused
+    // (one before the case's would leave the case unable to give the whole charge back).
+    let partial = refund(&service, &kept, 1_000, &unique("rk")).await;
+    assert_eq!(
+        (partial.status, partial.code().as_str()),
+        (409, "payment-not-refundable"),
+        "{}",
+        partial.json()
+    );
     assert_eq!(ledger_refunded(&service, &kept).await, 0);
 
     // On: two rounds at once, one refund each.
