@@ -89,6 +89,8 @@ pub mod op {
     pub const LOCK_RELEASE: &str = "lock_release";
     /// `LockStore::renew`.
     pub const LOCK_RENEW: &str = "lock_renew";
+    /// `LockStore::purge_expired_locks`.
+    pub const LOCK_PURGE: &str = "lock_purge";
     /// `StateStore::create_entity`.
     pub const STATE_CREATE: &str = "state_create";
     /// `StateStore::find_state`.

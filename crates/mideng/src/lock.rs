@@ -5,8 +5,13 @@
 //! next holder's lock (the flaw of a plain `DEL`). Every acquisition gets a fence strictly
 //! greater than all earlier ones for that name; a lock alone is not safe across pauses and
 //! failovers, so the database that applies the guarded effect should refuse a fence lower
-//! than one it has seen. Lock rows and fence counters are never purged, so fences never
-//! restart.
+//! than one it has seen.
+//!
+//! What a store keeps is bounded by what is held, not by every name ever locked: a lock's
+//! entry goes when it is released or its time runs out, and fences come from
+//! [`FENCE_SLOTS`] counters shared by the names that hash to them ([`fence_slot`]; the memory
+//! store has one counter for all). A counter only grows, so every name's fences keep growing
+//! although its own entry is forgotten; they are not consecutive for one name.
 //!
 //! Waiting is by polling with capped back-off: "wait briefly, then re-check state", never a
 //! long queue. The wait is bounded by [`crate::limits::LOCK_WAIT_MS_MAX`].
@@ -14,6 +19,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use sha2::{Digest, Sha256};
 
 use crate::error::{InvalidInput, StoreError};
 use crate::key::Name;
@@ -30,6 +37,15 @@ pub struct LockGuard {
     pub fence: u64,
     /// When the lock runs out unless renewed (Unix ms).
     pub held_until_ms: i64,
+}
+
+/// How many fence counters a shared store (SQL, Redis) keeps, whatever the number of names.
+pub const FENCE_SLOTS: u16 = 1024;
+
+/// The fence counter of `name`: a stable hash of the name, below [`FENCE_SLOTS`].
+pub fn fence_slot(name: &Name) -> u16 {
+    let digest = Sha256::digest(name.as_str().as_bytes());
+    u16::from_be_bytes([digest[0], digest[1]]) % FENCE_SLOTS
 }
 
 /// Checks a lock time-to-live and returns it in milliseconds.
@@ -66,6 +82,14 @@ pub trait LockStore: Send + Sync {
 
     /// Extends the lock to `ttl` from now if `guard` still owns it; returns whether it did.
     async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Forgets at most `limit` locks whose time ran out before `now_ms` (their holders never
+    /// released them); returns how many. Stores whose locks go by themselves (memory, Redis)
+    /// have nothing to do and return 0.
+    async fn purge_expired_locks(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let _ = (now_ms, limit);
+        Ok(0)
+    }
 
     /// Takes the lock, retrying with capped back-off for at most `wait` (itself at most
     /// [`LOCK_WAIT_MS_MAX`]); `None` when the wait ran out. Callers then re-check the state

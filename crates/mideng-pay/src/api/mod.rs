@@ -81,6 +81,7 @@ impl AppState {
         crate::workers::purge::Retained {
             records: self.records.clone(),
             tokens: self.tokens.clone(),
+            locks: self.ports.locks.clone(),
             events: self.ports.store.events.clone(),
             webhooks: self.ports.store.webhooks.clone(),
         }

@@ -1,5 +1,5 @@
-//! Retention purge: idempotency records (and with them the channel-notify dedup records) and
-//! one-time tokens whose retention ended, outbox rows sent longer ago than their retention
+//! Retention purge: idempotency records (and with them the channel-notify dedup records),
+//! one-time tokens whose retention ended, locks whose holders' time ran out, outbox rows sent longer ago than their retention
 //! (7 days by default), and webhook deliveries, with their attempts, untouched for the webhook
 //! retention (30 days by default), deleted in bounded batches. Unsent outbox rows are never
 //! purged.
@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mideng::lock::LockStore;
 use mideng::record::RecordStore;
 use mideng::token::TokenStore;
 use mideng::{StoreError, clock};
@@ -28,6 +29,8 @@ pub struct Retained {
     pub records: Arc<dyn RecordStore>,
     /// One-time tokens.
     pub tokens: Arc<dyn TokenStore>,
+    /// Locks (their holders' expired entries, on a store that keeps them until a purge).
+    pub locks: Arc<dyn LockStore>,
     /// The outbox.
     pub events: Arc<dyn Events>,
     /// Webhook deliveries.
@@ -68,6 +71,8 @@ pub struct PurgeReport {
     pub records: u64,
     /// One-time tokens.
     pub tokens: u64,
+    /// Locks whose holders' time ran out without a release.
+    pub locks: u64,
     /// Sent outbox rows.
     pub events: u64,
     /// Webhook deliveries (with their attempts).
@@ -94,6 +99,13 @@ pub async fn purge_once(
     for _ in 0..settings.batches_per_round {
         let deleted = retained.tokens.purge_expired_tokens(now_ms, batch).await?;
         report.tokens += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
+    for _ in 0..settings.batches_per_round {
+        let deleted = retained.locks.purge_expired_locks(now_ms, batch).await?;
+        report.locks += deleted;
         if deleted < u64::from(batch) {
             break;
         }
@@ -128,7 +140,9 @@ pub async fn purge_once(
         .increment(report.webhook_deliveries);
     metrics::counter!("mideng_purged_total", "kind" => "records").increment(report.records);
     metrics::counter!("mideng_purged_total", "kind" => "tokens").increment(report.tokens);
-    if report.records + report.tokens + report.events + report.webhook_deliveries > 0 {
+    metrics::counter!("mideng_purged_total", "kind" => "locks").increment(report.locks);
+    if report.records + report.tokens + report.locks + report.events + report.webhook_deliveries > 0
+    {
         tracing::info!(?report, "purged past their retention");
     }
     Ok(report)

@@ -175,12 +175,96 @@ impl Tokens {
     }
 }
 
+/// One held lock.
+struct HeldLock {
+    owner: String,
+    fence: u64,
+    held_until_ms: i64,
+}
+
+/// The held locks, and one fence counter for them all. An entry lives while its lock is held:
+/// a release removes it, and every acquisition first forgets the locks whose time ran out, so
+/// the table holds at most the locks held at once, however many names were ever locked. The
+/// fence is one counter for every name, so it stays strictly increasing for each name although
+/// a name's entry is forgotten.
+#[derive(Default)]
+struct Locks {
+    held: HashMap<Name, HeldLock>,
+    /// (held_until_ms, name) of every held lock: the expiry order the sweep walks.
+    by_expiry: BTreeSet<(i64, Name)>,
+    last_fence: u64,
+}
+
+impl Locks {
+    /// Forgets every lock whose time ran out by `now_ms`.
+    fn forget_expired(&mut self, now_ms: i64) {
+        while let Some((until, name)) = self.by_expiry.first().cloned() {
+            if until > now_ms {
+                break;
+            }
+            self.by_expiry.remove(&(until, name.clone()));
+            self.held.remove(&name);
+        }
+    }
+
+    fn try_acquire(&mut self, name: &Name, held_until_ms: i64, now_ms: i64) -> Option<LockGuard> {
+        self.forget_expired(now_ms);
+        if self.held.contains_key(name) {
+            return None;
+        }
+        self.last_fence += 1;
+        let owner = new_owner();
+        self.by_expiry.insert((held_until_ms, name.clone()));
+        self.held.insert(
+            name.clone(),
+            HeldLock {
+                owner: owner.clone(),
+                fence: self.last_fence,
+                held_until_ms,
+            },
+        );
+        Some(LockGuard {
+            name: name.clone(),
+            owner,
+            fence: self.last_fence,
+            held_until_ms,
+        })
+    }
+
+    /// Removes the lock of `guard` if `guard` still holds it.
+    fn release(&mut self, guard: &LockGuard) -> bool {
+        match self.held.get(&guard.name) {
+            Some(held) if held.owner == guard.owner && held.fence == guard.fence => {
+                self.by_expiry
+                    .remove(&(held.held_until_ms, guard.name.clone()));
+                self.held.remove(&guard.name);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Extends the lock of `guard` to `held_until_ms` if `guard` still holds it, unexpired.
+    fn renew(&mut self, guard: &LockGuard, held_until_ms: i64, now_ms: i64) -> bool {
+        self.forget_expired(now_ms);
+        match self.held.get_mut(&guard.name) {
+            Some(held) if held.owner == guard.owner && held.fence == guard.fence => {
+                self.by_expiry
+                    .remove(&(held.held_until_ms, guard.name.clone()));
+                held.held_until_ms = held_until_ms;
+                self.by_expiry.insert((held_until_ms, guard.name.clone()));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Tables {
     records: HashMap<(Scope, IdempotencyKey), Record>,
     tokens: Tokens,
-    /// name -> (owner, fence, held_until_ms)
-    locks: HashMap<Name, (String, u64, i64)>,
+    locks: Locks,
     /// (kind, id) -> (state, version)
     states: HashMap<(String, Name), (String, u64)>,
 }
@@ -209,6 +293,12 @@ impl MemoryStore {
     pub fn with_token_limits(mut self, limits: TokenLimits) -> Self {
         self.token_limits = limits;
         self
+    }
+
+    /// How many locks the store keeps: the ones held now (and not yet found expired), never
+    /// one per name ever locked.
+    pub fn lock_entries(&self) -> usize {
+        self.tables().locks.held.len()
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -393,50 +483,27 @@ impl LockStore for MemoryStore {
         ttl: Duration,
     ) -> Result<Option<LockGuard>, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::LOCK_ACQUIRE);
-        let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
+        let ttl_ms = lock::ttl_ms(ttl)?;
         let now = now_ms();
-        let mut tables = self.tables();
-        let fence = match tables.locks.get(name) {
-            Some((_, _, until)) if *until > now => return Ok(None),
-            Some((_, fence, _)) => fence + 1,
-            None => 1,
-        };
-        let owner = new_owner();
-        tables
+        Ok(self
+            .tables()
             .locks
-            .insert(name.clone(), (owner.clone(), fence, held_until_ms));
-        Ok(Some(LockGuard {
-            name: name.clone(),
-            owner,
-            fence,
-            held_until_ms,
-        }))
+            .try_acquire(name, now.saturating_add(ttl_ms), now))
     }
 
     async fn release(&self, guard: &LockGuard) -> Result<bool, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::LOCK_RELEASE);
-        let mut tables = self.tables();
-        match tables.locks.get_mut(&guard.name) {
-            Some((owner, _, until)) if *owner == guard.owner => {
-                owner.clear();
-                *until = 0;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.tables().locks.release(guard))
     }
 
     async fn renew(&self, guard: &LockGuard, ttl: Duration) -> Result<bool, StoreError> {
         let _timer = StoreTimer::start(Backend::Memory, op::LOCK_RENEW);
-        let held_until_ms = now_ms().saturating_add(lock::ttl_ms(ttl)?);
-        let mut tables = self.tables();
-        match tables.locks.get_mut(&guard.name) {
-            Some((owner, _, until)) if *owner == guard.owner => {
-                *until = held_until_ms;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let ttl_ms = lock::ttl_ms(ttl)?;
+        let now = now_ms();
+        Ok(self
+            .tables()
+            .locks
+            .renew(guard, now.saturating_add(ttl_ms), now))
     }
 }
 

@@ -16,8 +16,8 @@
 //! | token | `prefix:tok:{tenant\|operation}:token` | string: `1` unspent, `0` spent |
 //! | a scope's unspent tokens | `prefix:unspent:{tenant\|operation}` | sorted set: token, scored by its expiry |
 //! | every unspent token | `prefix:unspent` | sorted set: `tenant\|operation\|token`, scored by its expiry |
-//! | lock | `prefix:lock:{name}` | string: the owner nonce |
-//! | lock fence | `prefix:fence:{name}` | integer counter |
+//! | lock | `prefix:lock:{fs<slot>}:name` | string: the owner nonce |
+//! | lock fence | `prefix:fence:{fs<slot>}` | integer: the slot's last fence (1024 slots) |
 //! | state | `prefix:state:{kind\|id}` | hash: state, version |
 //!
 //! Inside the braces, `%`, `{`, `}` and `|` of caller-chosen text are percent-escaped (`%25`,
@@ -33,8 +33,8 @@
 //!   `NOSCRIPT` (after a restart or failover).
 //! - **Hash tags.** Every key a script touches is passed in `KEYS` and carries the same hash
 //!   tag, so on Redis Cluster they live in one slot and the script may run there. The lock
-//!   script touches two keys (the lock and its fence counter), both tagged with the lock's
-//!   name; the token scripts a token and its scope's set of unspent tokens, both tagged with
+//!   script touches two keys (the lock and its slot's fence), both tagged with the slot
+//!   ([`crate::lock::fence_slot`]); the token scripts a token and its scope's set of unspent tokens, both tagged with
 //!   the scope.
 //! - **Token limits in two steps** (`redis/token.rs`). A scope's limit is one script on its
 //!   slot; the store-wide limit is a second set, on its own slot, in which an issue reserves a
@@ -46,10 +46,13 @@
 //!   `purge_expired` and `purge_expired_tokens` have nothing to do and return 0. The sets of
 //!   unspent tokens drop their expired members whenever a token is issued, and vanish with
 //!   their last member's expiry.
-//! - **Fence counters are kept forever.** A lock key vanishes when its time runs out, but its
-//!   fence counter has no time-to-live, so a later holder never gets a fence an earlier holder
-//!   already had. A record's fence lives in the record and restarts at 1 once the record has
-//!   expired; the owner nonce still tells the two leases apart, as after a SQL purge.
+//! - **Fences per slot, from the server's clock.** A lock key vanishes when its time runs out
+//!   or it is released; its fence comes from one of 1024 slot keys, so what is kept does not
+//!   grow with the names ever locked. A new fence is the slot's last plus one, or the server's
+//!   time in microseconds when that is higher: a slot whose key was lost (Redis restarted
+//!   without its data) starts again above every fence it gave before, unless the server's
+//!   clock went back. A record's fence lives in the record and restarts at 1 once the record
+//!   has expired; the owner nonce still tells the two leases apart, as after a SQL purge.
 //!
 //! ## Differences from the memory store that native expiry brings
 //!
@@ -205,16 +208,21 @@ return 1
     )
 });
 
-/// Takes a lock. KEYS: the lock, its fence counter. ARGV: owner, time-to-live in ms. Returns
-/// the new fence, or 0 when the lock is held. The counter grows only when the lock was taken,
-/// so fences have no gaps caused by failed attempts.
+/// Takes a lock. KEYS: the lock, its slot's fence. ARGV: owner, time-to-live in ms. Returns
+/// the new fence, or 0 when the lock is held: the slot's last fence plus one, or the server's
+/// time in microseconds when that is higher (below 2^53, so exact in Lua's numbers).
 static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local fence = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now_us)
+  local text = string.format('%.0f', fence)
+  redis.call('SET', KEYS[2], text)
+  return text
 end
-return 0
+return '0'
 ",
     )
 });
@@ -401,11 +409,16 @@ where
     }
 
     fn lock_key(&self, name: &Name) -> String {
-        format!("{}:lock:{{{}}}", self.prefix, tag_part(name.as_str()))
+        format!(
+            "{}:lock:{{fs{}}}:{}",
+            self.prefix,
+            lock::fence_slot(name),
+            tag_part(name.as_str())
+        )
     }
 
     fn fence_key(&self, name: &Name) -> String {
-        format!("{}:fence:{{{}}}", self.prefix, tag_part(name.as_str()))
+        format!("{}:fence:{{fs{}}}", self.prefix, lock::fence_slot(name))
     }
 
     fn state_key(&self, kind: &str, id: &Name) -> String {
@@ -744,14 +757,17 @@ where
             .key(self.fence_key(name))
             .arg(owner.as_str())
             .arg(ttl_ms);
-        let fence: i64 = self.invoke(&invocation).await?;
+        let fence: String = self.invoke(&invocation).await?;
+        let fence: u64 = fence
+            .parse()
+            .map_err(|_| corrupt("a lock's fence is not a number"))?;
         if fence == 0 {
             return Ok(None);
         }
         Ok(Some(LockGuard {
             name: name.clone(),
             owner,
-            fence: non_negative(fence, "fence")?,
+            fence,
             held_until_ms,
         }))
     }

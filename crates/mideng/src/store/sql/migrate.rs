@@ -36,16 +36,17 @@ pub fn versioned_migrator(
 }
 
 /// What each of the toolkit's migrations does, in order: version `n` is entry `n - 1`.
-const TOOLKIT_MIGRATIONS: [&str; 5] = [
+const TOOLKIT_MIGRATIONS: [&str; 6] = [
     "toolkit",
     "outbox",
     "token limits",
     "outbox parking",
     "token binding",
+    "lock slots",
 ];
 
 /// The toolkit's own migrator for one dialect, from its scripts in version order.
-pub(crate) fn migrator(scripts: [&'static str; 5]) -> sqlx::migrate::Migrator {
+pub(crate) fn migrator(scripts: [&'static str; 6]) -> sqlx::migrate::Migrator {
     let versioned: Vec<(i64, &'static str, &'static str)> = TOOLKIT_MIGRATIONS
         .iter()
         .zip(scripts)

@@ -70,6 +70,7 @@ impl MySqlStore {
                 include_str!("../../../migrations/mysql/0003_token_limits.sql"),
                 include_str!("../../../migrations/mysql/0004_outbox_parking.sql"),
                 include_str!("../../../migrations/mysql/0005_token_binding.sql"),
+                include_str!("../../../migrations/mysql/0006_lock_slots.sql"),
             ]),
         )
         .await

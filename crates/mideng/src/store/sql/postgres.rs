@@ -61,6 +61,7 @@ impl PostgresStore {
             include_str!("../../../migrations/postgres/0003_token_limits.sql"),
             include_str!("../../../migrations/postgres/0004_outbox_parking.sql"),
             include_str!("../../../migrations/postgres/0005_token_binding.sql"),
+            include_str!("../../../migrations/postgres/0006_lock_slots.sql"),
         ])
         .run(self.pool())
         .await

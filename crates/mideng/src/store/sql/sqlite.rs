@@ -85,6 +85,7 @@ impl SqliteStore {
             include_str!("../../../migrations/sqlite/0003_token_limits.sql"),
             include_str!("../../../migrations/sqlite/0004_outbox_parking.sql"),
             include_str!("../../../migrations/sqlite/0005_token_binding.sql"),
+            include_str!("../../../migrations/sqlite/0006_lock_slots.sql"),
         ])
         .run(self.pool())
         .await
