@@ -134,8 +134,13 @@ pub(crate) async fn a_token_is_bound_to_the_key_that_spent_it(stores: Stores) {
         };
         assert!(expected.contains(outcome), "{outcome:?} for a racer");
     }
-    let again = |key: Option<mideng::IdempotencyKey>| {
-        let (tokens, scope, token) = (stores.tokens.clone(), scope.clone(), issued.token.clone());
+    let spend = |token: &IssuedToken, key: Option<&mideng::IdempotencyKey>| {
+        let (tokens, scope, token, key) = (
+            stores.tokens.clone(),
+            scope.clone(),
+            token.token.clone(),
+            key.cloned(),
+        );
         async move {
             tokens
                 .consume_token_for(&scope, &token, key.as_ref())
@@ -143,58 +148,28 @@ pub(crate) async fn a_token_is_bound_to_the_key_that_spent_it(stores: Stores) {
                 .expect("consume")
         }
     };
-    assert_eq!(again(Some(winner.clone())).await, Consumption::SameKey);
-    assert_eq!(again(Some(winner.clone())).await, Consumption::SameKey);
+    assert_eq!(spend(&issued, Some(winner)).await, Consumption::SameKey);
+    assert_eq!(spend(&issued, Some(winner)).await, Consumption::SameKey);
     assert_eq!(
-        again(Some(loser.clone())).await,
+        spend(&issued, Some(loser)).await,
         Consumption::AlreadyConsumed
     );
-    assert_eq!(again(None).await, Consumption::AlreadyConsumed);
+    assert_eq!(spend(&issued, None).await, Consumption::AlreadyConsumed);
 
     // Spent without a key: bound to none, every later use is a duplicate.
-    let keyless = stores
-        .tokens
-        .issue_token(&scope, Duration::from_secs(60))
-        .await
-        .expect("issue");
+    let keyless = issue(&stores.tokens, &scope, Duration::from_secs(60)).await;
+    assert_eq!(spend(&keyless, None).await, Consumption::Consumed);
     assert_eq!(
-        stores
-            .tokens
-            .consume_token(&scope, &keyless.token)
-            .await
-            .expect("consume"),
-        Consumption::Consumed
-    );
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token_for(&scope, &keyless.token, Some(&mine))
-            .await
-            .expect("consume"),
+        spend(&keyless, Some(&mine)).await,
         Consumption::AlreadyConsumed
     );
 
     // The binding lives as long as the token: expired, the same key is refused as unknown.
-    let short = stores
-        .tokens
-        .issue_token(&scope, Duration::from_millis(300))
-        .await
-        .expect("issue");
-    assert_eq!(
-        stores
-            .tokens
-            .consume_token_for(&scope, &short.token, Some(&mine))
-            .await
-            .expect("consume"),
-        Consumption::Consumed
-    );
+    let short = issue(&stores.tokens, &scope, Duration::from_millis(300)).await;
+    assert_eq!(spend(&short, Some(&mine)).await, Consumption::Consumed);
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(
-        stores
-            .tokens
-            .consume_token_for(&scope, &short.token, Some(&mine))
-            .await
-            .expect("consume"),
+        spend(&short, Some(&mine)).await,
         Consumption::Unknown,
         "expired with its binding"
     );
