@@ -67,6 +67,7 @@
 //!   its charts (`--html`).
 
 mod args;
+mod checkout;
 mod clients;
 mod facts;
 mod faults;
@@ -92,8 +93,9 @@ use mideng_sim::{MerchantKeys, SimConfig};
 use serde_json::Value;
 
 pub use self::args::{BreakLayer, StormArgs};
+pub(crate) use self::checkout::create_order;
 use self::clients::{Log, credit, deduct_script, order_script};
-pub(crate) use self::clients::{Pending, PendingKind, Shared, create_order, keyed};
+pub(crate) use self::clients::{Pending, PendingKind, Shared, keyed};
 use self::facts::{audit_now, layers};
 use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
