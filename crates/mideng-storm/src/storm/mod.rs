@@ -608,19 +608,39 @@ async fn channel_now_ms(shared: &Shared) -> i64 {
         .unwrap_or(0)
 }
 
-/// Reconciliation rounds over everything until one changes nothing. Payments: 20 rounds at
-/// most (an unscanned code stays unknown). Refunds and refund cases: until none is PROCESSING
-/// and none was refunded by the round (a WeChat refund takes 5 s of channel time; a lost answer
-/// is asked again), for at most a minute — the audit reports any left.
+/// Reconciliation rounds over everything until one changes nothing. Payments: until a round
+/// moves none and has no answer missing, or until three rounds in a row moved none and left the
+/// same number without a definite answer (a payment the channel answers the same way every
+/// time is not settled by a fourth round: the audit judges it), 20 rounds at most. On a grown
+/// database a round takes about a minute, so the rule matters. Refunds and refund cases: until
+/// none is PROCESSING and none was refunded by the round (a WeChat refund takes 5 s of channel
+/// time; a lost answer is asked again), for at most a minute — the audit reports any left.
 async fn settle_by_reconciliation(
     ports: &mideng_pay::flows::Ports,
     everything: &ReconcileSettings,
 ) -> anyhow::Result<()> {
+    const SAME_ROUNDS: u32 = 3;
     let refunds_until = Instant::now() + Duration::from_secs(60);
+    let mut still = (0_u32, None::<u32>);
     for round_number in 1.. {
         let round = reconcile_once(ports, everything).await?;
-        let payments_settled = round_number >= 20
-            || round.paid == 0 && round.closed == 0 && round.unknown == 0 && round.busy == 0;
+        let moved = round.paid > 0 || round.closed > 0 || round.cases > 0 || round.busy > 0;
+        still = if !moved && still.1 == Some(round.unknown) {
+            (still.0 + 1, still.1)
+        } else if moved {
+            (0, None)
+        } else {
+            (1, Some(round.unknown))
+        };
+        if round.unknown > 0 {
+            tracing::info!(
+                round = round_number,
+                unknown = round.unknown,
+                "reconciliation: payments without a definite answer"
+            );
+        }
+        let payments_settled =
+            round_number >= 20 || !moved && round.unknown == 0 || still.0 >= SAME_ROUNDS;
         let refunds_settled = round.refunds_examined == 0 && round.cases_refunded == 0
             || Instant::now() >= refunds_until;
         if payments_settled && refunds_settled {
