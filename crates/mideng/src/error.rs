@@ -79,6 +79,14 @@ pub enum StoreError {
     /// taken over, was abandoned, or the record was purged. Nothing was written.
     #[error("the lease is no longer current: another owner took over or the record is gone")]
     StaleLease,
+    /// A write carried a lock's fence lower than one the guarded data has already seen: its
+    /// holder's lock ran out and was taken over, and the next holder has written. Nothing was
+    /// written; the holder should stop (another holder is doing the work).
+    #[error("fence {fence} is stale: a later holder of the lock has written")]
+    StaleFence {
+        /// The fence the refused write carried.
+        fence: u64,
+    },
     /// The store cannot be reached (connection refused, pool exhausted, timed out).
     /// Callers may degrade or answer 503; nothing is known to have been written.
     #[error("store unavailable: {0}")]

@@ -1,14 +1,16 @@
 //! What a lock store keeps: the locks held, never one entry per name ever locked. A million
 //! names through the memory store leave it empty; on SQL and Redis, names locked and released
 //! (or left to expire and purged) leave no lock behind and at most 1024 fence counters, while a
-//! name's fences keep growing after its entry is gone.
+//! name's fences keep growing after its entry is gone. A new memory store starts above the old
+//! one's fences, and a lease kept alive lasts while its holder works, and not beyond its bound.
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mideng::Name;
-use mideng::lock::{FENCE_SLOTS, LockStore};
+use mideng::lock::{FENCE_SLOTS, LockStore, keep_alive};
 use support::unique;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -184,4 +186,128 @@ async fn redis_keeps_the_held_locks_and_at_most_its_fence_slots() {
         .query_async(&mut connection)
         .await
         .expect("delete this test's fence keys");
+}
+
+/// A store that lost its counters (a memory store in a new process) hands out fences above
+/// every fence it gave before, so a fence kept beside the guarded data is never undercut.
+#[cfg(feature = "memory")]
+#[tokio::test]
+async fn a_new_memory_store_starts_above_the_old_ones_fences() {
+    use mideng::store::memory::MemoryStore;
+    let name = Name::parse(&unique("restart")).expect("name");
+    let old = MemoryStore::new();
+    let mut before = 0;
+    for _ in 0..1_000 {
+        let guard = old
+            .try_acquire(&name, TTL)
+            .await
+            .expect("acquire")
+            .expect("free");
+        before = guard.fence;
+        assert!(old.release(&guard).await.expect("release"));
+    }
+    drop(old);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let new = MemoryStore::new();
+    let after = new
+        .try_acquire(&name, TTL)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(after.fence > before, "fence {} after {before}", after.fence);
+}
+
+/// A holder that keeps its lease alive holds the lock for several times its time-to-live while
+/// it works, and nobody else gets it; once it stops, the lock is free within a time-to-live.
+/// A lock released under it (lost) is reported by the next renewal, and a holder that reaches
+/// its longest hold is told so and loses the lock.
+async fn a_kept_lease_lasts_while_its_holder_works_and_not_beyond(locks: Arc<dyn LockStore>) {
+    let ttl = Duration::from_millis(1_500);
+    let name = Name::parse(&unique("kept")).expect("name");
+    let guard = locks
+        .try_acquire(&name, ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let kept = keep_alive(locks.clone(), guard.clone(), ttl, Duration::from_secs(60))
+        .expect("a valid time-to-live");
+    for _ in 0..9 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            locks
+                .try_acquire(&name, ttl)
+                .await
+                .expect("acquire")
+                .is_none(),
+            "taken while its holder still worked"
+        );
+        assert!(kept.held());
+    }
+    drop(kept);
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    let next = locks
+        .try_acquire(&name, ttl)
+        .await
+        .expect("acquire")
+        .expect("free once its holder stopped renewing");
+    assert!(next.fence > guard.fence);
+    assert!(
+        !locks.renew(&guard, ttl).await.expect("renew"),
+        "the old holder cannot renew"
+    );
+
+    // Lost: released under the renewal (as if taken over), then someone else's.
+    let lost = keep_alive(locks.clone(), next.clone(), ttl, Duration::from_secs(60))
+        .expect("a valid time-to-live");
+    assert!(locks.release(&next).await.expect("release"));
+    let other = locks
+        .try_acquire(&name, ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!lost.held(), "the renewal found the lock gone");
+    assert!(locks.release(&other).await.expect("release"));
+
+    // Bounded: a holder still working after its longest hold loses the lock.
+    let stuck = locks
+        .try_acquire(&name, ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let bounded = keep_alive(locks.clone(), stuck.clone(), ttl, Duration::from_secs(2))
+        .expect("a valid time-to-live");
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    assert!(!bounded.held(), "past its longest hold");
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    assert!(
+        locks
+            .try_acquire(&name, ttl)
+            .await
+            .expect("acquire")
+            .is_some(),
+        "free a time-to-live after the last renewal"
+    );
+}
+
+#[cfg(feature = "memory")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_kept_lease_lasts_while_its_holder_works_and_not_beyond() {
+    a_kept_lease_lasts_while_its_holder_works_and_not_beyond(Arc::new(
+        mideng::store::memory::MemoryStore::new(),
+    ))
+    .await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_kept_lease_lasts_while_its_holder_works_and_not_beyond() {
+    use mideng::store::redis::RedisStore;
+    let url = std::env::var("MIDENG_TEST_REDIS_URL").unwrap_or(support::REDIS_URL.to_owned());
+    let store = RedisStore::connect(&url)
+        .await
+        .expect("Redis on its default port (scripts/services up)")
+        .with_prefix(&unique("kept"))
+        .expect("prefix");
+    a_kept_lease_lasts_while_its_holder_works_and_not_beyond(Arc::new(store)).await;
 }

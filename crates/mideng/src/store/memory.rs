@@ -186,7 +186,8 @@ struct HeldLock {
 /// a release removes it, and every acquisition first forgets the locks whose time ran out, so
 /// the table holds at most the locks held at once, however many names were ever locked. The
 /// fence is one counter for every name, so it stays strictly increasing for each name although
-/// a name's entry is forgotten.
+/// a name's entry is forgotten, and it is never below the time in microseconds, so a new
+/// process does not hand out fences that its predecessor already gave.
 #[derive(Default)]
 struct Locks {
     held: HashMap<Name, HeldLock>,
@@ -212,7 +213,7 @@ impl Locks {
         if self.held.contains_key(name) {
             return None;
         }
-        self.last_fence += 1;
+        self.last_fence = crate::lock::next_fence(self.last_fence, now_ms);
         let owner = new_owner();
         self.by_expiry.insert((held_until_ms, name.clone()));
         self.held.insert(

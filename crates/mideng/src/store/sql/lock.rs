@@ -42,8 +42,12 @@ const SELECT_LOCKED: PerDialect<&str> = crate::dialect_sql!(
 const TAKE: PerDialect<&str> = crate::dialect_sql!(
     "UPDATE mideng_locks SET owner = " ? ", fence = " ? ", held_until = " ? " WHERE name = " ?
 );
-const NEXT_FENCE: PerDialect<&str> =
-    crate::dialect_sql!("UPDATE mideng_lock_fences SET fence = fence + 1 WHERE slot = "?);
+/// The slot's next fence: one more, or the time in microseconds if that is higher
+/// ([`lock::next_fence`], [`lock::fence_floor`]).
+const NEXT_FENCE: PerDialect<&str> = crate::dialect_sql!(
+    "UPDATE mideng_lock_fences SET fence = CASE WHEN fence + 1 > " ? " THEN fence + 1 ELSE " ?
+    " END WHERE slot = " ?
+);
 const SLOT_FENCE: PerDialect<&str> =
     crate::dialect_sql!("SELECT fence FROM mideng_lock_fences WHERE slot = "?);
 const RELEASE: PerDialect<&str> = crate::dialect_sql!(
@@ -119,8 +123,10 @@ async fn next_fence<D: Dialect>(
     name: &Name,
 ) -> Result<u64, StoreError> {
     let slot = Arg::Int(i64::from(lock::fence_slot(name)));
+    // The clock is read under the lock row's lock, like the expiry check.
+    let now_us = Arg::Int(as_i64(lock::fence_floor(now_ms())));
     let changed = connection
-        .run(NEXT_FENCE.get::<D>(), &[slot])
+        .run(NEXT_FENCE.get::<D>(), &[now_us, now_us, slot])
         .await
         .map_err(store_error::<D>)?;
     if changed != 1 {
