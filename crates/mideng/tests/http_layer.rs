@@ -19,8 +19,8 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use mideng::RecordStore;
 use mideng::http::{
-    IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer, RouteConfig, RouteConfigBuilder,
-    TenantSource, TokenGuard, not_final,
+    IDEMPOTENT_REPLAYED, IdempotencyContext, IdempotencyLayer, ORIGINAL_REQUEST_ID, REQUEST_ID,
+    RouteConfig, RouteConfigBuilder, TenantSource, TokenGuard, not_final,
 };
 use support::{Stores, race, unique};
 use tower::ServiceExt;
@@ -111,6 +111,7 @@ fn app(
         .route("/flaky", post(flaky).route_layer(layer("flaky")))
         .route("/hang", post(hang_once).route_layer(layer("hang")))
         .route("/slow", post(slow).route_layer(layer("slow")))
+        .layer(axum::middleware::from_fn(mideng::http::request_id))
         .with_state(effects)
 }
 
@@ -194,8 +195,33 @@ pub(crate) async fn fifty_concurrent_identical_requests_execute_once(stores: Sto
             other => panic!("unexpected status {other}"),
         }
     }
-    let later = send(&app, request("/v1/orders/o1/payments", &tenant, &key, body)).await;
+    // Every answer names its own request; only replays name the one that had the effect.
+    let ids: std::collections::HashSet<&str> = answers
+        .iter()
+        .map(|answer| answer.headers[REQUEST_ID].to_str().expect("ascii"))
+        .collect();
+    assert_eq!(ids.len(), answers.len(), "one request id per request");
+    assert!(!original.headers.contains_key(ORIGINAL_REQUEST_ID));
+    for answer in answers.iter().filter(|answer| answer.replayed) {
+        assert_eq!(
+            answer.headers[ORIGINAL_REQUEST_ID],
+            original.headers[REQUEST_ID]
+        );
+    }
+    // A client's own Request-Id is not the one the service files its request under.
+    let mut asked = request("/v1/orders/o1/payments", &tenant, &key, body);
+    asked.headers_mut().insert(
+        REQUEST_ID,
+        "req_chosen_by_the_client".parse().expect("value"),
+    );
+    let later = send(&app, asked).await;
     assert!(later.replayed);
+    assert_ne!(later.headers[REQUEST_ID], "req_chosen_by_the_client");
+    assert_eq!(later.headers.get_all(REQUEST_ID).iter().count(), 1);
+    assert_eq!(
+        later.headers[ORIGINAL_REQUEST_ID],
+        original.headers[REQUEST_ID]
+    );
     assert_eq!(
         (later.status, &later.body),
         (StatusCode::CREATED, &original.body)
@@ -530,3 +556,119 @@ layer_suite!(mysql, support::mysql);
 layer_suite!(redis, support::redis);
 #[cfg(feature = "redis")]
 layer_suite!(redis_cluster, support::redis_cluster);
+
+/// Counts its executions and names the one that answered.
+async fn record_event(State(effects): State<Effects>) -> String {
+    let number = effects.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    format!("recorded by execution {number}")
+}
+
+/// A route whose caller has no key header (a relay of queue messages): the key is the body's
+/// `event_id`, and the fingerprint only its `event_id` and `amount`, so a retry that changed the
+/// relay's own `sent_at` is the same request. Which fields count is checked when the route is
+/// built. Store-independent: on the memory store.
+#[cfg(feature = "memory")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_and_the_fingerprint_can_come_from_named_body_fields() {
+    use mideng::http::FingerprintParts;
+    let records: Arc<dyn RecordStore> = Arc::new(mideng::store::memory::MemoryStore::new());
+    let fields = FingerprintParts {
+        body_fields: vec!["/event_id".to_owned(), "/amount".to_owned()],
+        ..FingerprintParts::default()
+    };
+    let route = config(records.clone(), "events.record")
+        .key_from_body("/event_id")
+        .fingerprint(fields.clone())
+        .build()
+        .expect("valid config");
+    let effects = Effects::default();
+    let app = Router::new()
+        .route(
+            "/events",
+            post(record_event).route_layer(IdempotencyLayer::new(route)),
+        )
+        .with_state(effects.clone());
+    let tenant = unique("t");
+    let event = |body: serde_json::Value, key: Option<&str>| {
+        let mut request = Request::post("/events")
+            .header(TENANT, tenant.as_str())
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request
+            .body(Body::from(body.to_string()))
+            .expect("valid request")
+    };
+    let id = unique("evt");
+    let first = send(
+        &app,
+        event(
+            serde_json::json!({"event_id": id, "amount": 5, "sent_at": 1}),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(!first.replayed);
+    // The relay's retry, its own timestamp changed: the same request, replayed.
+    let retry = send(
+        &app,
+        event(
+            serde_json::json!({"sent_at": 2, "amount": 5, "event_id": id}),
+            None,
+        ),
+    )
+    .await;
+    assert!(retry.replayed);
+    assert_eq!(retry.body, first.body);
+    assert_eq!(effects.count(), 1);
+    // Another amount under the same event id: a reused key.
+    let changed = send(
+        &app,
+        event(serde_json::json!({"event_id": id, "amount": 6}), None),
+    )
+    .await;
+    assert_eq!(changed.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem_code(&changed), "idempotency-key-reused");
+    // No event id: no key on a route that requires one; an event id that is no key: malformed.
+    let keyless = send(&app, event(serde_json::json!({"amount": 5}), None)).await;
+    assert_eq!(problem_code(&keyless), "idempotency-key-missing");
+    let object = send(
+        &app,
+        event(
+            serde_json::json!({"event_id": {"id": 1}, "amount": 5}),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(problem_code(&object), "idempotency-key-malformed");
+    // A header, when there is one, is the key.
+    let headed = send(
+        &app,
+        event(
+            serde_json::json!({"event_id": id, "amount": 5}),
+            Some(&unique("k")),
+        ),
+    )
+    .await;
+    assert!(!headed.replayed);
+    assert_eq!(effects.count(), 2);
+    // A pointer that is not one is refused when the route is built.
+    assert!(
+        config(records.clone(), "events.record")
+            .key_from_body("event_id")
+            .build()
+            .is_err()
+    );
+    let broken = FingerprintParts {
+        body_fields: vec!["/a~2b".to_owned()],
+        ..FingerprintParts::default()
+    };
+    assert!(
+        config(records, "events.record")
+            .fingerprint(broken)
+            .build()
+            .is_err()
+    );
+}

@@ -315,6 +315,8 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn(boundary::contract))
         .layer(middleware::from_fn(observe::request_duration))
+        // Outermost: every answer, refusals at the boundary included, names its request.
+        .layer(middleware::from_fn(mideng::http::request_id))
         .with_state(state))
 }
 

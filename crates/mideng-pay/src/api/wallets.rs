@@ -51,6 +51,25 @@ fn stored_problem(error: &ApiError) -> StoredResponse {
     }
 }
 
+/// The answer the transaction stores: with the request's id as `Original-Request-Id`, for
+/// its replays.
+fn stamped(claim: Option<&IdempotencyClaim>, stored: StoredResponse) -> StoredResponse {
+    match claim {
+        Some(claim) => claim.stamp(stored),
+        None => stored,
+    }
+}
+
+/// A stored answer sent the first time: without `Original-Request-Id`, which only replays
+/// carry.
+fn first_answer(mut stored: StoredResponse) -> StoredResponse {
+    let original = mideng::http::ORIGINAL_REQUEST_ID;
+    stored
+        .headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case(original.as_str()));
+    stored
+}
+
 fn send(stored: StoredResponse) -> Response<Body> {
     let mut response = Response::new(Body::from(stored.body));
     *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
@@ -88,7 +107,7 @@ async fn keyed<T, O>(
     match work(input).await {
         Ok(Answered::Ran(_, stored)) => {
             claim.stored(&stored);
-            send(stored)
+            send(first_answer(stored))
         }
         Ok(Answered::Duplicate(decision)) => claim.decided(&decision).await.unwrap_or_else(|| {
             tracing::error!("a wallet transaction reported a duplicate that proceeds");
@@ -220,21 +239,26 @@ pub(super) async fn credit(
         amount: credit.amount_fen,
         balance: credit.balance_after_fen,
     };
-    let render = |outcome: &CreditOutcome| match outcome {
-        CreditOutcome::Credited(credit) => stored_json(StatusCode::OK, &view(credit)),
-        CreditOutcome::TooLarge => stored_problem(&ApiError::new(
-            Code::BalanceLimit,
-            "the balance would exceed its bound",
-        )),
-        CreditOutcome::AlreadyCredited(credit) => stored_problem(
-            &ApiError::new(
-                Code::AlreadyCredited,
-                "this reference was credited under another key",
-            )
-            .with_existing(view(credit)),
-        ),
-    };
     let claim = claim.as_ref().map(|axum::Extension(claim)| claim);
+    let render = |outcome: &CreditOutcome| {
+        stamped(
+            claim,
+            match outcome {
+                CreditOutcome::Credited(credit) => stored_json(StatusCode::OK, &view(credit)),
+                CreditOutcome::TooLarge => stored_problem(&ApiError::new(
+                    Code::BalanceLimit,
+                    "the balance would exceed its bound",
+                )),
+                CreditOutcome::AlreadyCredited(credit) => stored_problem(
+                    &ApiError::new(
+                        Code::AlreadyCredited,
+                        "this reference was credited under another key",
+                    )
+                    .with_existing(view(credit)),
+                ),
+            },
+        )
+    };
     keyed(&state, claim, checked, async |request| {
         wallet::credit(&state.ports, record_of(claim, &tenant), &request, &render).await
     })
@@ -280,21 +304,26 @@ pub(super) async fn deduct(
         amount: debit.amount_fen,
         balance_after: debit.balance_after_fen,
     };
-    let render = |outcome: &DeductOutcome| match outcome {
-        DeductOutcome::Debited(debit) => stored_json(StatusCode::OK, &view(debit)),
-        DeductOutcome::InsufficientFunds { balance_fen } => stored_problem(&ApiError::new(
-            Code::InsufficientFunds,
-            format!("the balance is {balance_fen} fen"),
-        )),
-        DeductOutcome::AlreadyDeducted(debit) => stored_problem(
-            &ApiError::new(
-                Code::AlreadyDeducted,
-                "this order was debited under another key",
-            )
-            .with_existing(view(debit)),
-        ),
-    };
     let claim = claim.as_ref().map(|axum::Extension(claim)| claim);
+    let render = |outcome: &DeductOutcome| {
+        stamped(
+            claim,
+            match outcome {
+                DeductOutcome::Debited(debit) => stored_json(StatusCode::OK, &view(debit)),
+                DeductOutcome::InsufficientFunds { balance_fen } => stored_problem(&ApiError::new(
+                    Code::InsufficientFunds,
+                    format!("the balance is {balance_fen} fen"),
+                )),
+                DeductOutcome::AlreadyDeducted(debit) => stored_problem(
+                    &ApiError::new(
+                        Code::AlreadyDeducted,
+                        "this order was debited under another key",
+                    )
+                    .with_existing(view(debit)),
+                ),
+            },
+        )
+    };
     keyed(&state, claim, checked, async |request| {
         wallet::deduct(&state.ports, record_of(claim, &tenant), &request, &render).await
     })

@@ -151,7 +151,7 @@ impl Default for PaymentSettings {
             expiry_grace: crate::limits::EXPIRY_GRACE,
             lock_wait: Duration::from_secs(2),
             duplicate_wait: Duration::from_secs(5),
-            funds_retention: Duration::from_secs(30 * 24 * 3600),
+            funds_retention: mideng::http::FUNDS_RETENTION,
             idempotency: true,
             broken: None,
             replay_cache_entries: 10_000,

@@ -65,6 +65,20 @@ pub(crate) async fn one_key_debits_once(backend: Backend) {
         1,
         "one execution; the rest are replays"
     );
+    // Each answer names its request; each replay also names the request that debited.
+    let first = successes
+        .iter()
+        .find(|answer| answer.header("idempotent-replayed").is_none())
+        .expect("the first answer");
+    assert!(first.header("original-request-id").is_none());
+    let debited_by = first.header("request-id").expect("a request id");
+    for answer in successes
+        .iter()
+        .filter(|answer| answer.header("idempotent-replayed").is_some())
+    {
+        assert_eq!(answer.header("original-request-id"), Some(debited_by));
+        assert_ne!(answer.header("request-id"), Some(debited_by));
+    }
     let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
     assert_eq!(wallet["balance"], 9_300);
     let debits = wallet["entries"]

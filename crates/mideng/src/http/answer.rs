@@ -107,7 +107,7 @@ pub(crate) async fn finish(
             return Problem::ResponseTooLarge.into_response();
         }
     };
-    let headers = config
+    let mut headers: Vec<(String, String)> = config
         .replay_headers
         .iter()
         .flat_map(|name| {
@@ -119,6 +119,13 @@ pub(crate) async fn finish(
             })
         })
         .collect();
+    // The request that had the effect, named on every replay of its answer.
+    if let Some(id) = &log.request_id {
+        headers.push((
+            super::ORIGINAL_REQUEST_ID.as_str().to_owned(),
+            id.as_str().to_owned(),
+        ));
+    }
     let stored = StoredResponse {
         status: parts.status.as_u16(),
         headers,

@@ -127,8 +127,38 @@ pub struct FingerprintParts {
     pub query: bool,
     /// The body (canonical JSON when it parses as JSON, else its bytes).
     pub body: bool,
+    /// When not empty, only these fields of a JSON body, as JSON pointers (RFC 6901, such as
+    /// `/amount` or `/items/0/sku`): a field the client may change between retries (a client
+    /// timestamp, a trace id) is then left out, so that the retry replays instead of being
+    /// refused as a reused key. A field absent from the body counts as `null`. A body that is
+    /// not JSON is fingerprinted whole. Checked when the route is built: at most
+    /// [`BODY_FIELDS_MAX`] pointers of at most 256 bytes, each empty or starting with `/`.
+    pub body_fields: Vec<String>,
     /// These request headers, by name.
     pub headers: Vec<HeaderName>,
+}
+
+/// The most body fields a fingerprint names.
+pub const BODY_FIELDS_MAX: usize = 32;
+
+/// Checks one JSON pointer of a route's configuration.
+fn check_pointer(what: &'static str, pointer: &str) -> Result<(), InvalidInput> {
+    let well_formed = pointer.len() <= 256
+        && (pointer.is_empty() || pointer.starts_with('/'))
+        // RFC 6901: `~` only as `~0` or `~1`.
+        && pointer
+            .split('~')
+            .skip(1)
+            .all(|rest| rest.starts_with('0') || rest.starts_with('1'));
+    if well_formed {
+        Ok(())
+    } else {
+        Err(InvalidInput::Malformed {
+            what,
+            max_bytes: 256,
+            alphabet: "a JSON pointer: empty, or `/` and reference tokens (`~0`, `~1` escapes)",
+        })
+    }
 }
 
 impl Default for FingerprintParts {
@@ -138,6 +168,7 @@ impl Default for FingerprintParts {
             path: true,
             query: true,
             body: true,
+            body_fields: Vec::new(),
             headers: Vec::new(),
         }
     }
@@ -148,6 +179,10 @@ impl Default for FingerprintParts {
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// Default retention: a day, the longest client retry window we know of outside funds.
 const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Retention of a route that moves money ([`RouteConfigBuilder::funds`]): 30 days, the long end
+/// of seed 004's "funds: 7 to 30 days", so that a retry delayed by an outage, a reconciliation
+/// job or a redelivered message replays instead of running again.
+pub const FUNDS_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Default request body limit. Idempotent write APIs take small JSON documents.
 const DEFAULT_BODY_BYTES_MAX: usize = 256 * 1024;
 /// Longest body limit accepted.
@@ -171,6 +206,7 @@ pub struct RouteConfig {
     pub(crate) token: Option<TokenGuard>,
     pub(crate) handler_decides: bool,
     pub(crate) handler_begins: bool,
+    pub(crate) key_from_body: Option<String>,
 }
 
 impl std::fmt::Debug for RouteConfig {
@@ -213,6 +249,7 @@ impl RouteConfig {
             token: None,
             handler_decides: false,
             handler_begins: false,
+            key_from_body: None,
         }
     }
 
@@ -239,6 +276,7 @@ pub struct RouteConfigBuilder {
     token: Option<TokenGuard>,
     handler_decides: bool,
     handler_begins: bool,
+    key_from_body: Option<String>,
 }
 
 impl RouteConfigBuilder {
@@ -255,10 +293,15 @@ impl RouteConfigBuilder {
         self
     }
 
-    /// How long completed responses are replayed (default 24 h; use 30 days for funds).
+    /// How long completed responses are replayed (default 24 h; [`Self::funds`] for 30 days).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
+    }
+
+    /// A route that moves money: its answers are replayed for [`FUNDS_RETENTION`] (30 days).
+    pub fn funds(self) -> Self {
+        self.retention(FUNDS_RETENTION)
     }
 
     /// How long the handler may run before it is dropped and its key freed (default: half the
@@ -341,7 +384,19 @@ impl RouteConfigBuilder {
         self
     }
 
-    /// Validates and builds. Refused: an invalid operation name; a lease, retention or body
+    /// Where the key comes from when the request has no key header: the body's field at
+    /// `pointer` (a JSON pointer, RFC 6901), a string or an integer, for callers that cannot
+    /// send a header (a queue consumer relaying a message, a webhook whose event id is the
+    /// key). A header, when present, wins; a field that is not a valid key is refused as a
+    /// malformed key; a body without the field has no key (400 on a route that requires one).
+    /// Checked when the route is built.
+    pub fn key_from_body(mut self, pointer: &str) -> Self {
+        self.key_from_body = Some(pointer.to_owned());
+        self
+    }
+
+    /// Validates and builds. Refused: an invalid operation name; a malformed JSON pointer among
+    /// the fingerprint's body fields or the key's, or more than [`BODY_FIELDS_MAX`] fields; a lease, retention or body
     /// limit out of bounds; a handler timeout not shorter than the lease (a handler that can
     /// outlive its lease could run twice); a wait for in-flight requests over 30 s; a route
     /// where the handler begins the record that also has a token guard or decides on a record
@@ -353,6 +408,19 @@ impl RouteConfigBuilder {
             });
         }
         Scope::new("t", &self.operation)?;
+        if self.fingerprint.body_fields.len() > BODY_FIELDS_MAX {
+            return Err(InvalidInput::CountOutOfRange {
+                what: "fingerprint body fields",
+                min: 0,
+                max: BODY_FIELDS_MAX as u64,
+            });
+        }
+        for pointer in &self.fingerprint.body_fields {
+            check_pointer("fingerprint body field", pointer)?;
+        }
+        if let Some(pointer) = &self.key_from_body {
+            check_pointer("key field of the body", pointer)?;
+        }
         let policy = RecordPolicy::new(self.lease, self.retention)?;
         let handler_timeout = self.handler_timeout.unwrap_or(self.lease / 2);
         if handler_timeout.is_zero() || handler_timeout >= self.lease {
@@ -395,6 +463,7 @@ impl RouteConfigBuilder {
             token: self.token,
             handler_decides: self.handler_decides,
             handler_begins: self.handler_begins,
+            key_from_body: self.key_from_body,
         })
     }
 }

@@ -23,6 +23,8 @@
 //! - [`read_idempotency_key`] — the key headers, read once: a repeated header, both spellings
 //!   or a broken structured string is refused, never resolved by picking one.
 //! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
+//! - [`request_id`] — every answer names its request (`Request-Id`); a replay also names the
+//!   request that had the effect (`Original-Request-Id`).
 //! - [`Problem`] — every refusal as `application/problem+json` with a stable `code`.
 //! - [`observe`] — every decision is a tracing event, a metrics counter and a latency
 //!   histogram.
@@ -33,12 +35,13 @@ mod deadline;
 mod headers;
 pub mod observe;
 mod problem;
+mod request_id;
 mod service;
 
 pub use answer::{Finality, IDEMPOTENT_REPLAYED, not_final};
 pub use config::{
-    FingerprintParts, KeyRequirement, ResolveTenant, RouteConfig, RouteConfigBuilder, Tenant,
-    TenantSource, TokenGuard, TokenUnavailable,
+    BODY_FIELDS_MAX, FUNDS_RETENTION, FingerprintParts, KeyRequirement, ResolveTenant, RouteConfig,
+    RouteConfigBuilder, Tenant, TenantSource, TokenGuard, TokenUnavailable,
 };
 pub use deadline::{
     BodyDeadlineElapsed, RequestBodyDeadline, RequestBodyDeadlineLayer, is_body_deadline,
@@ -48,6 +51,7 @@ pub use headers::{
     parse_key_value, read_idempotency_key, read_idempotency_token,
 };
 pub use problem::Problem;
+pub use request_id::{ORIGINAL_REQUEST_ID, REQUEST_ID, RequestId, request_id};
 pub use service::{
     IdempotencyClaim, IdempotencyContext, IdempotencyDecision, IdempotencyLayer, IdempotencyService,
 };

@@ -35,6 +35,7 @@ use axum::extract::{FromRequestParts, MatchedPath};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Request, Response};
 use futures_util::FutureExt;
+use tracing::Instrument;
 
 use super::answer::{finish, replay, replay_free};
 use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
@@ -95,6 +96,7 @@ pub struct IdempotencyDecision {
     /// What `begin` decided. On `Proceed`, the handler must `complete` (or `abandon`) the lease.
     pub decision: Decision,
     records: Arc<dyn crate::record::RecordStore>,
+    request_id: Option<super::RequestId>,
 }
 
 impl std::fmt::Debug for IdempotencyDecision {
@@ -129,6 +131,27 @@ impl IdempotencyDecision {
     pub fn records(&self) -> &Arc<dyn crate::record::RecordStore> {
         &self.records
     }
+
+    /// `stored` with this request's id as `Original-Request-Id`, for `complete`: every replay
+    /// then names the request that had the effect ([`super::request_id`]).
+    pub fn stamp(&self, stored: StoredResponse) -> StoredResponse {
+        stamp(self.request_id.as_ref(), stored)
+    }
+}
+
+/// `stored` with `Original-Request-Id: id` (when the request has an id).
+fn stamp(id: Option<&super::RequestId>, mut stored: StoredResponse) -> StoredResponse {
+    if let Some(id) = id {
+        let header_name = super::ORIGINAL_REQUEST_ID;
+        let name = header_name.as_str();
+        stored
+            .headers
+            .retain(|(header, _)| !header.eq_ignore_ascii_case(name));
+        stored
+            .headers
+            .push((name.to_owned(), id.as_str().to_owned()));
+    }
+    stored
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyDecision {
@@ -210,7 +233,9 @@ where
         // drops this future) does not cut the handler off between its effect and the stored
         // answer: the work finishes, the record completes, and the client's retry replays
         // instead of waiting out the lease.
-        let work = tokio::spawn(handle(config, inner, request, received));
+        let work = tokio::spawn(
+            handle(config, inner, request, received).instrument(tracing::Span::current()),
+        );
         Box::pin(async move {
             Ok(work.await.unwrap_or_else(|error| {
                 tracing::error!(%error, "idempotent request task failed");
@@ -232,6 +257,47 @@ fn announces_more_than(parts: &Parts, limit: usize) -> bool {
         .is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX))
 }
 
+/// The key at `pointer` of a JSON body: a string, or an integer as its decimal digits. `None`
+/// when the body is not JSON or has no such field; `Err` when the field is there but is not a
+/// valid key (another JSON type, or a string that [`IdempotencyKey::parse`] refuses).
+fn key_in_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey>, ()> {
+    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(None);
+    };
+    let text = match document.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(serde_json::Value::Number(number)) if number.is_i64() || number.is_u64() => {
+            number.to_string()
+        }
+        Some(_) => return Err(()),
+    };
+    IdempotencyKey::parse(&text).map(Some).map_err(|_| ())
+}
+
+/// The body's part of the fingerprint: the whole body, or only the configured fields of a JSON
+/// body (each as `pointer: value`, `null` when absent).
+fn body_fingerprint(fields: &[String], body: &[u8]) -> Fingerprint {
+    if fields.is_empty() {
+        return Fingerprint::of_request("", "", body);
+    }
+    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Fingerprint::of_request("", "", body);
+    };
+    let picked: serde_json::Map<String, serde_json::Value> = fields
+        .iter()
+        .map(|pointer| {
+            let value = document
+                .pointer(pointer)
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            (pointer.clone(), value)
+        })
+        .collect();
+    let bytes = serde_json::to_vec(&picked).unwrap_or_default();
+    Fingerprint::of_request("", "", &bytes)
+}
+
 fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -> Fingerprint {
     let wanted = &config.fingerprint;
     let method = if wanted.method {
@@ -250,7 +316,7 @@ fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -> Fingerpri
         ""
     };
     let canonical_body = if wanted.body {
-        Fingerprint::of_request("", "", body)
+        body_fingerprint(&wanted.body_fields, body)
     } else {
         Fingerprint::of_parts(&[])
     };
@@ -311,6 +377,8 @@ pub(super) struct DecisionLog<'a> {
     redacted_key: String,
     /// When the layer received the request.
     received: Instant,
+    /// The request's id ([`super::request_id`]), stored with its answer.
+    pub(super) request_id: Option<super::RequestId>,
 }
 
 impl DecisionLog<'_> {
@@ -354,18 +422,16 @@ where
         tenant,
         redacted_key: String::new(),
         received,
+        request_id: parts.extensions.get::<super::RequestId>().cloned(),
     };
     let key = match read_idempotency_key(&parts.headers) {
         Ok(Some(key)) => Some(key),
-        Ok(None) if config.key == KeyRequirement::Required => {
+        Ok(None) if config.key == KeyRequirement::Required && config.key_from_body.is_none() => {
             return log.refuse(Outcome::KeyMissing, Problem::KeyMissing);
         }
         Ok(None) => None,
         Err(_) => return log.refuse(Outcome::KeyMalformed, Problem::KeyMalformed),
     };
-    if let Some(key) = &key {
-        log.redacted_key = key.redacted();
-    }
     if announces_more_than(&parts, config.body_bytes_max) {
         return Problem::PayloadTooLarge.into_response();
     }
@@ -381,6 +447,21 @@ where
             };
         }
     };
+    let key = match (key, &config.key_from_body) {
+        (Some(key), _) => Some(key),
+        (None, Some(pointer)) => match key_in_body(&body, pointer) {
+            Ok(Some(key)) => Some(key),
+            Ok(None) if config.key == KeyRequirement::Required => {
+                return log.refuse(Outcome::KeyMissing, Problem::KeyMissing);
+            }
+            Ok(None) => None,
+            Err(()) => return log.refuse(Outcome::KeyMalformed, Problem::KeyMalformed),
+        },
+        (None, None) => None,
+    };
+    if let Some(key) = &key {
+        log.redacted_key = key.redacted();
+    }
 
     let Some(key) = key else {
         // No key on an optional route: only the token guard applies.
@@ -465,6 +546,7 @@ where
         fingerprint,
         decision,
         records: config.records.clone(),
+        request_id: log.request_id.clone(),
     });
     match run_handler(config, inner, Request::from_parts(parts, Body::from(body))).await {
         Ok(response) => response,
@@ -517,6 +599,7 @@ where
         records: config.records.clone(),
         redacted_key: log.redacted_key.clone(),
         received: log.received,
+        request_id: log.request_id.clone(),
     });
     run_handler(config, inner, Request::from_parts(parts, Body::from(body)))
         .await
@@ -544,6 +627,7 @@ pub struct IdempotencyClaim {
     claimed_at_ms: i64,
     /// When the layer received the request: the handler's decisions are timed from there.
     received: Instant,
+    request_id: Option<super::RequestId>,
 }
 
 impl std::fmt::Debug for IdempotencyClaim {
@@ -629,7 +713,10 @@ impl IdempotencyClaim {
             return answer;
         }
         if let Decision::Proceed(lease) = &decision
-            && let Err(error) = self.records.complete(lease, &response).await
+            && let Err(error) = self
+                .records
+                .complete(lease, &self.stamp(response.clone()))
+                .await
         {
             tracing::warn!(target: "mideng::idempotency", %error, "could not store a refusal; the key stays leased until it expires");
         }
@@ -639,6 +726,13 @@ impl IdempotencyClaim {
     /// The tenant.
     pub fn tenant(&self) -> &str {
         self.scope.tenant()
+    }
+
+    /// `stored` with this request's id as `Original-Request-Id`, for the answer the handler's
+    /// transaction stores: every replay then names the request that had the effect. Send the
+    /// first answer without it ([`super::request_id`]).
+    pub fn stamp(&self, stored: StoredResponse) -> StoredResponse {
+        stamp(self.request_id.as_ref(), stored)
     }
 }
 
