@@ -24,13 +24,14 @@ pub const ROUTE_LEASE: Duration = Duration::from_secs(60);
 /// above a channel call (bounded by the adapters' own timeouts) and the order lock's wait.
 pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long the order lock is held at most: a channel call is bounded well below it, and a
-/// holder that dies frees the order after it.
+/// The order lock's lease: renewed while its flow works, so a holder that dies frees the order
+/// after at most this.
 pub const ORDER_LOCK_TTL: Duration = Duration::from_secs(30);
 
-/// How long a reconciler holds a payment's lock at most: one query and at most one close at
-/// the channel, each bounded by the adapter's timeout.
-pub const RECONCILE_LOCK_TTL: Duration = Duration::from_secs(60);
+/// How long a flow may keep the order's lock by renewing it (`mideng::lock::keep_alive`): a
+/// flow makes at most two channel calls, each bounded by the adapter's timeout, so a holder
+/// still renewing after this is stuck, and the order is freed for the next writer.
+pub const ORDER_LOCK_HOLD_MAX: Duration = Duration::from_secs(120);
 
 /// Lease of a channel notify's dedup record. The record is written in the same transaction as
 /// the effect, so the lease only matters if that transaction outlives it.

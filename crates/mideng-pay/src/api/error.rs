@@ -292,6 +292,9 @@ impl IntoResponse for ApiError {
             && let Ok(value) = HeaderValue::try_from(seconds.to_string())
         {
             headers.insert(header::RETRY_AFTER, value);
+            // An answer that asks to be retried is not the request's last word: not stored
+            // under the key, so that the retry runs again.
+            return mideng::http::not_final(response);
         }
         response
     }
@@ -311,6 +314,15 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(invalid) => {
                 ApiError::new(Code::InvalidRequest, invalid.to_string())
             }
+            // A write under a lock that a later holder took over: that holder is doing the
+            // work.
+            StoreError::StaleFence { .. } => ApiError::new(
+                Code::Shared(Problem::InProgress {
+                    retry_after: std::time::Duration::from_secs(1),
+                }),
+                "another request is working on this; retry",
+            )
+            .retry_after(1),
             other => {
                 tracing::error!(error = %other, "storage failure");
                 ApiError::new(Code::Internal, "internal error")

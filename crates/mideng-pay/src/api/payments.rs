@@ -56,6 +56,18 @@ fn not_configured(channel: &str) -> ApiError {
 /// the same token (bound to that key) runs again, asks the channel for the same payment number
 /// and gets the outcome (a retry without a key needs a fresh token). Reconciliation settles
 /// the attempt if nobody asks again.
+/// Another writer holds the order (its lock, or our lease was taken over): 409 `in-progress`
+/// with `Retry-After: 1`, not stored under the key (an answer that asks to retry never is).
+fn busy() -> ApiError {
+    ApiError::new(
+        Code::Shared(mideng::http::Problem::InProgress {
+            retry_after: std::time::Duration::from_secs(1),
+        }),
+        "another request is working on this order; retry",
+    )
+    .retry_after(1)
+}
+
 fn not_yet_at_channel(payment: &Payment) -> Response {
     let mut response = payment_answer(StatusCode::ACCEPTED, payment, false);
     response
@@ -77,7 +89,7 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
         (status = 201, description = "New pending payment", body = PaymentView),
         (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url), not stored under the key: ask again after Retry-After with the same Idempotency-Key and token (without a key, a new token)", body = PaymentView),
         (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
-        (status = 409, description = "order-already-paid, payment-closed, in-progress, duplicate-submission, order-not-payable", body = super::ProblemBody),
+        (status = 409, description = "order-already-paid, payment-closed, duplicate-submission, order-not-payable; in-progress (Retry-After, not stored under the key): the key is in use, or another request holds the order and it has no payment yet", body = super::ProblemBody),
         (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),
     ),
     security(("api_key" = []), ("publishable_key" = []))
@@ -115,6 +127,7 @@ pub(super) async fn create(
         Created::ChannelRejected => Err(channel_rejected(
             "the channel refused the payment; create another attempt",
         )),
+        Created::Busy => Err(busy()),
     }
 }
 
@@ -165,7 +178,7 @@ pub(super) async fn show(
     responses(
         (status = 200, description = "Closed (now or before)", body = PaymentView),
         (status = 202, description = "Not closable yet: the channel has no trade (code not scanned) and it stays payable until its expiry; the payment stays PENDING", body = PaymentView),
-        (status = 409, description = "already-paid: the buyer paid first", body = super::ProblemBody),
+        (status = 409, description = "already-paid: the buyer paid first; in-progress (Retry-After): another request holds the order and the payment is still pending", body = super::ProblemBody),
         (status = 404, body = super::ProblemBody),
     ),
     security(("api_key" = []))
@@ -192,13 +205,7 @@ pub(super) async fn close(
         )),
         Closed::NotFound => Err(ApiError::not_found("payment")),
         Closed::ChannelNotConfigured => Err(not_configured("its channel")),
-        Closed::Busy => Err(ApiError::new(
-            Code::Shared(mideng::http::Problem::InProgress {
-                retry_after: std::time::Duration::from_secs(1),
-            }),
-            "the order is busy; retry",
-        )
-        .retry_after(1)),
+        Closed::Busy => Err(busy()),
         Closed::ChannelPending => Err(channel_unavailable(
             "the channel has not confirmed the close; retry",
         )),

@@ -18,6 +18,7 @@
 
 pub mod notify;
 pub mod order;
+pub mod order_lock;
 pub mod payment;
 pub mod refund;
 pub mod wallet;

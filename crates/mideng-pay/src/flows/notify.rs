@@ -1,12 +1,16 @@
 //! A channel's notify. It is accepted only after its signature, merchant identity, our payment
 //! number, its channel and the amount all check out; then, under the order's lock (a brief
-//! wait), it is deduplicated by the channel's notify id and applied through the one success
-//! flow, in one transaction. Anything that cannot
-//! be processed now gets the channel's failure answer, so that it is sent again.
+//! wait; [`crate::flows::order_lock`]), it is deduplicated by the channel's notify id and
+//! applied through the one success flow, in one transaction that also checks the lock's fence.
+//! Anything that cannot be processed now (the lock busy for the whole wait and the payment
+//! not yet paid, a write refused because our lease was taken over, the database down) gets the
+//! channel's failure answer, so that it is sent again.
 
 use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{NotifiedState, NotifyAnswer, NotifyVerdict, RawNotify};
 
+use crate::domain::payment::PaymentStatus;
+use crate::flows::order_lock::{Locked, lock_order, unlock};
 use crate::flows::{BrokenLayer, Ports, decision, operation};
 use crate::store::{NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome, SuccessOutcome};
 
@@ -48,7 +52,7 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         },
         NotifiedState::Other(_) => NotifyEvent::Other,
     };
-    let effect = NotifyEffect {
+    let mut effect = NotifyEffect {
         operation,
         channel: channel.kind().as_str(),
         notify_id: verified.notify_id.clone(),
@@ -56,22 +60,39 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
         amount_fen: verified.amount_fen,
         event,
         dedup: ports.settings.layer_on(BrokenLayer::NotifyDedup),
+        fence: None,
     };
     let subject = verified.out_trade_no.as_str();
-    // Seed 000 §3①: the success flow runs under the order's lock, as creation and close do, so
-    // that a notify and a close (or a second attempt) for one order do not interleave. The
-    // wait is brief; when it runs out the notify goes on, and the payment's row lock and
-    // compare-and-set re-check the state and decide.
-    let guard = match (&effect.event, ports.store.payments.payment(subject).await) {
+    // Seed 000, layer 3 ①: the success flow runs under the order's lock, as creation and close
+    // do, so that a notify and a close (or a second attempt) for one order do not interleave.
+    // When the wait runs out, a payment already PAID decides (a resend: applied without the
+    // lock, deduplicated); otherwise the channel is asked to send it again.
+    let locked = match (&effect.event, ports.store.payments.payment(subject).await) {
         (NotifyEvent::Paid { .. }, Ok(Some(payment))) => {
-            super::payment::lock_order(ports, operation, &payment.tenant_id, &payment.order_id)
-                .await
-                .flatten()
+            let locked = lock_order(ports, operation, &payment.tenant_id, &payment.order_id).await;
+            if let Locked::Busy = locked {
+                let paid = matches!(
+                    ports.store.payments.payment(subject).await,
+                    Ok(Some(now)) if now.status == PaymentStatus::Paid
+                );
+                if !paid {
+                    decision(
+                        "lock",
+                        operation,
+                        &payment.tenant_id,
+                        subject,
+                        "busy_retry_later",
+                    );
+                    return Some(channel.answer(NotifyVerdict::RetryLater));
+                }
+            }
+            locked
         }
-        _ => None,
+        _ => Locked::Unguarded,
     };
+    effect.fence = locked.fence().cloned();
     let applied = ports.store.notifies.apply_notify(&effect).await;
-    super::payment::unlock(ports, guard).await;
+    unlock(ports, locked).await;
     let NotifyApplied { outcome, tenant } = match applied {
         Ok(applied) => applied,
         Err(error) => {

@@ -73,6 +73,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "webhook retention",
                 include_str!("../../migrations/postgres/0010_webhook_retention.sql"),
             ),
+            (
+                11,
+                "order lock fence",
+                include_str!("../../migrations/postgres/0011_order_fence.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -137,6 +142,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "webhook retention",
                 include_str!("../../migrations/mysql/0010_webhook_retention.sql"),
             ),
+            (
+                11,
+                "order lock fence",
+                include_str!("../../migrations/mysql/0011_order_fence.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -196,6 +206,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 10,
                 "webhook retention",
                 include_str!("../../migrations/sqlite/0010_webhook_retention.sql"),
+            ),
+            (
+                11,
+                "order lock fence",
+                include_str!("../../migrations/sqlite/0011_order_fence.sql"),
             ),
         ],
     )

@@ -54,7 +54,7 @@ pub use events::{Events, OutboxRelay};
 pub use grants::{GrantOutcome, Grants};
 pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
-pub use orders::{OrderInsert, OrderTransition, Orders};
+pub use orders::{OrderFence, OrderInsert, OrderTransition, Orders};
 pub use overview::{Overview, Overviews};
 pub use parked::{EventFailures, FailedEvent, FailureStatus};
 pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};

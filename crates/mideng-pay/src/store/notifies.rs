@@ -39,6 +39,9 @@ pub struct NotifyEffect {
     /// Whether the notify id is deduplicated (off only as the storm's test switch; the
     /// compare-and-set on the payment still decides).
     pub dedup: bool,
+    /// The fence of the order's lock when the notify is applied under it (a success), checked
+    /// in the notify's transaction ([`super::orders::check_fence`]); `None` without the lock.
+    pub fence: Option<super::orders::OrderFence>,
 }
 
 /// What a notify reports.
@@ -258,7 +261,13 @@ impl<D: Dialect> Notifies for SqlPay<D> {
         let now_ms = clock::now_ms();
         let store = &self.store;
         self.store
-            .write(|transaction| Box::pin(notify_on::<D>(store, transaction, notify, now_ms)))
+            .write(|transaction| {
+                Box::pin(async move {
+                    let applied = notify_on::<D>(store, transaction, notify, now_ms).await?;
+                    super::orders::check_fence::<D>(transaction, notify.fence.as_ref()).await?;
+                    Ok(applied)
+                })
+            })
             .await
     }
 }

@@ -157,6 +157,55 @@ pub async fn transition_order<D: Dialect>(
     Ok(changed == 1)
 }
 
+/// The fence of the order's lock that a write under the lock carries ([`check_fence`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderFence {
+    /// The order's tenant.
+    pub tenant_id: String,
+    /// The order.
+    pub order_id: String,
+    /// The lock guard's fence.
+    pub fence: u64,
+}
+
+/// Raises the order's fence to the write's, unless the order has seen a higher one.
+const ORDER_RAISE_FENCE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_orders SET lock_fence = " ? " WHERE tenant_id = " ? " AND order_id = " ?
+    " AND lock_fence <= " ?
+);
+
+/// Checks, in the caller's transaction, that no later holder of the order's lock has written:
+/// raises the order's fence to `fence`'s, or refuses with [`StoreError::StaleFence`] (the
+/// caller's transaction then rolls back). Called last in a transaction, after its other
+/// statements, so that the order row is locked after the payment row as everywhere else.
+/// `None` (a write without the lock: the layer off, the lock store unreachable) checks nothing.
+pub async fn check_fence<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    fence: Option<&OrderFence>,
+) -> Result<(), StoreError> {
+    let Some(fence) = fence else {
+        return Ok(());
+    };
+    let value = i64::try_from(fence.fence).unwrap_or(i64::MAX);
+    let changed = connection
+        .run(
+            ORDER_RAISE_FENCE.get::<D>(),
+            &[
+                Arg::Int(value),
+                Arg::Text(&fence.tenant_id),
+                Arg::Text(&fence.order_id),
+                Arg::Int(value),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::StaleFence { fence: fence.fence })
+    }
+}
+
 /// What an order transition request found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OrderTransition {

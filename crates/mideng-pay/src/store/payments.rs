@@ -18,7 +18,7 @@ use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, clock, dialect_sql};
 
-use super::orders;
+use super::orders::{self, OrderFence};
 use super::sql::SqlPay;
 use crate::domain::charge::{self, CaseKind, Charge};
 use crate::domain::events::{
@@ -631,15 +631,36 @@ pub(super) async fn closed_event<D: Dialect>(
 pub trait Payments: Send + Sync {
     /// Creates the order's pending payment `payment` (its amount taken from the order), or
     /// finds the one that exists. The order row is locked while deciding.
-    async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError>;
+    ///
+    /// Every write here that follows the order's lock takes the lock's fence (`None` without
+    /// the lock) and is refused with [`StoreError::StaleFence`], nothing written, when a later
+    /// holder of the lock has written ([`super::orders::check_fence`]).
+    async fn open_payment(
+        &self,
+        payment: &Payment,
+        fence: Option<&OrderFence>,
+    ) -> Result<OpenPayment, StoreError>;
     /// Records the channel's pay URL on a pending payment.
-    async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError>;
+    async fn set_pay_url(
+        &self,
+        payment_no: &str,
+        pay_url: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<bool, StoreError>;
     /// PENDING → FAILED (the channel refused the attempt).
-    async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError>;
+    async fn fail_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<bool, StoreError>;
     /// A payment.
     async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError>;
     /// The local half of closing a payment: row lock, then CAS PENDING → CLOSED.
-    async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError>;
+    async fn close_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<LocalClose, StoreError>;
     /// Pending payments created before `created_before_ms`, of one tenant or of all, oldest
     /// first, after the cursor `after` (creation time, payment number), at most `limit`
     /// (reconciliation pages through them).
@@ -653,7 +674,11 @@ pub trait Payments: Send + Sync {
     /// Closes a pending payment whose trade is over (closed or expired at the channel) and
     /// cancels its order if the order still waits for payment, in one transaction; true when
     /// the order was canceled.
-    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError>;
+    async fn expire_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<(LocalClose, bool), StoreError>;
     /// A channel's PAID payments paid in `from_ms..to_ms`, oldest first, after the cursor
     /// `after` (paid time, payment number), at most `limit` (the bill's other direction).
     async fn paid_between(
@@ -670,41 +695,70 @@ pub trait Payments: Send + Sync {
         &self,
         payment_no: &str,
         paid: &mideng_channel::adapter::Payment,
+        fence: Option<&OrderFence>,
     ) -> Result<SuccessOutcome, StoreError>;
 }
 
 #[async_trait]
 impl<D: Dialect> Payments for SqlPay<D> {
-    async fn open_payment(&self, payment: &Payment) -> Result<OpenPayment, StoreError> {
+    async fn open_payment(
+        &self,
+        payment: &Payment,
+        fence: Option<&OrderFence>,
+    ) -> Result<OpenPayment, StoreError> {
         let _timer = self.timer("payments.open_payment");
         let now_ms = clock::now_ms();
         self.store
-            .write(|transaction| Box::pin(open_on::<D>(transaction, payment, now_ms)))
-            .await
-    }
-
-    async fn set_pay_url(&self, payment_no: &str, pay_url: &str) -> Result<bool, StoreError> {
-        let _timer = self.timer("payments.set_pay_url");
-        let now_ms = clock::now_ms();
-        self.store
             .write(|transaction| {
-                Box::pin(set_pay_url::<D>(transaction, payment_no, pay_url, now_ms))
+                Box::pin(async move {
+                    let opened = open_on::<D>(transaction, payment, now_ms).await?;
+                    orders::check_fence::<D>(transaction, fence).await?;
+                    Ok(opened)
+                })
             })
             .await
     }
 
-    async fn fail_payment(&self, payment_no: &str) -> Result<bool, StoreError> {
+    async fn set_pay_url(
+        &self,
+        payment_no: &str,
+        pay_url: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<bool, StoreError> {
+        let _timer = self.timer("payments.set_pay_url");
+        let now_ms = clock::now_ms();
+        self.store
+            .write(|transaction| {
+                Box::pin(async move {
+                    let set = set_pay_url::<D>(transaction, payment_no, pay_url, now_ms).await?;
+                    orders::check_fence::<D>(transaction, fence).await?;
+                    Ok(set)
+                })
+            })
+            .await
+    }
+
+    async fn fail_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<bool, StoreError> {
         let _timer = self.timer("payments.fail_payment");
         let now_ms = clock::now_ms();
         self.store
             .write(|transaction| {
-                Box::pin(transition_payment::<D>(
-                    transaction,
-                    payment_no,
-                    PaymentStatus::Pending,
-                    PaymentStatus::Failed,
-                    now_ms,
-                ))
+                Box::pin(async move {
+                    let failed = transition_payment::<D>(
+                        transaction,
+                        payment_no,
+                        PaymentStatus::Pending,
+                        PaymentStatus::Failed,
+                        now_ms,
+                    )
+                    .await?;
+                    orders::check_fence::<D>(transaction, fence).await?;
+                    Ok(failed)
+                })
             })
             .await
     }
@@ -715,11 +769,21 @@ impl<D: Dialect> Payments for SqlPay<D> {
         find_payment::<D>(&mut connection, payment_no, false).await
     }
 
-    async fn close_payment(&self, payment_no: &str) -> Result<LocalClose, StoreError> {
+    async fn close_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<LocalClose, StoreError> {
         let _timer = self.timer("payments.close_payment");
         let now_ms = clock::now_ms();
         self.store
-            .write(|transaction| Box::pin(close_on::<D>(transaction, payment_no, now_ms)))
+            .write(|transaction| {
+                Box::pin(async move {
+                    let closed = close_on::<D>(transaction, payment_no, now_ms).await?;
+                    orders::check_fence::<D>(transaction, fence).await?;
+                    Ok(closed)
+                })
+            })
             .await
     }
 
@@ -742,7 +806,11 @@ impl<D: Dialect> Payments for SqlPay<D> {
         .await
     }
 
-    async fn expire_payment(&self, payment_no: &str) -> Result<(LocalClose, bool), StoreError> {
+    async fn expire_payment(
+        &self,
+        payment_no: &str,
+        fence: Option<&OrderFence>,
+    ) -> Result<(LocalClose, bool), StoreError> {
         let _timer = self.timer("payments.expire_payment");
         let now_ms = clock::now_ms();
         self.store
@@ -763,6 +831,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
                         }
                         _ => false,
                     };
+                    orders::check_fence::<D>(transaction, fence).await?;
                     Ok((closed, canceled))
                 })
             })
@@ -794,20 +863,26 @@ impl<D: Dialect> Payments for SqlPay<D> {
         &self,
         payment_no: &str,
         paid: &mideng_channel::adapter::Payment,
+        fence: Option<&OrderFence>,
     ) -> Result<SuccessOutcome, StoreError> {
         let _timer = self.timer("payments.apply_success");
         let now_ms = clock::now_ms();
         let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
         self.store
             .write(|transaction| {
-                Box::pin(apply_success::<D>(
-                    transaction,
-                    payment_no,
-                    &paid.channel_trade_no,
-                    paid.amount_fen,
-                    paid_at_ms,
-                    now_ms,
-                ))
+                Box::pin(async move {
+                    let outcome = apply_success::<D>(
+                        transaction,
+                        payment_no,
+                        &paid.channel_trade_no,
+                        paid.amount_fen,
+                        paid_at_ms,
+                        now_ms,
+                    )
+                    .await?;
+                    orders::check_fence::<D>(transaction, fence).await?;
+                    Ok(outcome)
+                })
             })
             .await
     }

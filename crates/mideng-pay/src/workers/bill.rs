@@ -31,6 +31,7 @@ use crate::domain::bill::{
     BillCase, BillCaseKind, BillCaseStatus, ChargeVerdict, case_id, judge_charge, judge_refund,
 };
 use crate::domain::payment::{Payment, PaymentStatus};
+use crate::flows::order_lock::{lock_order, unlock};
 use crate::flows::payment::{OnClose, Settled, close_sibling, settle};
 use crate::flows::{Ports, decision};
 use crate::store::SuccessOutcome;
@@ -286,13 +287,20 @@ impl Cases<'_> {
             paid_at_ms: entry.at_ms,
         };
         let was = payment.status;
+        // Under the order's lock like every other writer of the order; when it stays busy the
+        // success flow goes on under the database's row lock and compare-and-set alone (the
+        // channel has settled this charge: nothing is left to wait for, as for a resent notify).
+        let locked = lock_order(self.ports, OPERATION, &payment.tenant_id, &payment.order_id).await;
         let settled = settle(
             self.ports,
             payment,
             TradeState::Paid(paid),
             OnClose::CancelOrder,
+            locked.fence(),
         )
-        .await?;
+        .await;
+        unlock(self.ports, locked).await;
+        let settled = settled?;
         let (status, detail) = match settled {
             Settled::Paid(SuccessOutcome::Paid { open_sibling, .. }) => {
                 if let Some(sibling) = open_sibling {

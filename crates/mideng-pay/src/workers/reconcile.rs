@@ -24,22 +24,23 @@
 //!
 //! The table is [`crate::flows::payment::settle`](mod@crate::flows::payment::settle), shared with the close route and creation.
 //! "Expired" means past the payment's expiry plus the grace for clock skew
-//! ([`crate::flows::PaymentSettings::expiry_grace`], one setting). One owner per payment
-//! at a time across instances: each payment is handled under a short lock in the lock store
-//! (Redis in production), and every change is a compare-and-set in the database anyway, so two
-//! reconcilers (or a reconciler and a callback) never apply an effect twice.
+//! ([`crate::flows::PaymentSettings::expiry_grace`], one setting). One writer per order at a
+//! time across instances: each payment is handled under its order's lock, the one creation,
+//! close and notifies take ([`crate::flows::order_lock`]), its writes fenced; and every change
+//! is a compare-and-set in the database anyway, so two reconcilers (or a reconciler and a
+//! callback) never apply an effect twice.
 
 use std::time::Duration;
 
-use mideng::{Name, StoreError};
+use mideng::StoreError;
 use mideng_channel::adapter::{Channel, TradeState};
 
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::Payment;
+use crate::flows::order_lock::{Locked, lock_order, lost_the_lock, unlock};
 use crate::flows::payment::{OnClose, Settled, settle};
 use crate::flows::{Ports, decision, operation};
-use crate::limits::RECONCILE_LOCK_TTL;
-use crate::store::{LocalClose, SuccessOutcome};
+use crate::store::{LocalClose, OrderFence, SuccessOutcome};
 
 /// The operation name of reconciliation in logs and counters.
 pub const OPERATION: &str = operation::RECONCILE;
@@ -297,23 +298,24 @@ async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileR
     );
 }
 
-/// Reconciles one payment under its lock.
+/// Reconciles one payment under its order's lock, the lock every writer of the order takes
+/// ([`crate::flows::order_lock`]): a lock busy for the whole wait, or taken over while the
+/// round worked (its writes refused by the fence), leaves the payment to the next round.
 async fn one(ports: &Ports, payment: &Payment) -> Result<Verdict, StoreError> {
     let Some(channel) = ports.channels.named(&payment.channel) else {
         tracing::warn!(payment_no = %payment.payment_no, channel = %payment.channel, "channel not configured; cannot reconcile");
         return Ok(Verdict::Unknown);
     };
-    let name = Name::parse(&format!("reconcile:{}", payment.payment_no))?;
-    let guard = match ports.locks.try_acquire(&name, RECONCILE_LOCK_TTL).await {
-        Ok(Some(guard)) => Some(guard),
-        Ok(None) => return Ok(Verdict::Busy),
-        // Without the lock store the database's compare-and-set still decides.
-        Err(_) => None,
-    };
-    let verdict = decide(ports, channel.as_ref(), payment).await;
-    if let Some(guard) = guard {
-        let _ = ports.locks.release(&guard).await;
+    let locked = lock_order(ports, OPERATION, &payment.tenant_id, &payment.order_id).await;
+    if let Locked::Busy = locked {
+        return Ok(Verdict::Busy);
     }
+    let verdict = decide(ports, channel.as_ref(), payment, locked.fence()).await;
+    unlock(ports, locked).await;
+    let verdict = match verdict {
+        Err(error) if lost_the_lock(&error) => Ok(Verdict::Busy),
+        other => other,
+    };
     if let Ok(Verdict::Paid(Some(sibling))) = &verdict {
         crate::flows::payment::close_sibling(ports, &payment.tenant_id, sibling).await;
     }
@@ -324,6 +326,7 @@ async fn decide(
     ports: &Ports,
     channel: &dyn Channel,
     payment: &Payment,
+    fence: Option<&OrderFence>,
 ) -> Result<Verdict, StoreError> {
     let found = match channel.query_trade(&payment.payment_no).await {
         Ok(found) => found,
@@ -332,7 +335,7 @@ async fn decide(
             return Ok(Verdict::Unknown);
         }
     };
-    let settled = match settle(ports, payment, found, OnClose::CancelOrder).await? {
+    let settled = match settle(ports, payment, found, OnClose::CancelOrder, fence).await? {
         // Still pending past its expiry, or pending for an order that no longer waits for
         // payment (another attempt paid it: a late success, whose close of this one did not
         // go through): close it at the channel first, then settle on what the close found (a
@@ -340,10 +343,17 @@ async fn decide(
         Settled::Pending { expired } if expired || order_settled(ports, payment).await? => {
             match channel.close_trade(&payment.payment_no).await {
                 Ok(TradeState::Closed | TradeState::NotFound) => {
-                    settle(ports, payment, TradeState::Closed, OnClose::CancelOrder).await?
+                    settle(
+                        ports,
+                        payment,
+                        TradeState::Closed,
+                        OnClose::CancelOrder,
+                        fence,
+                    )
+                    .await?
                 }
                 Ok(paid @ TradeState::Paid(_)) => {
-                    settle(ports, payment, paid, OnClose::CancelOrder).await?
+                    settle(ports, payment, paid, OnClose::CancelOrder, fence).await?
                 }
                 Ok(_) | Err(_) => return Ok(Verdict::Unknown),
             }

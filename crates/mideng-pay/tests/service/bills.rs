@@ -37,7 +37,7 @@ async fn closed_here_unheard(service: &Service, order_id: &str) -> String {
         .ports
         .store
         .payments
-        .close_payment(&number)
+        .close_payment(&number, None)
         .await
         .expect("closed here");
     number
@@ -131,6 +131,7 @@ pub(crate) async fn the_bill_finds_every_charge_and_keeps_every_disagreement(bac
                 amount_fen: 610,
                 paid_at_ms: None,
             },
+            None,
         )
         .await
         .expect("applied");

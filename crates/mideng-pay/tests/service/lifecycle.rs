@@ -152,7 +152,7 @@ async fn take(service: &Service, attempts: &mut Attempts, step: Step) {
                 .ports
                 .store
                 .payments
-                .close_payment(&attempts.a)
+                .close_payment(&attempts.a, None)
                 .await
                 .expect("closed");
         }

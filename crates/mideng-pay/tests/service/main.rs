@@ -165,8 +165,9 @@ mod edge {
 
 mod shared_deployment {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn postgres_and_redis_a_held_order_lock_delays_but_never_fails() {
-        crate::payments::a_held_order_lock_delays_but_never_fails(
+    async fn postgres_and_redis_a_held_order_lock_answers_in_progress_and_fences_off_its_paused_holder()
+     {
+        crate::payments::a_held_order_lock_answers_in_progress_and_fences_off_its_paused_holder(
             crate::harness::Backend::Postgres,
         )
         .await;

@@ -377,10 +377,17 @@ pub(crate) async fn forged_callbacks_change_nothing(backend: Backend) {
     assert_eq!(service.order(&order_id).await["status"], "PAID");
 }
 
-/// The order's lock held elsewhere (a slow or crashed node): creation waits briefly, then goes
-/// on under the database's guard and still makes exactly one payment.
-pub(crate) async fn a_held_order_lock_delays_but_never_fails(backend: Backend) {
+/// The order's lock held elsewhere, by a node that then pauses past its lease (a stopped
+/// process, a long collection pause): creation waits briefly, re-checks the order and answers
+/// 409 `in-progress` with `Retry-After`, creating nothing and storing nothing under the key.
+/// Once the lease has run out, the same requests (same keys, same tokens) make exactly one
+/// payment; and the paused holder, waking up, cannot write with its fence, nor release the
+/// lock, while a later holder can.
+pub(crate) async fn a_held_order_lock_answers_in_progress_and_fences_off_its_paused_holder(
+    backend: Backend,
+) {
     use mideng::lock::LockStore;
+    use mideng_pay::store::{LocalClose, OrderFence};
     let service = Arc::new(Service::start(backend).await);
     let order_id = unique("o");
     service.create_order(&order_id, "u-5", 300).await;
@@ -389,33 +396,105 @@ pub(crate) async fn a_held_order_lock_delays_but_never_fails(backend: Backend) {
         .await
         .expect("redis");
     let name = mideng_pay::flows::order_lock_name(&service.tenant, &order_id).expect("name");
-    let held = locks
-        .try_acquire(&name, std::time::Duration::from_secs(60))
+    // Long enough for the first round of requests to wait and answer within it.
+    let lease = std::time::Duration::from_secs(8);
+    let paused = locks
+        .try_acquire(&name, lease)
         .await
         .expect("lock store")
         .expect("free");
-    let answers = race(4, |_| {
-        let (service, order_id) = (service.clone(), order_id.clone());
-        async move { service.create_payment(&order_id, "alipay").await }
-    })
-    .await;
-    for answer in &answers {
-        assert!(
-            matches!(answer.status, 200 | 201),
-            "{}: {}",
+    let mut submissions = Vec::new();
+    for _ in 0..4 {
+        submissions.push((unique("k"), service.token().await));
+    }
+    let submissions = Arc::new(submissions);
+    let send_all = || {
+        race(4, |i| {
+            let (service, order_id, submissions) =
+                (service.clone(), order_id.clone(), submissions.clone());
+            async move {
+                let (key, token) = &submissions[i];
+                service
+                    .post(
+                        &format!("/v1/orders/{order_id}/payments"),
+                        json!({"channel": "alipay"}),
+                        &[("Idempotency-Key", key), ("Idempotency-Token", token)],
+                    )
+                    .await
+            }
+        })
+    };
+    for answer in send_all().await {
+        assert_eq!(
             answer.status,
+            409,
+            "{}",
             String::from_utf8_lossy(&answer.body)
         );
+        assert_eq!(answer.json()["code"], "in-progress");
+        assert!(answer.headers.contains_key("retry-after"));
     }
+    assert!(payments_of(&service, &order_id).await.is_empty());
+
+    // The holder never renews: its lease runs out, and the retries go through.
+    let until = paused.held_until_ms + 200;
+    while mideng::clock::now_ms() <= until {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let answers = send_all().await;
+    let statuses: Vec<u16> = answers.iter().map(|answer| answer.status).collect();
     assert_eq!(
-        answers.iter().filter(|answer| answer.status == 201).count(),
-        1
+        statuses.iter().filter(|status| **status == 201).count(),
+        1,
+        "{statuses:?}"
     );
-    assert_eq!(payments_of(&service, &order_id).await.len(), 1);
     assert!(
-        locks.release(&held).await.expect("release"),
-        "the lock was never taken from its holder"
+        statuses.iter().all(|status| matches!(status, 200 | 201)),
+        "{statuses:?}"
     );
+    let numbers: std::collections::BTreeSet<String> = answers
+        .iter()
+        .map(|answer| payment_no(&answer.json()))
+        .collect();
+    assert_eq!(numbers.len(), 1, "one payment answered to all: {numbers:?}");
+    assert_eq!(payments_of(&service, &order_id).await.len(), 1);
+    let number = numbers.into_iter().next().expect("a payment");
+
+    // The paused holder wakes up and writes under its old fence: refused, nothing changed.
+    let payments = &service.state.ports.store.payments;
+    let fence_of = |fence| OrderFence {
+        tenant_id: service.tenant.clone(),
+        order_id: order_id.clone(),
+        fence,
+    };
+    let refused = payments
+        .close_payment(&number, Some(&fence_of(paused.fence)))
+        .await;
+    assert!(
+        matches!(refused, Err(mideng::StoreError::StaleFence { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        service.order(&order_id).await["payments"][0]["status"],
+        "PENDING"
+    );
+    assert!(
+        !locks.release(&paused).await.expect("release"),
+        "a holder whose lease ran out cannot release the lock"
+    );
+    // A later holder writes.
+    let next = locks
+        .try_acquire(&name, lease)
+        .await
+        .expect("lock store")
+        .expect("free again once the flows released it");
+    assert!(next.fence > paused.fence);
+    let closed = payments
+        .close_payment(&number, Some(&fence_of(next.fence)))
+        .await
+        .expect("a current fence writes");
+    assert!(matches!(closed, LocalClose::Closed(_)), "{closed:?}");
+    assert!(locks.release(&next).await.expect("release"));
 }
 
 /// Scenario 3 of the channels: Alipay has no trade before the scan, so a close cannot close

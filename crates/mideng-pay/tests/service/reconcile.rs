@@ -152,7 +152,7 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
         .ports
         .store
         .payments
-        .close_payment(&first)
+        .close_payment(&first, None)
         .await
         .expect("closed");
     assert_eq!(service.pay_at_channel(&first).await["outcome"], "paid");
@@ -177,7 +177,7 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
         .ports
         .store
         .payments
-        .expire_payment(&second)
+        .expire_payment(&second, None)
         .await
         .expect("expired");
     assert!(canceled);
@@ -203,7 +203,7 @@ pub(crate) async fn a_late_success_for_a_closed_payment_is_recorded(backend: Bac
         .ports
         .store
         .payments
-        .close_payment(&stale)
+        .close_payment(&stale, None)
         .await
         .expect("closed");
     let paying = number_of(&service.create_payment(&order_c, "alipay").await);

@@ -6,7 +6,7 @@ use mideng::StoreError;
 use mideng_channel::adapter::ChannelError;
 
 use super::settle::{OnClose, Settled, settle};
-use super::{lock_order, unlock};
+use super::{Locked, lock_order, lost_the_lock, unlock};
 use crate::domain::ids::PaymentNo;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::flows::{Ports, decision, operation};
@@ -32,7 +32,8 @@ pub enum Closed {
     NotFound,
     /// Its channel is not configured here.
     ChannelNotConfigured,
-    /// Another request holds the order's lock.
+    /// Another request holds the order's lock (or took it over from this one), and the payment
+    /// is still pending: ask again shortly.
     Busy,
     /// The channel still calls the trade pending: it has not confirmed the close.
     ChannelPending,
@@ -75,9 +76,11 @@ pub async fn close(
         return Ok(Closed::ChannelNotConfigured);
     };
     let op = operation::PAYMENT_CLOSE;
-    let Some(guard) = lock_order(ports, op, tenant, &payment.order_id).await else {
-        return Ok(Closed::Busy);
-    };
+    let locked = lock_order(ports, op, tenant, &payment.order_id).await;
+    if let Locked::Busy = locked {
+        return recheck(ports, tenant, payment_no).await;
+    }
+    let fence = locked.fence();
     let result = async {
         let found = match channel.close_trade(&payment.payment_no).await {
             Ok(found) => found,
@@ -92,7 +95,7 @@ pub async fn close(
         };
         let number = payment.payment_no.as_str();
         Ok(
-            match settle(ports, &payment, found, OnClose::PaymentOnly).await? {
+            match settle(ports, &payment, found, OnClose::PaymentOnly, fence).await? {
                 // Alipay has no trade until the buyer scans the code, and the code stays
                 // payable until its expiry: closing locally now could end with a charge for a
                 // closed payment. The attempt stays PENDING; after the expiry it can no longer
@@ -139,8 +142,29 @@ pub async fn close(
         )
     }
     .await;
-    unlock(ports, guard).await;
-    result
+    unlock(ports, locked).await;
+    match result {
+        Err(error) if lost_the_lock(&error) => recheck(ports, tenant, payment_no).await,
+        other => other,
+    }
+}
+
+/// After the lock wait ran out (or our lease did): a payment that is closed or paid by now
+/// answers as such; one still pending answers "busy".
+async fn recheck(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Closed, StoreError> {
+    Ok(match own_payment(ports, tenant, payment_no).await? {
+        None => Closed::NotFound,
+        Some(payment) => match payment.status {
+            PaymentStatus::Closed => Closed::AlreadyClosed(payment),
+            PaymentStatus::Paid => Closed::Paid(payment),
+            PaymentStatus::Failed => Closed::FailedAtCreation,
+            PaymentStatus::Pending => Closed::Busy,
+        },
+    })
 }
 
 /// The payment as it is now, after the channel said it was paid.

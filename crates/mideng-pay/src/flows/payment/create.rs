@@ -2,7 +2,9 @@
 //! the `Idempotency-Key`), it stacks the rest of the seeds' defences:
 //!
 //! 1. the per-order lock (Redis in production), so that two attempts for one order do not even
-//!    reach the database together; a wait that runs out re-checks the order instead of failing;
+//!    reach the database together; a wait that runs out re-checks the order and answers from
+//!    it, or answers "in progress" ([`crate::flows::order_lock`]); every write carries the
+//!    lock's fence;
 //! 2. the order's row lock and the one-pending-payment constraint in the database, which decide
 //!    whatever the lock missed (a lock store that is down, a holder that died);
 //! 3. the channel's own idempotency by `out_trade_no`: creating the trade again under the same
@@ -13,12 +15,12 @@ use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{ChannelError, CreateTrade, TradeState};
 
 use super::settle::{OnClose, Settled, settle};
-use super::{lock_order, unlock};
+use super::{Locked, lock_order, lost_the_lock, unlock};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::flows::{Ports, decision, operation};
-use crate::store::OpenPayment;
+use crate::store::{OpenPayment, OrderFence};
 
 /// What asking for a payment attempt came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +41,9 @@ pub enum Created {
     OrderPaid(Payment),
     /// The order is in a status that takes no payment.
     NotPayable(OrderStatus),
+    /// Another writer held the order's lock for the whole wait (or took it over from this
+    /// one), and the order has no payment to answer with yet: ask again shortly.
+    Busy,
     /// The channel refused the trade because it closed it: create another attempt.
     ClosedAtChannel,
     /// The channel refused the trade and does not have it: the attempt failed.
@@ -56,14 +61,18 @@ pub async fn create(
         return Ok(Created::ChannelNotConfigured(channel.to_string()));
     }
     let op = operation::PAYMENT_CREATE;
-    let Some(guard) = lock_order(ports, op, tenant, order_id.as_str()).await else {
-        // Someone else held the order's lock for the whole wait: re-check the order rather
-        // than fail.
-        return recheck(ports, tenant, order_id, channel).await;
-    };
-    let result = open(ports, tenant, order_id, channel).await;
-    unlock(ports, guard).await;
-    result
+    let locked = lock_order(ports, op, tenant, order_id.as_str()).await;
+    if let Locked::Busy = locked {
+        // Someone else held the order's lock for the whole wait: re-check the order.
+        return recheck(ports, tenant, order_id).await;
+    }
+    let result = open(ports, tenant, order_id, channel, locked.fence()).await;
+    unlock(ports, locked).await;
+    match result {
+        // Our lease ran out and the next holder wrote: answer from what it wrote.
+        Err(error) if lost_the_lock(&error) => recheck(ports, tenant, order_id).await,
+        other => other,
+    }
 }
 
 async fn open(
@@ -71,6 +80,7 @@ async fn open(
     tenant: &str,
     order_id: &OrderId,
     channel: ChannelKind,
+    fence: Option<&OrderFence>,
 ) -> Result<Created, StoreError> {
     let op = operation::PAYMENT_CREATE;
     let now_ms = ports.clock.now_ms();
@@ -89,28 +99,30 @@ async fn open(
         paid_at_ms: None,
         created_at_ms: now_ms,
     };
-    Ok(match ports.store.payments.open_payment(&candidate).await? {
-        OpenPayment::NoOrder => Created::NoOrder,
-        OpenPayment::OrderPaid(paid) => {
-            decision("constraint", op, tenant, order_id.as_str(), "order_paid");
-            Created::OrderPaid(*paid)
-        }
-        OpenPayment::NotPayable(status) => Created::NotPayable(status),
-        OpenPayment::Created(payment) => {
-            decision("constraint", op, tenant, order_id.as_str(), "inserted");
-            at_channel(ports, *payment, Created::New).await?
-        }
-        OpenPayment::ExistingPending(payment) => {
-            decision(
-                "constraint",
-                op,
-                tenant,
-                order_id.as_str(),
-                "existing_pending",
-            );
-            at_channel(ports, *payment, Created::Existing).await?
-        }
-    })
+    Ok(
+        match ports.store.payments.open_payment(&candidate, fence).await? {
+            OpenPayment::NoOrder => Created::NoOrder,
+            OpenPayment::OrderPaid(paid) => {
+                decision("constraint", op, tenant, order_id.as_str(), "order_paid");
+                Created::OrderPaid(*paid)
+            }
+            OpenPayment::NotPayable(status) => Created::NotPayable(status),
+            OpenPayment::Created(payment) => {
+                decision("constraint", op, tenant, order_id.as_str(), "inserted");
+                at_channel(ports, *payment, Created::New, fence).await?
+            }
+            OpenPayment::ExistingPending(payment) => {
+                decision(
+                    "constraint",
+                    op,
+                    tenant,
+                    order_id.as_str(),
+                    "existing_pending",
+                );
+                at_channel(ports, *payment, Created::Existing, fence).await?
+            }
+        },
+    )
 }
 
 /// Creates the trade at the channel for a pending payment that has no pay URL yet, and
@@ -119,6 +131,7 @@ async fn at_channel(
     ports: &Ports,
     payment: Payment,
     done: fn(Payment) -> Created,
+    fence: Option<&OrderFence>,
 ) -> Result<Created, StoreError> {
     if payment.pay_url.is_some() {
         return Ok(done(payment));
@@ -137,7 +150,7 @@ async fn at_channel(
             ports
                 .store
                 .payments
-                .set_pay_url(&payment.payment_no, &created.pay_url)
+                .set_pay_url(&payment.payment_no, &created.pay_url, fence)
                 .await?;
             Ok(done(Payment {
                 pay_url: Some(created.pay_url),
@@ -153,12 +166,12 @@ async fn at_channel(
             // created by an earlier call whose answer was lost, and the buyer paid (or the
             // merchant closed) since. Ask before failing the attempt.
             tracing::warn!(%error, payment_no = %payment.payment_no, "channel refused the trade; asking what it knows");
-            settle_refused(ports, channel.as_ref(), payment).await
+            settle_refused(ports, channel.as_ref(), payment, fence).await
         }
         Err(error) => {
             // Not sendable: the attempt failed and frees the order for another.
             tracing::warn!(%error, payment_no = %payment.payment_no, "the trade could not be sent");
-            fail(ports, &payment).await
+            fail(ports, &payment, fence).await
         }
     }
 }
@@ -170,15 +183,16 @@ async fn settle_refused(
     ports: &Ports,
     channel: &dyn mideng_channel::adapter::Channel,
     payment: Payment,
+    fence: Option<&OrderFence>,
 ) -> Result<Created, StoreError> {
     let found = match channel.query_trade(&payment.payment_no).await {
-        Ok(TradeState::NotFound) => return fail(ports, &payment).await,
+        Ok(TradeState::NotFound) => return fail(ports, &payment, fence).await,
         Ok(found) => found,
         Err(ChannelError::OutcomeUnknown(_)) => return Ok(Created::NotYetAtChannel(payment)),
-        Err(_) => return fail(ports, &payment).await,
+        Err(_) => return fail(ports, &payment, fence).await,
     };
     Ok(
-        match settle(ports, &payment, found, OnClose::PaymentOnly).await? {
+        match settle(ports, &payment, found, OnClose::PaymentOnly, fence).await? {
             Settled::Paid(_) => {
                 let current = ports
                     .store
@@ -196,41 +210,43 @@ async fn settle_refused(
 }
 
 /// The attempt failed at the channel: FAILED here, which frees the order for another.
-async fn fail(ports: &Ports, payment: &Payment) -> Result<Created, StoreError> {
+async fn fail(
+    ports: &Ports,
+    payment: &Payment,
+    fence: Option<&OrderFence>,
+) -> Result<Created, StoreError> {
     ports
         .store
         .payments
-        .fail_payment(&payment.payment_no)
+        .fail_payment(&payment.payment_no, fence)
         .await?;
     Ok(Created::ChannelRejected)
 }
 
-/// After the lock wait ran out: answer what the order has now, and when it has neither a paid
-/// nor a pending payment (the holder is slow or died holding the lock), go on without the lock:
-/// the order's row lock and the one-pending constraint still decide.
-async fn recheck(
-    ports: &Ports,
-    tenant: &str,
-    order_id: &OrderId,
-    channel: ChannelKind,
-) -> Result<Created, StoreError> {
+/// After the lock wait ran out (or our lease did): answer what the order has now — its paid
+/// payment, its pending one (202 while it has no pay URL yet) — or "in progress" when it has
+/// neither: the holder is working on it, or died holding the lock, which then frees the order
+/// within [`crate::limits::ORDER_LOCK_TTL`]. The client asks again with the same key.
+async fn recheck(ports: &Ports, tenant: &str, order_id: &OrderId) -> Result<Created, StoreError> {
     let Some((_, payments)) = ports.store.orders.order(tenant, order_id.as_str()).await? else {
         return Ok(Created::NoOrder);
     };
     if let Some(paid) = payments.iter().find(|p| p.status == PaymentStatus::Paid) {
         return Ok(Created::OrderPaid(paid.clone()));
     }
-    if let Some(pending) = payments.iter().find(|p| p.status == PaymentStatus::Pending)
-        && pending.pay_url.is_some()
-    {
-        return Ok(Created::Existing(pending.clone()));
+    if let Some(pending) = payments.iter().find(|p| p.status == PaymentStatus::Pending) {
+        return Ok(if pending.pay_url.is_some() {
+            Created::Existing(pending.clone())
+        } else {
+            Created::NotYetAtChannel(pending.clone())
+        });
     }
     decision(
         "lock",
         operation::PAYMENT_CREATE,
         tenant,
         order_id.as_str(),
-        "busy_proceeded",
+        "busy_in_progress",
     );
-    open(ports, tenant, order_id, channel).await
+    Ok(Created::Busy)
 }

@@ -18,7 +18,7 @@ use mideng_channel::adapter::TradeState;
 
 use crate::domain::payment::Payment;
 use crate::flows::Ports;
-use crate::store::{LocalClose, SuccessOutcome};
+use crate::store::{LocalClose, OrderFence, SuccessOutcome};
 
 /// What closing a payment here also does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,12 +49,14 @@ pub enum Settled {
     Refunded,
 }
 
-/// Applies what the channel says about `payment`'s trade.
+/// Applies what the channel says about `payment`'s trade; every write carries `fence`, the
+/// order lock's fence when the caller holds it.
 pub async fn settle(
     ports: &Ports,
     payment: &Payment,
     found: TradeState,
     on_close: OnClose,
+    fence: Option<&OrderFence>,
 ) -> Result<Settled, StoreError> {
     let expired = ports.expired(payment.expires_at_ms);
     Ok(match found {
@@ -62,12 +64,12 @@ pub async fn settle(
             ports
                 .store
                 .payments
-                .apply_success(&payment.payment_no, &paid)
+                .apply_success(&payment.payment_no, &paid, fence)
                 .await?,
         ),
-        TradeState::Closed => Settled::Closed(close_here(ports, payment, on_close).await?),
+        TradeState::Closed => Settled::Closed(close_here(ports, payment, on_close, fence).await?),
         TradeState::NotFound if expired => {
-            Settled::Closed(close_here(ports, payment, on_close).await?)
+            Settled::Closed(close_here(ports, payment, on_close, fence).await?)
         }
         TradeState::NotFound => Settled::NotYetAtChannel,
         TradeState::Pending => Settled::Pending { expired },
@@ -82,10 +84,11 @@ async fn close_here(
     ports: &Ports,
     payment: &Payment,
     on_close: OnClose,
+    fence: Option<&OrderFence>,
 ) -> Result<LocalClose, StoreError> {
     let payments = &ports.store.payments;
     Ok(match on_close {
-        OnClose::PaymentOnly => payments.close_payment(&payment.payment_no).await?,
-        OnClose::CancelOrder => payments.expire_payment(&payment.payment_no).await?.0,
+        OnClose::PaymentOnly => payments.close_payment(&payment.payment_no, fence).await?,
+        OnClose::CancelOrder => payments.expire_payment(&payment.payment_no, fence).await?.0,
     })
 }
