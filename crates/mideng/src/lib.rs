@@ -41,6 +41,8 @@
 //!
 //! Every bound lives in [`limits`]; times are Unix milliseconds ([`clock`]).
 
+#![deny(missing_docs)]
+
 pub mod clock;
 #[cfg(feature = "_sql")]
 pub mod constraint;
@@ -63,6 +65,11 @@ pub mod token;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeExamples;
 
 /// The sqlx version the SQL stores are built with, for running your own queries in the same
 /// transactions.
