@@ -4,9 +4,9 @@
 // - the pay button is disabled the moment it is clicked, and clicks closer together than
 //   DEBOUNCE_MS are dropped before any request;
 // - each checkout attempt has one Idempotency-Key, kept in sessionStorage for the order: a
-//   request that fails at the network (or answers 5xx, or 202 "not confirmed yet") is sent
-//   again with the same key and token: the token is bound to the key that spent it, and the
-//   service answers what it stored or runs the attempt again;
+//   request that fails at the network (or answers 5xx, 202 "not confirmed yet" or 409
+//   "in progress") is sent again with the same key and token: the token is bound to the key
+//   that spent it, and the service answers what it stored or runs the attempt again;
 // - the pay URL is drawn as a QR code by the service; the order is followed until PAID and
 //   its entitlement is shown.
 'use strict';
@@ -232,6 +232,14 @@
       return;
     }
     const code = data.code || String(answer.status);
+    if (code === 'in-progress') {
+      // The key is in use, or another request holds the order: not stored under the key, so
+      // the same key and token ask again and get the outcome.
+      note(`in progress elsewhere; the same key ${redact(key)} and token ask again`, 'caught');
+      say('Another request is working on this payment. Click again to ask (same attempt, same key).');
+      payButton.disabled = false;
+      return;
+    }
     if (code === 'order-already-paid') {
       note('constraint layer: the order is already paid', 'caught');
       follow();
