@@ -614,16 +614,23 @@ async fn channel_now_ms(shared: &Shared) -> i64 {
 /// time is not settled by a fourth round: the audit judges it), 20 rounds at most. On a grown
 /// database a round takes about a minute, so the rule matters. Refunds and refund cases: until
 /// none is PROCESSING and none was refunded by the round (a WeChat refund takes 5 s of channel
-/// time; a lost answer is asked again), for at most a minute — the audit reports any left.
+/// time; a lost answer is asked again), for at most a minute after the last round that refunded
+/// a case or settled a refund — the audit reports any left. (A minute from the first round was
+/// too short once the payment rounds stopped early: the cases' refunds, made by a late round,
+/// were still PROCESSING when the rounds ended, and the bills then disagreed with them.)
 async fn settle_by_reconciliation(
     ports: &mideng_pay::flows::Ports,
     everything: &ReconcileSettings,
 ) -> anyhow::Result<()> {
     const SAME_ROUNDS: u32 = 3;
-    let refunds_until = Instant::now() + Duration::from_secs(60);
+    const REFUNDS_WAIT: Duration = Duration::from_secs(60);
+    let mut refunds_until = Instant::now() + REFUNDS_WAIT;
     let mut still = (0_u32, None::<u32>);
     for round_number in 1.. {
         let round = reconcile_once(ports, everything).await?;
+        if round.cases_refunded > 0 || round.refunds_settled > 0 {
+            refunds_until = Instant::now() + REFUNDS_WAIT;
+        }
         let moved = round.paid > 0 || round.closed > 0 || round.cases > 0 || round.busy > 0;
         still = if !moved && still.1 == Some(round.unknown) {
             (still.0 + 1, still.1)
