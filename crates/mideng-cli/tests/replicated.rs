@@ -25,6 +25,18 @@ struct Teardown(PathBuf);
 
 impl Drop for Teardown {
     fn drop(&mut self) {
+        // Not under another deployment that started on the same ports after this test's storm
+        // ended: the storm's own lock on them, waited for here (`deploy/replicated.rs`).
+        let lock = std::env::temp_dir().join("mideng-replicated-ports.lock");
+        let held = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .and_then(|file| file.lock().map(|()| file));
+        if let Err(error) = &held {
+            eprintln!("could not lock {}: {error}", lock.display());
+        }
         let stopped = Command::new(&self.0).args(["all", "clean"]).status();
         if !matches!(stopped, Ok(status) if status.success()) {
             eprintln!("scripts/replicated all clean failed: {stopped:?}");

@@ -22,6 +22,55 @@ pub(super) struct ReplicatedUrls {
 /// to 300 s.
 pub(super) const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How long a deployment waits for another one on the same ports to end.
+const PORTS_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// The file whose lock a deployment holds for as long as it uses the script's servers. Their
+/// ports are fixed, so the lock is the machine's, whatever `--dir` says: a second storm, or a
+/// test of the replicated stack started beside a running storm, waits for it instead of
+/// stopping its servers under it (which made a storm's audit fail for reasons of its own).
+fn ports_lock_path() -> PathBuf {
+    std::env::temp_dir().join("mideng-replicated-ports.lock")
+}
+
+/// Takes the lock of [`ports_lock_path`], waiting up to [`PORTS_WAIT`] for its holder to end;
+/// the lock lasts as long as the returned file is open (the process's end releases it).
+async fn hold_ports() -> anyhow::Result<std::fs::File> {
+    let path = ports_lock_path();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let started = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if !told {
+                    tracing::warn!(
+                        lock = %path.display(),
+                        "another deployment uses the replicated servers' ports; waiting for it to end"
+                    );
+                    told = true;
+                }
+                if started.elapsed() >= PORTS_WAIT {
+                    anyhow::bail!(
+                        "the replicated servers' ports stayed in use by another deployment for {PORTS_WAIT:?} ({})",
+                        path.display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(error).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
+}
+
 /// `scripts/replicated`, and what the failovers left to repair.
 #[derive(Debug)]
 pub(super) struct Replicated {
@@ -31,6 +80,8 @@ pub(super) struct Replicated {
     pub(super) pg_degraded: bool,
     /// A master was killed: it is to be brought back as a replica.
     pub(super) redis_degraded: bool,
+    /// This deployment's hold on the servers' ports ([`ports_lock_path`]), from the first `up`.
+    ports: std::sync::OnceLock<std::fs::File>,
 }
 
 impl Replicated {
@@ -40,6 +91,7 @@ impl Replicated {
             dir: dir.map(Path::to_path_buf),
             pg_degraded: false,
             redis_degraded: false,
+            ports: std::sync::OnceLock::new(),
         }
     }
 
@@ -83,6 +135,9 @@ impl Replicated {
     /// `all up`: every server up and replicated (repairing what an earlier run left); the
     /// URLs it prints.
     pub(super) async fn up(&self) -> anyhow::Result<ReplicatedUrls> {
+        if self.ports.get().is_none() {
+            let _ = self.ports.set(hold_ports().await?);
+        }
         let printed = self.run(&["all", "up"]).await?;
         let value = |name: &str| {
             printed
