@@ -440,15 +440,20 @@ pub async fn run(
     let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
     bar.set_prefix("quiescence: settling notifies");
     settle_notifies(&shared, &payments).await;
+    let code_expiry = {
+        let payment_settings = PaymentSettings::default();
+        payment_settings.expire_after + payment_settings.expiry_grace
+    };
+    let mut waited_for_expiry = false;
     if deployment.is_some() {
         // A payment nobody pays is closed by the channel itself when its code expires. One
         // that expires between the audit's reading of the database and of the channel reads as
         // closed there and pending here (seen at the end of a 80-minute storm): when a code may
         // expire around the audit, wait until the last one has (no payment is created from now
         // on), so that the rounds below close every one of them first.
-        let payment_settings = PaymentSettings::default();
-        let expiry = payment_settings.expire_after + payment_settings.expiry_grace;
+        let expiry = code_expiry;
         if Instant::now() + AUDIT_MARGIN >= origin + expiry {
+            waited_for_expiry = true;
             bar.set_prefix("quiescence: waiting for the last payment codes to expire");
             tracing::info!(
                 secs = expiry.as_secs(),
@@ -485,6 +490,18 @@ pub async fn run(
             drain_webhooks(&operator).await?;
         }
         bill_reports = Some(reports);
+        // The quiescence above can outlast the margin (rounds over a grown database, refunds
+        // settling one round at a time): a replicated run's last codes expired at the channel
+        // during it and read as closed there, pending here. If they expire before the audit
+        // has read the channel, wait for them and reconcile once more.
+        let last_expiry = deadline + code_expiry + Duration::from_secs(5);
+        if !waited_for_expiry && Instant::now() + AUDIT_MARGIN >= last_expiry {
+            bar.set_prefix("quiescence: the last payment codes expire: reconciling again");
+            tokio::time::sleep_until(last_expiry.into()).await;
+            settle_by_reconciliation(&operator.ports, &everything).await?;
+            drain_events(&operator).await?;
+            drain_webhooks(&operator).await?;
+        }
     }
 
     // The audit; a deployment the storm did not start is given time for its own workers
