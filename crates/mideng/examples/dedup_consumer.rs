@@ -37,7 +37,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(delivery) = consumer.next(Duration::from_millis(300)).await? {
         deliveries += 1;
         match dedup
-            .try_process("coupon.grant", &delivery.message.id, Duration::from_secs(60))
+            .try_process(
+                "coupon.grant",
+                &delivery.message.id,
+                Duration::from_secs(60),
+            )
             .await?
         {
             DedupOutcome::First(claim) => {
