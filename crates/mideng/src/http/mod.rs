@@ -32,6 +32,7 @@
 mod answer;
 mod config;
 mod deadline;
+mod fingerprint;
 mod headers;
 pub mod observe;
 mod problem;

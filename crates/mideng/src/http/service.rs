@@ -31,15 +31,16 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, MatchedPath};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, Request, Response};
+use axum::http::{Request, Response};
 use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::answer::{finish, replay, replay_free};
 use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
 use super::deadline::is_body_deadline;
+use super::fingerprint::{fingerprint_of, key_in_body};
 use super::headers::{read_idempotency_key, read_idempotency_token};
 use super::observe::{Outcome, record};
 use super::problem::Problem;
@@ -255,98 +256,6 @@ fn announces_more_than(parts: &Parts, limit: usize) -> bool {
         .and_then(|value| value.to_str().ok())
         .and_then(|text| text.parse::<u64>().ok())
         .is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX))
-}
-
-/// The key at `pointer` of a JSON body: a string, or an integer as its decimal digits. `None`
-/// when the body is not JSON or has no such field; `Err` when the field is there but is not a
-/// valid key (another JSON type, or a string that [`IdempotencyKey::parse`] refuses).
-fn key_in_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey>, ()> {
-    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Ok(None);
-    };
-    let text = match document.pointer(pointer) {
-        None | Some(serde_json::Value::Null) => return Ok(None),
-        Some(serde_json::Value::String(text)) => text.clone(),
-        Some(serde_json::Value::Number(number)) if number.is_i64() || number.is_u64() => {
-            number.to_string()
-        }
-        Some(_) => return Err(()),
-    };
-    IdempotencyKey::parse(&text).map(Some).map_err(|_| ())
-}
-
-/// The body's part of the fingerprint: the whole body, or only the configured fields of a JSON
-/// body (each as `pointer: value`, `null` when absent).
-fn body_fingerprint(fields: &[String], body: &[u8]) -> Fingerprint {
-    if fields.is_empty() {
-        return Fingerprint::of_request("", "", body);
-    }
-    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Fingerprint::of_request("", "", body);
-    };
-    let picked: serde_json::Map<String, serde_json::Value> = fields
-        .iter()
-        .map(|pointer| {
-            let value = document
-                .pointer(pointer)
-                .cloned()
-                .unwrap_or(serde_json::Value::Null);
-            (pointer.clone(), value)
-        })
-        .collect();
-    let bytes = serde_json::to_vec(&picked).unwrap_or_default();
-    Fingerprint::of_request("", "", &bytes)
-}
-
-fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -> Fingerprint {
-    let wanted = &config.fingerprint;
-    let method = if wanted.method {
-        parts.method.as_str()
-    } else {
-        ""
-    };
-    let route = match (wanted.path, parts.extensions.get::<MatchedPath>()) {
-        (true, Some(matched)) => matched.as_str(),
-        _ => "",
-    };
-    let path = if wanted.path { parts.uri.path() } else { "" };
-    let query = if wanted.query {
-        parts.uri.query().unwrap_or("")
-    } else {
-        ""
-    };
-    let canonical_body = if wanted.body {
-        body_fingerprint(&wanted.body_fields, body)
-    } else {
-        Fingerprint::of_parts(&[])
-    };
-    let mut pieces: Vec<&[u8]> = vec![
-        method.as_bytes(),
-        route.as_bytes(),
-        path.as_bytes(),
-        query.as_bytes(),
-    ];
-    let header_values: Vec<String> = wanted
-        .headers
-        .iter()
-        .map(|name| {
-            let values: Vec<&[u8]> = parts
-                .headers
-                .get_all(name)
-                .iter()
-                .map(HeaderValue::as_bytes)
-                .collect();
-            format!("{name}:{}", hex_join(&values))
-        })
-        .collect();
-    pieces.extend(header_values.iter().map(String::as_bytes));
-    let body_hex = canonical_body.to_hex();
-    pieces.push(body_hex.as_bytes());
-    Fingerprint::of_parts(&pieces)
-}
-
-fn hex_join(values: &[&[u8]]) -> String {
-    values.iter().map(hex::encode).collect::<Vec<_>>().join(",")
 }
 
 /// Whether reading a body failed because it exceeded the limit (anywhere in the error chain).
