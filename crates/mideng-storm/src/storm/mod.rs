@@ -440,10 +440,13 @@ pub async fn run(
     let payments: Vec<String> = shared.log().payments.iter().cloned().collect();
     bar.set_prefix("quiescence: settling notifies");
     settle_notifies(&shared, &payments).await;
-    let code_expiry = {
-        let payment_settings = PaymentSettings::default();
-        payment_settings.expire_after + payment_settings.expiry_grace
-    };
+    // The channel closes an unpaid code when it expires; this service closes it here once its
+    // expiry and the grace have passed. The first code was made at `origin`, the last before
+    // `deadline`.
+    let payment_settings = PaymentSettings::default();
+    let channel_expiry = payment_settings.expire_after;
+    let code_expiry = channel_expiry + payment_settings.expiry_grace;
+    let first_channel_expiry = origin + channel_expiry;
     let mut waited_for_expiry = false;
     if deployment.is_some() {
         // A payment nobody pays is closed by the channel itself when its code expires. One
@@ -452,7 +455,7 @@ pub async fn run(
         // expire around the audit, wait until the last one has (no payment is created from now
         // on), so that the rounds below close every one of them first.
         let expiry = code_expiry;
-        if Instant::now() + AUDIT_MARGIN >= origin + expiry {
+        if Instant::now() + AUDIT_MARGIN >= first_channel_expiry {
             waited_for_expiry = true;
             bar.set_prefix("quiescence: waiting for the last payment codes to expire");
             tracing::info!(
@@ -491,11 +494,13 @@ pub async fn run(
         }
         bill_reports = Some(reports);
         // The quiescence above can outlast the margin (rounds over a grown database, refunds
-        // settling one round at a time): a replicated run's last codes expired at the channel
-        // during it and read as closed there, pending here. If they expire before the audit
-        // has read the channel, wait for them and reconcile once more.
+        // settling one round at a time): a replicated run's codes expired at the channel during
+        // it and read as closed there, pending here — the last ones of a long run, the first
+        // ones of a run whose workload and quiescence together came near the expiry. If any
+        // code may expire at the channel before the audit has read it, wait until the last
+        // one has expired here too, and reconcile once more.
         let last_expiry = deadline + code_expiry + Duration::from_secs(5);
-        if !waited_for_expiry && Instant::now() + AUDIT_MARGIN >= last_expiry {
+        if !waited_for_expiry && Instant::now() + AUDIT_MARGIN >= first_channel_expiry {
             bar.set_prefix("quiescence: the last payment codes expire: reconciling again");
             tokio::time::sleep_until(last_expiry.into()).await;
             settle_by_reconciliation(&operator.ports, &everything).await?;
