@@ -1,4 +1,4 @@
-//! The invariants, as the storm's audit states them (design.md §5), and a few examples that
+//! The invariants, as the storm's audit states them, and a few examples that
 //! show the bounded check reaches the states that matter.
 //!
 //! Safety invariants hold in every state. The two that need the system to have settled (a

@@ -11,7 +11,7 @@
 //! - [`attacker`] — the client that runs beside the workload and sends replayed, retargeted,
 //!   polluted, wrongly signed, cross-channel and stale channel notifies; the audit checks that
 //!   none moved anything.
-//! - [`audit`] — the invariants of `docs/design.md` §5 checked against the database and the
+//! - [`audit`] — the service's invariants checked against the database and the
 //!   simulator's ledger: pure rules over a snapshot.
 //! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
 //!   the machine's own limits, measured in the same run.

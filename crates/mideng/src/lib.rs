@@ -66,6 +66,21 @@ pub mod token;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 
+/// The examples of the toolkit's guide (`docs/toolkit.md`), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/toolkit.md")]
+struct ToolkitGuideExamples;
+
+/// The examples of the HTTP layer's guide (`docs/http-layer.md`), compiled and run.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/http-layer.md")]
+struct HttpLayerGuideExamples;
+
+/// The channel configuration example of `docs/channels.md`, compiled.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/channels.md")]
+struct ChannelGuideExamples;
+
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

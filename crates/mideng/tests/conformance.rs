@@ -7,7 +7,7 @@
 //!
 //! Servers: `MIDENG_TEST_POSTGRES_URL`, `MIDENG_TEST_MYSQL_URL`, `MIDENG_TEST_REDIS_URL` (defaults
 //! in `support.rs`). A backend that cannot be reached fails its tests, saying how to start it;
-//! to run fewer backends, filter by test name (see the README), which the test runner reports as
+//! to run fewer backends, filter by test name (see docs/testing.md), which the test runner reports as
 //! skipped — never silently passed.
 
 mod support;

@@ -1,6 +1,6 @@
 //! The service's schema per SQL dialect, in `migrations/<dialect>/`, and how it is applied.
 //!
-//! Each dialect holds the invariants of `docs/design.md` §5 that a database can hold: one
+//! Each dialect holds the service's invariants that a database can hold: one
 //! PENDING and at most one PAID payment per order (partial unique indexes; on MySQL, generated
 //! flags under unique indexes), balances never negative (CHECK), one debit per user + order,
 //! one credit per user + reference, one grant per payment, one payment per channel trade, one

@@ -2,7 +2,7 @@
 //!
 //! Each round walks through every PENDING payment older than a threshold, oldest first, in
 //! pages of bounded size (a cursor, so that payments which stay pending — codes nobody scanned
-//! yet — never starve the newer ones behind them), and asks the channel (design.md §5):
+//! yet — never starve the newer ones behind them), and asks the channel:
 //!
 //! | the channel says | then |
 //! |---|---|

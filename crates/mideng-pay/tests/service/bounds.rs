@@ -130,7 +130,7 @@ pub(crate) async fn refund_states_are_reached_only_through_a_refund(backend: Bac
 /// A refund's reason is refused, 422 `invalid-request` naming the field, when it holds a
 /// bidirectional control, a line separator or a control character, and nothing is refunded;
 /// a refund key reused for another amount or payment is 422 `idempotency-key-reused`, the
-/// answer of the key's record (see the README's error codes).
+/// answer of the key's record (see the error codes in docs/api.md).
 pub(crate) async fn refund_reasons_and_keys_are_checked(backend: Backend) {
     let service = Service::start(backend).await;
     let (_, number) = paid(&service, &unique("u"), 3_000).await;

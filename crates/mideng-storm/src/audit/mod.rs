@@ -1,7 +1,7 @@
-//! The audit: every invariant of `docs/design.md` §5, checked after quiescence against the
-//! service's database (read-only), the simulator's ledger and trades, and what the storm's
-//! clients were answered. [`check`] is pure (the rules for refunds and reversals are in
-//! `refunds`); [`snapshot`] is the only I/O.
+//! The audit: every invariant of the service (the README's "What it guarantees", in full),
+//! checked after quiescence against the service's database (read-only), the simulator's ledger
+//! and trades, and what the storm's clients were answered. [`check`] is pure (the rules for
+//! refunds and reversals are in `refunds`); [`snapshot`] is the only I/O.
 //!
 //! | invariant | from |
 //! |---|---|
