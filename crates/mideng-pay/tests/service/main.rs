@@ -18,6 +18,7 @@ mod reconcile;
 mod refunds;
 mod transport;
 mod wallets;
+mod webhook_targets;
 mod webhooks;
 
 /// Generates `<backend>::<case>` for each case (an async fn taking the backend).
@@ -115,7 +116,7 @@ mod bounded {
 mod guarded {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn sqlite_private_targets_are_refused_at_registration() {
-        crate::webhooks::private_targets_are_refused_at_registration(
+        crate::webhook_targets::private_targets_are_refused_at_registration(
             crate::harness::Backend::Sqlite,
         )
         .await;
@@ -123,7 +124,7 @@ mod guarded {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn sqlite_stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port() {
-        crate::webhooks::stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port(
+        crate::webhook_targets::stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port(
             crate::harness::Backend::Sqlite,
         )
         .await;

@@ -3,7 +3,8 @@
 //! that never answers 2xx; the service retries under one `webhook-id`, records every attempt,
 //! redelivers by hand and disables an endpoint whose delivery exhausted its schedule; and an
 //! endpoint that never answers, which delays no other tenant's deliveries, and the read of due
-//! deliveries that keeps one endpoint from filling it.
+//! deliveries that keeps one endpoint from filling it. The URLs that must never be reached are
+//! in `webhook_targets`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,7 +101,10 @@ async fn receiver(received: Received) -> String {
 }
 
 /// Waits until `check` holds for the tenant's deliveries; them.
-async fn deliveries_until(service: &Service, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub(crate) async fn deliveries_until(
+    service: &Service,
+    check: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     let started = Instant::now();
     loop {
         let answer = service.get("/v1/webhook-deliveries").await;
@@ -445,7 +449,7 @@ async fn stalling_receiver(stalled: Stalled) -> String {
 }
 
 /// An order of the tenant's, paid at the channel: a `payment.succeeded` event.
-async fn paid_order(service: &Service) {
+pub(crate) async fn paid_order(service: &Service) {
     let order_id = unique("o");
     service.create_order(&order_id, "u-stall", 900).await;
     let created = service.create_payment(&order_id, "alipay").await;
@@ -458,7 +462,7 @@ async fn paid_order(service: &Service) {
 }
 
 /// Waits until `check` holds; fails the test after [`WAIT_LIMIT`].
-async fn until(what: &str, check: impl Fn() -> bool) {
+pub(crate) async fn until(what: &str, check: impl Fn() -> bool) {
     let started = Instant::now();
     while !check() {
         assert!(started.elapsed() < WAIT_LIMIT, "never: {what}");
@@ -729,208 +733,4 @@ pub(crate) async fn a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves
             .collect::<Vec<_>>()
     );
     assert!(read(DueQuery::all(0, 100)).await.is_empty(), "none due yet");
-}
-
-/// A loopback listener that counts the TCP connections it accepts and answers each request
-/// 204: the internal service a tenant's URL must never reach.
-async fn counting_listener() -> (u16, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counted = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                // The request is small: one read takes it, bounded so that no task lingers.
-                let mut request = [0_u8; 8192];
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
-                let _ = stream
-                    .write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
-                    .await;
-            });
-        }
-    });
-    (port, accepted)
-}
-
-/// A loopback port where nothing listens.
-async fn closed_port() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    listener.local_addr().expect("address").port()
-}
-
-/// The spellings of loopback that a check of the URL's text let through: IPv4-mapped forms,
-/// `0` (0.0.0.0, which Linux connects to this host), a shortened IPv4 and the fully qualified
-/// `localhost.`.
-fn loopback_spellings(port: u16) -> Vec<String> {
-    [
-        "[::ffff:127.0.0.1]",
-        "[::ffff:0.0.0.0]",
-        "0",
-        "127.1",
-        "localhost.",
-    ]
-    .iter()
-    .map(|host| format!("http://{host}:{port}/"))
-    .collect()
-}
-
-/// A name that the dispatcher's pinned hosts resolve to loopback, as a hostile DNS answer or
-/// an /etc/hosts entry would.
-const PINNED_NAME: &str = "merchant-hooks.example";
-
-/// Registration refuses every spelling of loopback with `private-target`, nothing connected to.
-pub(crate) async fn private_targets_are_refused_at_registration(backend: Backend) {
-    let (port, accepted) = counting_listener().await;
-    let service = Service::start_guarded(backend, fast_webhooks()).await;
-    for url in loopback_spellings(port) {
-        let refused = service
-            .post(
-                "/v1/webhook-endpoints",
-                json!({"url": url, "events": ["payment.succeeded"]}),
-                &[],
-            )
-            .await;
-        assert_eq!(refused.status, 422, "{url}: {}", refused.json());
-        assert_eq!(refused.code(), "private-target", "{url}");
-    }
-    let malformed = service
-        .post(
-            "/v1/webhook-endpoints",
-            json!({"url": "ftp://merchant.example/h", "events": ["payment.succeeded"]}),
-            &[],
-        )
-        .await;
-    assert_eq!(malformed.code(), "invalid-request");
-    assert_eq!(accepted.load(Ordering::SeqCst), 0);
-}
-
-/// Endpoints stored without the registration check (as rows written before it) in every
-/// spelling of loopback, and a name the dispatcher's pinned hosts resolve to loopback (which
-/// registration cannot know of), get deliveries that never reach the listener; each attempt
-/// records what an endpoint on a closed loopback port records, "connection refused" and no
-/// status, so the history tells a tenant nothing of what listens where.
-pub(crate) async fn stored_private_targets_are_never_connected_to_and_fail_like_a_closed_port(
-    backend: Backend,
-) {
-    let (port, accepted) = counting_listener().await;
-    let pinned = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let guarded = Service::start_guarded(
-        backend,
-        WebhookSettings {
-            hosts: vec![(PINNED_NAME.to_owned(), pinned)],
-            ..fast_webhooks()
-        },
-    )
-    .await;
-    let events = ["payment.succeeded".to_owned()];
-    let mut urls = loopback_spellings(port);
-    for url in &urls {
-        let endpoint_id = mideng_pay::domain::ids::new_number('E', mideng::clock::now_ms());
-        guarded
-            .state
-            .ports
-            .store
-            .webhooks
-            .register(&mideng_pay::store::webhooks::NewEndpoint {
-                tenant_id: &guarded.tenant,
-                url,
-                events: &events,
-                secret: &mideng_pay::domain::webhook::generate_secret(),
-                endpoint_id: &endpoint_id,
-            })
-            .await
-            .expect("stored");
-    }
-    // A name passes registration (it is not resolved there); the dispatcher judges its answer.
-    let named = format!("http://{PINNED_NAME}:{port}/");
-    let registered = guarded
-        .post(
-            "/v1/webhook-endpoints",
-            json!({"url": named, "events": ["payment.succeeded"]}),
-            &[],
-        )
-        .await;
-    assert_eq!(registered.status, 201, "{}", registered.json());
-    urls.push(named);
-
-    paid_order(&guarded).await;
-    let deliveries = deliveries_until(&guarded, |deliveries| {
-        deliveries.len() == urls.len()
-            && deliveries.iter().all(|delivery| {
-                delivery["attempts"]
-                    .as_array()
-                    .is_some_and(|attempts| !attempts.is_empty())
-            })
-    })
-    .await;
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        0,
-        "no attempt reached the listener: {deliveries:#?}"
-    );
-    let refused: Vec<(Value, Value)> = deliveries
-        .iter()
-        .flat_map(|delivery| delivery["attempts"].as_array().cloned().unwrap_or_default())
-        .map(|attempt| (attempt["error"].clone(), attempt["status_code"].clone()))
-        .collect();
-
-    // The same service with private targets allowed: a closed loopback port for comparison,
-    // and one of the spellings above to show the listener counts what reaches it.
-    let open = Service::start(backend).await;
-    let closed = format!("http://127.0.0.1:{}/", closed_port().await);
-    for url in [closed.clone(), format!("http://127.1:{port}/")] {
-        let registered = open
-            .post(
-                "/v1/webhook-endpoints",
-                json!({"url": url, "events": ["payment.succeeded"]}),
-                &[],
-            )
-            .await;
-        assert_eq!(registered.status, 201, "{url}: {}", registered.json());
-    }
-    let closed_id = open
-        .get("/v1/webhook-endpoints")
-        .await
-        .json()
-        .as_array()
-        .expect("list")
-        .iter()
-        .find(|endpoint| endpoint["url"] == closed.as_str())
-        .expect("the closed port's endpoint")["endpoint_id"]
-        .clone();
-    paid_order(&open).await;
-    let compared = deliveries_until(&open, |deliveries| {
-        deliveries.iter().any(|delivery| {
-            delivery["endpoint_id"] == closed_id
-                && delivery["attempts"]
-                    .as_array()
-                    .is_some_and(|attempts| !attempts.is_empty())
-        })
-    })
-    .await;
-    until("the allowed spelling reaches the listener", || {
-        accepted.load(Ordering::SeqCst) > 0
-    })
-    .await;
-    let closed_attempt = compared
-        .iter()
-        .find(|delivery| delivery["endpoint_id"] == closed_id)
-        .and_then(|delivery| delivery["attempts"][0].as_object().cloned())
-        .expect("an attempt on the closed port");
-    let expected = (
-        closed_attempt["error"].clone(),
-        closed_attempt["status_code"].clone(),
-    );
-    assert_eq!(expected, (json!("connection refused"), Value::Null));
-    for attempt in &refused {
-        assert_eq!(attempt, &expected, "{deliveries:#?}");
-    }
 }

@@ -1,0 +1,267 @@
+//! The report as a plain-text table: a section per concurrency, then the notes.
+
+use std::fmt::Write as _;
+
+use super::*;
+
+impl BenchReport {
+    /// The run at `concurrency`.
+    pub fn run(&self, concurrency: u16) -> Option<&BenchRun> {
+        self.runs.iter().find(|run| run.concurrency == concurrency)
+    }
+
+    /// The report as a plain-text table: a section per concurrency, then the notes.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let concurrency: Vec<String> = self.concurrency.iter().map(u16::to_string).collect();
+        let strategies: Vec<&str> = self
+            .wallet_strategies
+            .iter()
+            .map(|strategy| strategy.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "mideng bench: {}, up to {} s per scenario, {} concurrent clients, wallet \
+             strategies {}",
+            self.stack,
+            self.duration_secs,
+            concurrency.join(" then "),
+            strategies.join(", ")
+        );
+        for run in &self.runs {
+            let _ = writeln!(out);
+            run.write_table(&mut out);
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "notes");
+            for note in &self.notes {
+                let _ = writeln!(out, "  - {note}");
+            }
+        }
+        out
+    }
+}
+
+impl BenchRun {
+    fn write_table(&self, out: &mut String) {
+        let _ = writeln!(out, "== {} concurrent clients ==", self.concurrency);
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<26} {:<4} {:<10} {:>9} {:>6} {:>9} {:>7} {:>10} {:>9} {:>9}",
+            "scenario",
+            "idem",
+            "path",
+            "requests",
+            "errors",
+            "replayed",
+            "refused",
+            "req/s",
+            "p50 ms",
+            "p99 ms"
+        );
+        for scenario in &self.scenarios {
+            let figures = &scenario.figures;
+            let _ = writeln!(
+                out,
+                "{:<26} {:<4} {:<10} {:>9} {:>6} {:>9} {:>7} {:>10.1} {:>9.2} {:>9.2}",
+                scenario.operation.label(),
+                scenario.machinery.label(),
+                scenario.path.label(),
+                figures.requests,
+                figures.errors,
+                scenario.replayed,
+                scenario.refused,
+                figures.per_second,
+                figures.p50_ms,
+                figures.p99_ms
+            );
+        }
+        self.write_limits(out);
+        self.write_strategies(out);
+        let _ = writeln!(out);
+        let _ = writeln!(out, "ratios");
+        for ratio in &self.ratios {
+            let _ = writeln!(
+                out,
+                "  {:<75} {:>7.3}  ({})",
+                ratio.name, ratio.value, ratio.detail
+            );
+        }
+        if !self.goals.is_empty() {
+            let width = self
+                .goals
+                .iter()
+                .map(|goal| goal.name.len())
+                .max()
+                .unwrap_or(0);
+            let _ = writeln!(out);
+            let _ = writeln!(out, "goals at {} concurrent clients", self.concurrency);
+            for goal in &self.goals {
+                let _ = writeln!(
+                    out,
+                    "  {:<width$} {:>7.3}  goal {:>5.2}  {}  ({})",
+                    goal.name,
+                    goal.value,
+                    goal.goal,
+                    if goal.met { "met    " } else { "not met" },
+                    goal.detail
+                );
+            }
+        }
+        self.write_failures(out);
+        if !self.notes.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "notes at {} concurrent clients", self.concurrency);
+            for note in &self.notes {
+                let _ = writeln!(out, "  - {note}");
+            }
+        }
+    }
+
+    fn write_limits(&self, out: &mut String) {
+        let width = self
+            .limits
+            .iter()
+            .map(|limit| limit.name.len())
+            .max()
+            .unwrap_or(0)
+            .max("machine limit".len());
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<width$} {:>9} {:>6} {:>10} {:>9} {:>9}",
+            "machine limit", "ops", "errors", "ops/s", "p50 ms", "p99 ms"
+        );
+        for limit in &self.limits {
+            let figures = &limit.figures;
+            let _ = writeln!(
+                out,
+                "{:<width$} {:>9} {:>6} {:>10.1} {:>9.2} {:>9.2}",
+                limit.name,
+                figures.requests,
+                figures.errors,
+                figures.per_second,
+                figures.p50_ms,
+                figures.p99_ms
+            );
+        }
+    }
+
+    fn write_strategies(&self, out: &mut String) {
+        if self.strategies.is_empty() {
+            return;
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "wallet strategies (deducts, machinery on: first-time; then how many of the replays \
+             were answered as replays)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<19} {:<9} {:>9} {:>6} {:>10} {:>9} {:>9} {:>9} {:>15}",
+            "strategy",
+            "wallets",
+            "requests",
+            "errors",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "/ limit",
+            "replays"
+        );
+        for row in &self.strategies {
+            let figures = &row.first_time.figures;
+            let fraction = row
+                .fraction_of_limit
+                .map_or_else(|| "-".to_owned(), |fraction| format!("{fraction:.3}"));
+            let replays = format!("{}/{}", row.replay.replayed, row.replay.figures.requests);
+            let _ = writeln!(
+                out,
+                "{:<19} {:<9} {:>9} {:>6} {:>10.1} {:>9.2} {:>9.2} {:>9} {:>15}",
+                row.strategy.as_str(),
+                match row.operation {
+                    Operation::DeductHotWallet => "hot",
+                    _ => "distinct",
+                },
+                figures.requests,
+                figures.errors + row.replay.figures.errors,
+                figures.per_second,
+                figures.p50_ms,
+                figures.p99_ms,
+                fraction,
+                replays
+            );
+        }
+        for operation in Operation::DEDUCTS {
+            if let Some((limit, _)) = self.deduct_baseline(operation) {
+                let _ = writeln!(
+                    out,
+                    "  / limit, {}: first-time req/s / {} ops/s",
+                    operation.label(),
+                    limit.name
+                );
+            }
+        }
+        for (operation, fastest) in [
+            (
+                Operation::DeductDistinctWallets,
+                self.fastest_on_distinct_wallets,
+            ),
+            (Operation::DeductHotWallet, self.fastest_on_hot_wallet),
+        ] {
+            if let Some(row) = fastest.and_then(|strategy| self.strategy(strategy, operation)) {
+                let _ = writeln!(
+                    out,
+                    "  fastest, {}: {} ({:.1} req/s)",
+                    operation.label(),
+                    row.strategy.as_str(),
+                    row.first_time.figures.per_second
+                );
+            }
+        }
+    }
+
+    fn write_failures(&self, out: &mut String) {
+        let scenario_failure = |scenario: &ScenarioResult, strategy: Option<WalletStrategy>| {
+            scenario.first_error.as_ref().map(|error| {
+                let strategy =
+                    strategy.map_or_else(String::new, |strategy| format!(", {strategy}"));
+                format!(
+                    "{} ({}, {}{strategy}): {error}",
+                    scenario.operation.label(),
+                    scenario.machinery.label(),
+                    scenario.path.label()
+                )
+            })
+        };
+        let failures: Vec<String> = self
+            .scenarios
+            .iter()
+            .filter_map(|scenario| scenario_failure(scenario, None))
+            .chain(self.strategies.iter().flat_map(|row| {
+                [
+                    scenario_failure(&row.first_time, Some(row.strategy)),
+                    scenario_failure(&row.replay, Some(row.strategy)),
+                ]
+                .into_iter()
+                .flatten()
+            }))
+            .chain(self.limits.iter().filter_map(|limit| {
+                limit
+                    .first_error
+                    .as_ref()
+                    .map(|error| format!("{}: {error}", limit.name))
+            }))
+            .collect();
+        if !failures.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "first errors");
+            for failure in failures {
+                let _ = writeln!(out, "  {failure}");
+            }
+        }
+    }
+}
