@@ -32,7 +32,7 @@ pub struct ProblemBody {
 }
 
 /// Every code the service answers with besides the toolkit's own (which its idempotency layer
-/// answers itself, [`Problem`]): stable, one HTTP status each, listed in the README. Clients
+/// answers itself, [`Problem`]): stable, one HTTP status each, listed in docs/api.md. Clients
 /// branch on the code; the detail is for people.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
@@ -323,8 +323,25 @@ impl From<StoreError> for ApiError {
                 "another request is working on this; retry",
             )
             .retry_after(1),
-            other => {
-                tracing::error!(error = %other, "storage failure");
+            // A record's lease taken over under this request: the guard of the key says a
+            // later owner runs the work, so nothing here may answer for it; a bug if it arrives.
+            StoreError::StaleLease => {
+                tracing::error!(%error, "a record's lease lost under a request");
+                ApiError::new(Code::Internal, "internal error")
+            }
+            // Data that breaks an invariant the schema should hold: a person must look.
+            StoreError::Corrupt(_) => {
+                tracing::error!(%error, "stored data breaks an invariant");
+                ApiError::new(Code::Internal, "internal error")
+            }
+            StoreError::Backend(_) => {
+                tracing::error!(%error, "storage failure");
+                ApiError::new(Code::Internal, "internal error")
+            }
+            // `StoreError` is non-exhaustive: a kind added later is a failure until it is
+            // named here.
+            _ => {
+                tracing::error!(%error, "storage failure of an unknown kind");
                 ApiError::new(Code::Internal, "internal error")
             }
         }
