@@ -87,7 +87,7 @@ pub(crate) async fn run(
         checkout: settings.pages.checkout.is_some(),
         console: settings.pages.console.is_some(),
     };
-    tracing::info!(?settings, "starting");
+    tracing::info!(settings = %settings.summary(), "starting");
     let application = Application::build(settings, listener)
         .await?
         .with_metrics_listener(metrics_listener);
@@ -391,7 +391,7 @@ pub(crate) async fn reconcile(
 /// `mideng reconcile --bill <date>`: the day's bills of every configured channel; exit status 1
 /// when a bill could not be read or a line disagrees.
 async fn reconcile_bills(
-    state: &mideng_pay::api::AppState,
+    state: &mideng_pay::state::AppState,
     date: &str,
     html: Option<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -545,4 +545,44 @@ pub(crate) fn openapi() -> anyhow::Result<()> {
     writeln!(out, "{document}")?;
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use mideng_pay::config::{BrokerKind, ServeConfig};
+
+    /// What `mideng serve` logs at start (the summary) and what a `{:?}` of its settings shows:
+    /// the URLs' passwords never, where each connection goes always.
+    #[test]
+    fn the_start_up_line_names_every_server_without_its_password() {
+        let mut config = ServeConfig::default();
+        config.database.url = Some("postgres://app:hunter2@db.internal:5432/pay".into());
+        config.redis.url = Some("redis://:hunter2@cache.internal:6379/0".into());
+        config.events.broker = BrokerKind::Nats;
+        config.events.nats.url = "nats://app:hunter2@a:4222,nats://app:hunter2@b:4222".into();
+        let settings = super::settings(&config, None, None, None);
+
+        let summary = settings.summary();
+        let debug = format!("{settings:?}");
+        for shown in [&summary, &debug] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(
+            summary.contains("database postgres://app:***@db.internal:5432/pay"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("redis://:***@cache.internal:6379/0"),
+            "{summary}"
+        );
+        assert!(summary.contains("broker nats"), "{summary}");
+        assert!(
+            summary.lines().count() == 1 && summary.len() < 400,
+            "{summary}"
+        );
+        assert!(
+            debug.contains("nats://app:***@a:4222,nats://app:***@b:4222"),
+            "{debug}"
+        );
+    }
 }

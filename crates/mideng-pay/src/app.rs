@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use mideng::lock::LockStore;
+use mideng::redact::SecretUrl;
 use mideng::store::cached::CachedRecords;
 use mideng::store::memory::MemoryStore;
 use mideng::store::redis::RedisStore;
@@ -23,10 +24,11 @@ use mideng_channel::adapter::Channel;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
+use crate::api;
 use crate::api::tenants::TenantCache;
-use crate::api::{self, AppState};
 use crate::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
 use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
+use crate::state::AppState;
 use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
 use crate::web::{PageSettings, Pages};
@@ -52,14 +54,14 @@ pub struct TenantSeed {
 #[derive(Clone)]
 pub struct Settings {
     /// `sqlite://path`, `postgres://…` or `mysql://…` (MariaDB too).
-    pub database_url: String,
+    pub database_url: SecretUrl,
     /// Pool size.
     pub database_connections_max: u32,
     /// `redis://…` for tokens and locks; `None` (and no cluster): in-process stores (one
     /// instance only).
-    pub redis_url: Option<String>,
+    pub redis_url: Option<SecretUrl>,
     /// Seed nodes of a Redis Cluster for tokens and locks, instead of `redis_url`.
-    pub redis_cluster: Vec<String>,
+    pub redis_cluster: Vec<SecretUrl>,
     /// Key prefix in Redis.
     pub redis_prefix: Option<String>,
     /// The Alipay adapter, if the service takes Alipay.
@@ -86,13 +88,14 @@ pub struct Settings {
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // URLs may carry passwords: only their schemes are shown.
-        let scheme = |url: &str| url.split(':').next().unwrap_or_default().to_owned();
+        // The URLs show themselves redacted (`SecretUrl`).
         formatter
             .debug_struct("Settings")
-            .field("database", &scheme(&self.database_url))
-            .field("redis", &self.redis_url.as_deref().map(scheme))
-            .field("redis_cluster_nodes", &self.redis_cluster.len())
+            .field("database_url", &self.database_url)
+            .field("database_connections_max", &self.database_connections_max)
+            .field("redis_url", &self.redis_url)
+            .field("redis_cluster", &self.redis_cluster)
+            .field("redis_prefix", &self.redis_prefix)
             .field("alipay", &self.alipay.is_some())
             .field("wechat", &self.wechat.is_some())
             .field("payments", &self.payments)
@@ -100,12 +103,51 @@ impl std::fmt::Debug for Settings {
             .field("reconcile", &self.reconcile)
             .field("purge", &self.purge)
             .field("bills", &self.bills)
-            .field("broker", &self.events.broker.name())
-            .field("relay", &self.events.relay.is_some())
-            .field("consumer", &self.events.consumer.is_some())
+            .field("events", &self.events)
             .field("transport", &self.transport)
             .field("pages", &self.pages)
             .finish()
+    }
+}
+
+impl Settings {
+    /// One short line for the start-up log: where the state lives and what runs in this
+    /// instance (`Debug` has every setting). URLs are redacted by their type.
+    pub fn summary(&self) -> String {
+        let on = |running: bool| if running { "on" } else { "off" };
+        let guards = if !self.redis_cluster.is_empty() {
+            format!("a Redis Cluster of {} seed nodes", self.redis_cluster.len())
+        } else {
+            match &self.redis_url {
+                Some(url) => url.to_string(),
+                None => "in-process (one instance only)".to_owned(),
+            }
+        };
+        let channels: Vec<&str> = [("alipay", &self.alipay), ("wechat", &self.wechat)]
+            .into_iter()
+            .filter_map(|(name, channel)| channel.is_some().then_some(name))
+            .collect();
+        format!(
+            "database {} ({} connections); tokens and locks {guards}; channels {}; {} tenants \
+             seeded; broker {} (relay {}, consumer {}); reconciliation {}, bills {}, purge {}; \
+             checkout {}, console {}",
+            self.database_url,
+            self.database_connections_max,
+            if channels.is_empty() {
+                "none".to_owned()
+            } else {
+                channels.join(", ")
+            },
+            self.tenants.len(),
+            self.events.broker.name(),
+            on(self.events.relay.is_some()),
+            on(self.events.consumer.is_some()),
+            on(self.reconcile.is_some()),
+            on(self.bills.is_some()),
+            on(self.purge.is_some()),
+            on(self.pages.checkout.is_some()),
+            on(self.pages.console.is_some()),
+        )
     }
 }
 
@@ -180,7 +222,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 }
 
 async fn open_store(settings: &Settings) -> Result<Store, BuildError> {
-    let url = settings.database_url.as_str();
+    let url = settings.database_url.expose();
     let pool = PoolSettings {
         connections_max: settings.database_connections_max,
         ..PoolSettings::default()
@@ -213,7 +255,12 @@ type Guards = (Arc<dyn TokenStore>, Arc<dyn LockStore>);
 
 async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
     if !settings.redis_cluster.is_empty() {
-        let mut store = RedisStore::connect_cluster(&settings.redis_cluster)
+        let nodes: Vec<String> = settings
+            .redis_cluster
+            .iter()
+            .map(|node| node.expose().to_owned())
+            .collect();
+        let mut store = RedisStore::connect_cluster(&nodes)
             .await
             .map_err(BuildError::Redis)?;
         if let Some(prefix) = &settings.redis_prefix {
@@ -224,7 +271,9 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
     }
     match &settings.redis_url {
         Some(url) => {
-            let mut store = RedisStore::connect(url).await.map_err(BuildError::Redis)?;
+            let mut store = RedisStore::connect(url.expose())
+                .await
+                .map_err(BuildError::Redis)?;
             if let Some(prefix) = &settings.redis_prefix {
                 store = store.with_prefix(prefix)?;
             }
@@ -340,7 +389,7 @@ impl Application {
     pub async fn build(settings: Settings, listener: TcpListener) -> Result<Self, BuildError> {
         let address = listener.local_addr()?;
         let state = connect(&settings).await?;
-        let router = api::router(state.clone())?;
+        let router = api::router(state.clone(), crate::web::routes(&state.pages))?;
         if let Some(worker) = &settings.events.relay {
             worker.relay.validate()?;
         }

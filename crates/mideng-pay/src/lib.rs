@@ -2,7 +2,7 @@
 //!
 //! The system the seed documents describe, built on the `mideng` toolkit: orders, payment
 //! attempts through Alipay- and WeChat-Pay-style channels, channel callbacks, a wallet and
-//! entitlement grants, behind the v1 API of `docs/design.md` §5.
+//! entitlement grants, behind the v1 API (`docs/api.md`).
 //!
 //! Layers, pure rules first:
 //!
@@ -21,7 +21,9 @@
 //!   entitlement consumer, reconciliation with the channels (what callbacks missed) and the
 //!   retention purge.
 //! - [`limits`] — every bound of the service and why.
-//! - [`app`] — [`app::Application`]: connect, migrate, provision, serve (with the workers).
+//! - [`state`] — [`state::AppState`], what every handler and page shares.
+//! - [`app`] — [`app::Application`]: connect, migrate, provision, route (the API and the
+//!   pages under one boundary), serve (with the workers).
 //! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
 //!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`, and the channel
@@ -35,6 +37,7 @@ pub mod config;
 pub mod domain;
 pub mod flows;
 pub mod limits;
+pub mod state;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

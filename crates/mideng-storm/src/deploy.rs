@@ -32,8 +32,9 @@ use anyhow::Context;
 use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
 use mideng::outbox::sql::RelaySettings;
-use mideng_pay::api::{AppState, generate_api_key};
+use mideng_pay::api::generate_api_key;
 use mideng_pay::flows::PaymentSettings;
+use mideng_pay::state::AppState;
 pub use mideng_pay::testing::TenantAccess;
 use mideng_pay::testing::{Blueprint, Proxy, create_database, start_simulator};
 use mideng_pay::workers::reconcile::ReconcileSettings;
@@ -826,13 +827,13 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
     };
     let broker = match (&options.stack, broker, nats) {
         (Stack::Servers { .. }, Some(proxy), _) => Broker::RabbitMq(RabbitSettings {
-            url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()),
+            url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()).into(),
             queue_prefix: options.run_id.clone(),
             confirm_timeout: Duration::from_secs(2),
             ..RabbitSettings::default()
         }),
         (Stack::Replicated { .. }, _, Some(nats)) => Broker::Nats(NatsSettings {
-            url: nats.to_owned(),
+            url: nats.into(),
             // A stream of this run's own, copied on all three servers.
             stream: options.run_id.to_uppercase(),
             subject_prefix: options.run_id.clone(),

@@ -89,9 +89,10 @@ fn rabbit_settings(prefix: &str) -> RabbitSettings {
 /// A plain lapin connection and channel, to act on queues behind the adapter's back.
 async fn rabbit_channel() -> (lapin::Connection, lapin::Channel) {
     let url = RabbitSettings::default().url;
-    let connection = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ reachable on 127.0.0.1:5672");
+    let connection =
+        lapin::Connection::connect(url.expose(), lapin::ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ reachable on 127.0.0.1:5672");
     let channel = connection.create_channel().await.expect("channel");
     (connection, channel)
 }
@@ -144,7 +145,7 @@ async fn rabbitmq_unroutable_publish_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_unreachable_is_unavailable() {
     let settings = RabbitSettings {
-        url: "amqp://mideng:hunter2@127.0.0.1:1/%2f".to_owned(),
+        url: "amqp://mideng:hunter2@127.0.0.1:1/%2f".into(),
         ..rabbit_settings(&unique("mideng_test"))
     };
     let started = Instant::now();
@@ -189,7 +190,7 @@ async fn nats_delivers_dedups_and_redelivers() {
         .publish(&message(1))
         .await
         .expect("duplicate acknowledged");
-    let client = async_nats::connect(settings.url.as_str())
+    let client = async_nats::connect(settings.url.expose())
         .await
         .expect("NATS reachable on 127.0.0.1:4222");
     let jetstream = async_nats::jetstream::new(client);
@@ -238,7 +239,7 @@ async fn nats_never_hands_a_subscriber_another_topics_message() {
     assert_eq!(delivery.message, message(7));
     delivery.ack().await.expect("acked");
 
-    let client = async_nats::connect(settings.url.as_str())
+    let client = async_nats::connect(settings.url.expose())
         .await
         .expect("NATS reachable on 127.0.0.1:4222");
     async_nats::jetstream::new(client)
@@ -250,7 +251,7 @@ async fn nats_never_hands_a_subscriber_another_topics_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_unreachable_is_unavailable() {
     let settings = NatsSettings {
-        url: "nats://127.0.0.1:1".to_owned(),
+        url: "nats://127.0.0.1:1".into(),
         ..nats_settings()
     };
     let started = Instant::now();

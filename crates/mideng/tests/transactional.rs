@@ -171,7 +171,7 @@ async fn a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks<D: 
     let unreachable = Relay::new(
         store.clone(),
         Arc::new(NatsPublisher::new(NatsSettings {
-            url: format!("nats://127.0.0.1:{closed}"),
+            url: format!("nats://127.0.0.1:{closed}").into(),
             ..NatsSettings::default()
         })),
         settings,
@@ -258,7 +258,7 @@ async fn a_row_the_broker_keeps_refusing_is_parked_and_an_outage_never_parks<D: 
     assert_eq!(relay.run_once().await.expect("round").claimed, 0);
 
     // The broker holds the valid row, once; the test's stream goes.
-    let client = async_nats::connect(NatsSettings::default().url.as_str())
+    let client = async_nats::connect(NatsSettings::default().url.expose())
         .await
         .expect("NATS reachable on 127.0.0.1:4222");
     let jetstream = async_nats::jetstream::new(client);

@@ -5,12 +5,13 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use mideng::http::Tenant;
 
+use super::ApiError;
 use super::error::Code;
 use super::models::{EntitlementsQuery, EntitlementsView, GrantView};
 use super::orders::visible_order;
-use super::{ApiError, AppState};
 use crate::domain::ids::{OrderId, UserId};
 use crate::domain::keys::KeyKind;
+use crate::state::AppState;
 
 /// The user's grants, newest first (at most 100); with `order_id`, that order's only.
 #[utoipa::path(

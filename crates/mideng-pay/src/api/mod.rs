@@ -1,4 +1,4 @@
-//! The v1 HTTP API of `docs/design.md` §5, on axum.
+//! The v1 HTTP API (`docs/api.md`, `docs/openapi.json`), on axum.
 //!
 //! ```text
 //! /v1/*  ─► auth (Bearer key → Tenant, KeyKind) ─► the route's key kinds (a publishable key
@@ -26,8 +26,6 @@ pub mod tenants;
 mod wallets;
 mod webhooks;
 
-use std::sync::Arc;
-
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::header;
@@ -37,8 +35,6 @@ use axum::routing::{MethodRouter, get, post};
 use mideng::http::{
     IdempotencyLayer, KeyRequirement, RouteConfig, Tenant, TenantSource, TokenGuard,
 };
-use mideng::record::RecordStore;
-use mideng::token::TokenStore;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
@@ -46,47 +42,9 @@ pub use error::{ApiError, Code, ProblemBody};
 pub use ops::ApiDoc;
 
 use crate::domain::keys::KeyKind;
-use crate::flows::{BrokenLayer, Ports, operation};
+use crate::flows::{BrokenLayer, operation};
 use crate::limits::{API_KEY_BYTES_MAX, BODY_BYTES_MAX, HANDLER_TIMEOUT, ROUTE_LEASE};
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    /// What the flows work with: storage, channels, locks, clock, payment settings.
-    pub ports: Ports,
-    /// Idempotency records (in the service's database).
-    pub records: Arc<dyn RecordStore>,
-    /// One-time tokens (Redis, or in-process).
-    pub tokens: Arc<dyn TokenStore>,
-    /// API keys resolved lately (a short, bounded cache; see [`tenants`]).
-    pub tenants: Arc<tenants::TenantCache>,
-    /// Renders `/metrics` (on the metrics listener, [`metrics_router`]).
-    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
-    /// The demo checkout and the operator console, when configured.
-    pub pages: Arc<crate::web::Pages>,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("AppState")
-            .field("ports", &self.ports)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AppState {
-    /// What the purge deletes from.
-    pub fn retained(&self) -> crate::workers::purge::Retained {
-        crate::workers::purge::Retained {
-            records: self.records.clone(),
-            tokens: self.tokens.clone(),
-            locks: self.ports.locks.clone(),
-            events: self.ports.store.events.clone(),
-            webhooks: self.ports.store.webhooks.clone(),
-        }
-    }
-}
+use crate::state::AppState;
 
 /// SHA-256 of an API key, hex: what the tenants table stores.
 pub fn api_key_hash(api_key: &str) -> String {
@@ -206,8 +164,10 @@ fn guarded(route: MethodRouter<AppState>, config: Option<RouteConfig>) -> Method
     }
 }
 
-/// The whole API.
-pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
+/// The whole API, with `pages` (the routes of the pages beside it, built by `web`)
+/// under the same boundary: one fallback, one body limit, one request id for everything the
+/// public listener serves.
+pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng::InvalidInput> {
     let on = state.ports.settings.idempotency;
     if !on {
         tracing::warn!("the idempotency machinery is off on the money routes (measurement only)");
@@ -305,7 +265,7 @@ pub fn router(state: AppState) -> Result<Router, mideng::InvalidInput> {
 
     Ok(Router::new()
         .merge(authenticated)
-        .merge(crate::web::routes(&state.pages))
+        .merge(pages)
         .route("/v1/channels/alipay/notify", post(notify::alipay))
         .route("/v1/channels/wechat/notify", post(notify::wechat))
         .route("/healthz", get(ops::healthz))

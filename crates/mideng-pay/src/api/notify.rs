@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{NotifyAnswer, RawNotify};
 
-use super::AppState;
 use crate::flows::notify;
+use crate::state::AppState;
 
 fn answer(reply: NotifyAnswer) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

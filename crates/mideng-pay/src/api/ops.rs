@@ -15,7 +15,8 @@ use utoipa::OpenApi;
 use super::contract::Contract;
 use super::error::Code;
 use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
-use super::{ApiError, AppState, operation};
+use super::{ApiError, operation};
+use crate::state::AppState;
 
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]

@@ -11,13 +11,14 @@ use mideng::state::StateMachine;
 use super::error::Code;
 use super::fields::identifier;
 use super::models::{CreateOrder, OrderView, TransitionBody};
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, Sku, UserId};
 use crate::domain::keys::KeyKind;
 use crate::domain::money::Currency;
 use crate::domain::order::{Entitlement, Order, OrderStatus};
 use crate::domain::payment::Payment;
 use crate::flows::order::{self, OrderCreated, Transitioned};
+use crate::state::AppState;
 
 /// The order `order_id` of the tenant with its attempts, if a key of `kind` sees it: a secret
 /// key sees every order, a publishable key only those a publishable key made. Any other is

@@ -13,13 +13,14 @@ use mideng_channel::ChannelKind;
 
 use super::error::Code;
 use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::keys::KeyKind;
 use crate::domain::payment::Payment;
 use crate::domain::refund::{Refund, checked_reason};
 use crate::flows::payment::{self, Closed, Created};
 use crate::flows::refund::{self, Requested};
+use crate::state::AppState;
 
 fn payment_answer(status: StatusCode, payment: &Payment, replayed: bool) -> Response {
     let mut response = (status, axum::Json(PaymentView::of(payment))).into_response();

@@ -8,10 +8,11 @@ use mideng::http::Tenant;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::ApiError;
 use super::error::Code;
 use super::models::rfc3339;
-use super::{ApiError, AppState};
 use crate::domain::bill::{BillCase, BillCaseStatus};
+use crate::state::AppState;
 
 /// Most cases one page shows.
 pub const CASES_PAGE_MAX: u32 = 100;

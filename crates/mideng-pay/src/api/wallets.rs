@@ -18,15 +18,16 @@ use axum::response::IntoResponse;
 use mideng::http::{IdempotencyClaim, Tenant};
 use mideng::record::StoredResponse;
 
+use super::ApiError;
 use super::error::Code;
 use super::fields::identifier;
 use super::models::{
     CreditBody, CreditView, DeductBody, DeductionView, EntryView, ReversalView, WalletView,
 };
-use super::{ApiError, AppState};
 use crate::domain::ids::{OrderId, PaymentNo, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
 use crate::flows::wallet::{self, CreditRequest, DeductRequest};
+use crate::state::AppState;
 use crate::store::{Answered, ReverseOutcome, WalletRecord};
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {

@@ -11,10 +11,11 @@ use super::error::Code;
 use super::models::{
     AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, rfc3339,
 };
-use super::{ApiError, ApiJson, AppState};
+use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
 use crate::domain::webhook::EndpointError;
 use crate::flows::webhook;
+use crate::state::AppState;
 use crate::store::webhooks::{
     Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
 };

@@ -95,6 +95,7 @@ use crate::workers::webhooks::WebhookSettings;
 use crate::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
 use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
+use mideng::redact::SecretUrl;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -395,11 +396,13 @@ impl ServeConfig {
     }
 
     /// The database URL: the configured one, or SQLite in the data directory.
-    pub fn database_url(&self) -> String {
-        self.database
-            .url
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("mideng.db").display()))
+    pub fn database_url(&self) -> SecretUrl {
+        self.database.url.clone().unwrap_or_else(|| {
+            SecretUrl::new(format!(
+                "sqlite://{}",
+                self.data_dir.join("mideng.db").display()
+            ))
+        })
     }
 
     /// Whether the in-process simulator runs.
@@ -639,7 +642,7 @@ mod tests {
     #[test]
     fn nothing_configured_is_the_embedded_default() {
         let config = parse("", &Overrides::default()).expect("defaults");
-        assert_eq!(config.database_url(), "sqlite://.mideng/mideng.db");
+        assert_eq!(config.database_url().expose(), "sqlite://.mideng/mideng.db");
         assert!(config.simulator_enabled());
         assert!(config.redis.url.is_none());
         assert!(config.payments.token_required);
@@ -669,7 +672,10 @@ mod tests {
         };
         let config = parse(toml, &overrides).expect("valid");
         assert_eq!(config.listen.port(), 9100);
-        assert_eq!(config.database_url(), "postgres://mideng@db/mideng");
+        assert_eq!(
+            config.database_url().expose(),
+            "postgres://mideng@db/mideng"
+        );
         assert_eq!(
             config.demo.api_key.as_deref(),
             Some("from-the-flag-0123456789")
@@ -857,7 +863,7 @@ mod tests {
         match production.event_settings().broker {
             Broker::Nats(nats) => {
                 assert_eq!(nats.replicas, 3);
-                assert_eq!(nats.url, "nats://a:4222,nats://b:4222");
+                assert_eq!(nats.url.expose(), "nats://a:4222,nats://b:4222");
             }
             other => panic!("not NATS: {}", other.name()),
         }

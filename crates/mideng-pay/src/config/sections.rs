@@ -14,6 +14,7 @@ use crate::workers::reconcile::ReconcileSettings;
 use crate::workers::{ConsumerSettings, RelayWorkerSettings};
 use mideng::outbox::nats::NatsSettings;
 use mideng::outbox::rabbitmq::RabbitSettings;
+use mideng::redact::SecretUrl;
 
 /// Which broker carries the outbox's events.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -95,11 +96,11 @@ impl Default for EventsConfig {
 }
 
 /// `[events.rabbitmq]`.
-#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RabbitConfig {
     /// `amqp://user:password@host:5672/%2f` (give passwords by environment).
-    pub url: String,
+    pub url: SecretUrl,
     /// Queues are `<prefix>.<topic>`.
     pub queue_prefix: String,
 }
@@ -114,23 +115,13 @@ impl Default for RabbitConfig {
     }
 }
 
-impl std::fmt::Debug for RabbitConfig {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("RabbitConfig")
-            .field("url", &"redacted")
-            .field("queue_prefix", &self.queue_prefix)
-            .finish()
-    }
-}
-
 /// `[events.nats]`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     /// `nats://host:4222`; a cluster's servers comma-separated
     /// (`nats://a:4222,nats://b:4222,nats://c:4222`), so that any live one is reached.
-    pub url: String,
+    pub url: SecretUrl,
     /// The JetStream stream (created if missing).
     pub stream: String,
     /// Subjects are `<prefix>.<topic>`.
@@ -237,7 +228,7 @@ fn millis(duration: Duration) -> u64 {
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// `sqlite://…`, `postgres://…` or `mysql://…`; unset: `sqlite://<data_dir>/mideng.db`.
-    pub url: Option<String>,
+    pub url: Option<SecretUrl>,
     /// Pool size.
     pub connections_max: u32,
 }
@@ -257,9 +248,9 @@ impl Default for DatabaseConfig {
 pub struct RedisConfig {
     /// `redis://…`; unset (and no cluster): in-process tokens and locks (a single instance
     /// only).
-    pub url: Option<String>,
+    pub url: Option<SecretUrl>,
     /// Seed nodes of a Redis Cluster (`["redis://10.0.0.1:7000", …]`), instead of `url`.
-    pub cluster: Vec<String>,
+    pub cluster: Vec<SecretUrl>,
     /// Key prefix (default `mideng`).
     pub prefix: Option<String>,
 }
@@ -333,7 +324,7 @@ impl Default for PaymentsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct WalletConfig {
     /// How deducts race on one wallet: `row-lock`, `optimistic` or `conditional-update` (the
-    /// default; the README's selection guide has the measurements).
+    /// default; docs/toolkit.md's three deduction schemes have the measurements).
     pub strategy: crate::domain::wallet::WalletStrategy,
 }
 

@@ -11,15 +11,17 @@
 
 use std::sync::Arc;
 
+use mideng::redact::SecretUrl;
 use mideng_channel::adapter::{Channel, ChannelError};
 use mideng_sim::{MerchantKeys, SimConfig, SimError, Simulator};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::{AppState, api_key_hash};
+use crate::api::api_key_hash;
 use crate::app::{Application, BuildError, Settings, TenantSeed};
 use crate::flows::PaymentSettings;
+use crate::state::AppState;
 use crate::transport::TransportSettings;
 use crate::web::PageSettings;
 use crate::workers::EventSettings;
@@ -199,10 +201,14 @@ impl Blueprint {
         let (alipay, wechat) =
             mideng_sim::merchant_channels(config, merchant, &self.sim_base, base)?;
         Ok(Settings {
-            database_url: self.database_url.clone(),
+            database_url: self.database_url.as_str().into(),
             database_connections_max: self.database_connections_max,
-            redis_url: self.redis_url.clone(),
-            redis_cluster: self.redis_cluster.clone(),
+            redis_url: self.redis_url.as_deref().map(SecretUrl::from),
+            redis_cluster: self
+                .redis_cluster
+                .iter()
+                .map(|node| SecretUrl::from(node.as_str()))
+                .collect(),
             redis_prefix: self.redis_prefix.clone(),
             alipay: Some(Arc::new(alipay) as Arc<dyn Channel>),
             wechat: Some(Arc::new(wechat) as Arc<dyn Channel>),

@@ -10,9 +10,10 @@ use serde::Deserialize;
 
 use super::console::authorized;
 use crate::api::reconciliation::CaseView;
-use crate::api::{ApiError, AppState, Code};
+use crate::api::{ApiError, Code};
 use crate::domain::bill::BillCaseStatus;
 use crate::domain::refund::checked_reason;
+use crate::state::AppState;
 
 /// Most open cases the console shows.
 pub(super) const CONSOLE_CASES_MAX: u32 = 50;

@@ -23,9 +23,10 @@ use qrcode::render::svg;
 use serde::Deserialize;
 
 use super::{escape_html, harden, html};
-use crate::api::{ApiError, AppState, Code};
+use crate::api::{ApiError, Code};
 use crate::domain::payment::PaymentStatus;
 use crate::limits::QR_TEXT_BYTES_MAX;
+use crate::state::AppState;
 use mideng::state::StateMachine;
 
 /// The page's HTML; `{{…}}` are filled in by [`render`].

@@ -18,8 +18,9 @@ use sha2::{Digest, Sha256};
 
 use super::html;
 use super::journal::Snapshot;
-use crate::api::{ApiError, AppState, Code};
+use crate::api::{ApiError, Code};
 use crate::limits::CONSOLE_OVERVIEW_TTL;
+use crate::state::AppState;
 use crate::store::Overview;
 
 /// `GET /console`.

@@ -32,7 +32,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::api::{ApiError, AppState};
+use crate::api::ApiError;
+use crate::state::AppState;
 use journal::Journal;
 
 /// Which pages are served.

@@ -10,8 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::cases::operator;
-use crate::api::{ApiError, AppState, Code};
+use crate::api::{ApiError, Code};
 use crate::domain::rfc3339;
+use crate::state::AppState;
 use crate::store::FailedEvent;
 use crate::workers::ConsumerSettings;
 use crate::workers::consumer::{self, ConsumerPorts, Replayed};

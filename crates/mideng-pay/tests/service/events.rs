@@ -182,7 +182,7 @@ async fn isolated(events: EventSettings) -> Service {
 
 fn rabbit(url_port: u16) -> Broker {
     Broker::RabbitMq(RabbitSettings {
-        url: format!("amqp://guest:guest@127.0.0.1:{url_port}/%2f"),
+        url: format!("amqp://guest:guest@127.0.0.1:{url_port}/%2f").into(),
         queue_prefix: unique("mideng-test"),
         ..RabbitSettings::default()
     })
@@ -191,7 +191,7 @@ fn rabbit(url_port: u16) -> Broker {
 fn nats(url_port: u16) -> Broker {
     let suffix = unique("t").replace('-', "_");
     Broker::Nats(NatsSettings {
-        url: format!("nats://127.0.0.1:{url_port}"),
+        url: format!("nats://127.0.0.1:{url_port}").into(),
         stream: format!("MIDENG_TEST_{suffix}"),
         subject_prefix: format!("mideng_test_{suffix}"),
         ..NatsSettings::default()

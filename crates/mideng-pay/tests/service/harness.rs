@@ -155,7 +155,7 @@ pub(crate) struct Service {
     pub(crate) backend: Backend,
     pub(crate) database_url: String,
     /// The service's state, for running workers (reconciliation) by hand.
-    pub(crate) state: mideng_pay::api::AppState,
+    pub(crate) state: mideng_pay::state::AppState,
     _stop: Stopper,
 }
 

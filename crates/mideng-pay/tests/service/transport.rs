@@ -38,7 +38,7 @@ async fn start(transport: TransportSettings) -> Running {
         .await
         .expect("bind");
     let settings = Settings {
-        database_url: Backend::Sqlite.database_url(),
+        database_url: Backend::Sqlite.database_url().into(),
         database_connections_max: 4,
         redis_url: None,
         redis_cluster: Vec::new(),

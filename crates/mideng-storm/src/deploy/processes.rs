@@ -267,12 +267,16 @@ fn serve_config(
         metrics_listen: std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port)),
         data_dir: dir.join(format!("instance-{index}")),
         database: DatabaseConfig {
-            url: Some(blueprint.database_url.clone()),
+            url: Some(blueprint.database_url.as_str().into()),
             connections_max: blueprint.database_connections_max,
         },
         redis: RedisConfig {
-            url: blueprint.redis_url.clone(),
-            cluster: blueprint.redis_cluster.clone(),
+            url: blueprint.redis_url.as_deref().map(Into::into),
+            cluster: blueprint
+                .redis_cluster
+                .iter()
+                .map(|node| node.as_str().into())
+                .collect(),
             prefix: blueprint.redis_prefix.clone(),
         },
         tenants: blueprint
@@ -431,7 +435,13 @@ mod tests {
         assert_eq!(config.listen.port(), 8101);
         assert_eq!(config.metrics_listen.port(), 9101);
         assert!(!config.simulator_enabled(), "the simulator runs apart");
-        assert_eq!(config.redis.cluster, blueprint.redis_cluster);
+        let cluster: Vec<&str> = config
+            .redis
+            .cluster
+            .iter()
+            .map(|node| node.expose())
+            .collect();
+        assert_eq!(cluster, blueprint.redis_cluster);
         assert_eq!(
             config.tenants[0].api_key_sha256,
             api_key_hash(&"k".repeat(32))

@@ -684,7 +684,7 @@ async fn settle_by_reconciliation(
 /// (Beijing days), through the service's own bill run; a run that fails is reported as a bill
 /// not published, with its error in the log.
 async fn reconcile_bills(
-    operator: &mideng_pay::api::AppState,
+    operator: &mideng_pay::state::AppState,
     from_ms: i64,
     to_ms: i64,
 ) -> Vec<mideng_pay::workers::bill::BillReport> {
@@ -776,7 +776,7 @@ async fn settle_notifies(shared: &Shared, payments: &[String]) {
 /// in the storm's deployment, so their queues are not waited for.
 /// Waits until no webhook delivery is pending (the merchant fails some on purpose: they are
 /// retried within seconds on the storm's schedule).
-async fn drain_webhooks(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
+async fn drain_webhooks(operator: &mideng_pay::state::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !operator
         .ports
@@ -795,7 +795,7 @@ async fn drain_webhooks(operator: &mideng_pay::api::AppState) -> anyhow::Result<
     Ok(())
 }
 
-async fn drain_events(operator: &mideng_pay::api::AppState) -> anyhow::Result<()> {
+async fn drain_events(operator: &mideng_pay::state::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let backlog = operator.ports.store.events.outbox_backlog().await?;

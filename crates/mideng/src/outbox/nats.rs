@@ -48,7 +48,7 @@ use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
 use crate::latency::{Backend, StoreTimer, op};
-use crate::redact;
+use crate::redact::SecretUrl;
 
 /// Bound on the initial connect (async-nats reconnects by itself afterwards).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,13 +62,13 @@ const MIN_EXPIRES: Duration = Duration::from_millis(10);
 const PULL_GRACE: Duration = Duration::from_secs(1);
 
 /// Where and how to reach NATS JetStream.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NatsSettings {
     /// Server URL, for example `nats://127.0.0.1:4222` (credentials in it are never logged);
     /// the servers of a cluster as a comma-separated list
     /// (`nats://a:4222,nats://b:4222,nats://c:4222`), of which the client connects to any that
     /// answers and, after losing it, reconnects to another.
-    pub url: String,
+    pub url: SecretUrl,
     /// Name of the stream holding the outbox messages.
     pub stream: String,
     /// Prefix of the subjects: topic `t` is published on `{subject_prefix}.t`, and the
@@ -88,27 +88,13 @@ pub struct NatsSettings {
 impl Default for NatsSettings {
     fn default() -> Self {
         Self {
-            url: "nats://127.0.0.1:4222".to_owned(),
+            url: SecretUrl::new("nats://127.0.0.1:4222"),
             stream: "MIDENG".to_owned(),
             subject_prefix: "mideng".to_owned(),
             ack_timeout: Duration::from_secs(5),
             duplicate_window: Duration::from_secs(120),
             replicas: 1,
         }
-    }
-}
-
-impl fmt::Debug for NatsSettings {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter
-            .debug_struct("NatsSettings")
-            .field("url", &redact::url(&self.url))
-            .field("stream", &self.stream)
-            .field("subject_prefix", &self.subject_prefix)
-            .field("ack_timeout", &self.ack_timeout)
-            .field("duplicate_window", &self.duplicate_window)
-            .field("replicas", &self.replicas)
-            .finish()
     }
 }
 
@@ -143,6 +129,7 @@ impl NatsSettings {
     /// The servers of [`NatsSettings::url`]: its comma-separated URLs.
     fn servers(&self) -> Vec<&str> {
         self.url
+            .expose()
             .split(',')
             .map(str::trim)
             .filter(|url| !url.is_empty())
@@ -161,17 +148,17 @@ impl NatsSettings {
             Ok(Err(error)) => {
                 return Err(BrokerError::Unavailable(format!(
                     "connecting to {}: {error}",
-                    redact::url(&self.url)
+                    self.url
                 )));
             }
             Err(_) => {
                 return Err(BrokerError::Unavailable(format!(
                     "connecting to {} took longer than {CONNECT_TIMEOUT:?}",
-                    redact::url(&self.url)
+                    self.url
                 )));
             }
         };
-        tracing::debug!(url = %redact::url(&self.url), "connected to NATS");
+        tracing::debug!(url = %self.url, "connected to NATS");
         let mut context = jetstream::new(client.clone());
         context.set_timeout(self.ack_timeout);
         Ok((client, context))
@@ -549,7 +536,7 @@ mod tests {
         let shown = format!(
             "{:?}",
             NatsSettings {
-                url: "tls://u:pw@nats:4222".to_owned(),
+                url: SecretUrl::new("tls://u:pw@nats:4222"),
                 ..NatsSettings::default()
             }
         );

@@ -46,7 +46,7 @@ use tokio::time::timeout;
 
 use super::{Acker, BrokerError, Delivery, Message, Publisher, Subscriber};
 use crate::latency::{Backend, StoreTimer, op};
-use crate::redact;
+use crate::redact::SecretUrl;
 
 /// Bound on opening a connection and setting up its channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -58,11 +58,11 @@ const CONTENT_TYPE: &str = "application/json";
 const PERSISTENT: u8 = 2;
 
 /// Where and how to reach RabbitMQ.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RabbitSettings {
     /// AMQP URL, for example `amqp://guest:guest@127.0.0.1:5672/%2f` (the vhost is
     /// percent-encoded). Its password is never logged.
-    pub url: String,
+    pub url: SecretUrl,
     /// Prefix of the queue names: the queue of topic `t` is `{queue_prefix}.{t}`.
     pub queue_prefix: String,
     /// How long a publish waits for the broker's confirm.
@@ -74,23 +74,11 @@ pub struct RabbitSettings {
 impl Default for RabbitSettings {
     fn default() -> Self {
         Self {
-            url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
+            url: SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f"),
             queue_prefix: "mideng".to_owned(),
             confirm_timeout: Duration::from_secs(5),
             prefetch: 32,
         }
-    }
-}
-
-impl fmt::Debug for RabbitSettings {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter
-            .debug_struct("RabbitSettings")
-            .field("url", &redact::url(&self.url))
-            .field("queue_prefix", &self.queue_prefix)
-            .field("confirm_timeout", &self.confirm_timeout)
-            .field("prefetch", &self.prefetch)
-            .finish()
     }
 }
 
@@ -109,7 +97,7 @@ impl RabbitSettings {
     async fn open_channel(&self, role: &str) -> lapin::Result<(Connection, Channel)> {
         let properties = ConnectionProperties::default()
             .with_connection_name(LongString::from(format!("mideng-{role}")));
-        let connection = Connection::connect(&self.url, properties).await?;
+        let connection = Connection::connect(self.url.expose(), properties).await?;
         let channel = connection.create_channel().await?;
         Ok((connection, channel))
     }
@@ -122,16 +110,13 @@ impl RabbitSettings {
     ) -> Result<T, BrokerError> {
         match outcome {
             Ok(Ok(opened)) => {
-                tracing::debug!(url = %redact::url(&self.url), role, "connected to RabbitMQ");
+                tracing::debug!(url = %self.url, role, "connected to RabbitMQ");
                 Ok(opened)
             }
-            Ok(Err(error)) => Err(lapin_error(
-                &format!("connecting to {}", redact::url(&self.url)),
-                &error,
-            )),
+            Ok(Err(error)) => Err(lapin_error(&format!("connecting to {}", self.url), &error)),
             Err(_) => Err(BrokerError::Unavailable(format!(
                 "connecting to {} took longer than {CONNECT_TIMEOUT:?}",
-                redact::url(&self.url)
+                self.url
             ))),
         }
     }
@@ -573,7 +558,7 @@ mod tests {
         let shown = format!(
             "{:?}",
             RabbitSettings {
-                url: "amqps://app:p%40ss@mq:5671/prod".to_owned(),
+                url: SecretUrl::new("amqps://app:p%40ss@mq:5671/prod"),
                 ..RabbitSettings::default()
             }
         );
