@@ -2,12 +2,86 @@
 //! ([`super::RouteConfigBuilder::key_from_body`]) and its fingerprint (method, route, path,
 //! query, chosen headers and the body, whole or by named fields).
 
+use std::collections::HashSet;
+use std::fmt;
+
 use axum::extract::MatchedPath;
 use axum::http::HeaderValue;
 use axum::http::request::Parts;
 
 use super::config::RouteConfig;
 use crate::key::{Fingerprint, IdempotencyKey};
+
+/// Whether `body` is JSON that names a member twice in one object, at any depth. A body that
+/// is not JSON is not ambiguous here: the fields of such a body are absent.
+pub(super) fn repeats_a_member(body: &[u8]) -> bool {
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return false;
+    }
+    serde_json::from_slice::<Unrepeated>(body).is_err()
+}
+
+/// A JSON value accepted only when no object in it names a member twice.
+struct Unrepeated;
+
+impl<'de> serde::Deserialize<'de> for Unrepeated {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UnrepeatedVisitor)
+    }
+}
+
+struct UnrepeatedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UnrepeatedVisitor {
+    type Value = Unrepeated;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a JSON value whose objects name each member once")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_unit<E>(self) -> Result<Unrepeated, E> {
+        Ok(Unrepeated)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Unrepeated, A::Error> {
+        while items.next_element::<Unrepeated>()?.is_some() {}
+        Ok(Unrepeated)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut members: A,
+    ) -> Result<Unrepeated, A::Error> {
+        let mut names = HashSet::new();
+        while let Some(name) = members.next_key::<String>()? {
+            if !names.insert(name) {
+                return Err(serde::de::Error::custom("a member named twice"));
+            }
+            members.next_value::<Unrepeated>()?;
+        }
+        Ok(Unrepeated)
+    }
+}
 
 /// The key at `pointer` of a JSON body: a string, or an integer as its decimal digits. `None`
 /// when the body is not JSON or has no such field; `Err` when the field is there but is not a

@@ -36,6 +36,8 @@ pub enum Outcome {
     KeyMissing,
     /// Key malformed: 400.
     KeyMalformed,
+    /// A body whose fields the route reads names a member twice: 400.
+    BodyAmbiguous,
     /// Optional key absent: passed through without a record.
     NoKey,
     /// The one-time token was consumed: the handler may run.
@@ -75,6 +77,7 @@ impl Outcome {
             Outcome::Mismatch => "mismatch",
             Outcome::KeyMissing => "key_missing",
             Outcome::KeyMalformed => "key_malformed",
+            Outcome::BodyAmbiguous => "body_ambiguous",
             Outcome::NoKey => "no_key",
             Outcome::TokenConsumed => "token_consumed",
             Outcome::TokenSameKey => "token_same_key",

@@ -24,6 +24,10 @@ pub enum Problem {
     PayloadTooLarge,
     /// The body could not be read. 400.
     BodyUnreadable,
+    /// The JSON body names a member twice in one object, on a route that reads the body's
+    /// fields (its key, or the fields of its fingerprint): JSON parsers disagree on which of
+    /// the two counts, so the layer and the handler could read two different requests. 400.
+    BodyAmbiguous,
     /// The body did not arrive in full before its deadline
     /// ([`super::RequestBodyDeadlineLayer`]). 408.
     BodyTimeout,
@@ -70,6 +74,7 @@ impl Problem {
             Problem::TenantInvalid => "tenant-invalid",
             Problem::PayloadTooLarge => "payload-too-large",
             Problem::BodyUnreadable => "body-unreadable",
+            Problem::BodyAmbiguous => "body-ambiguous",
             Problem::BodyTimeout => "request-body-timeout",
             Problem::InProgress { .. } => "in-progress",
             Problem::KeyReused => "idempotency-key-reused",
@@ -94,6 +99,7 @@ impl Problem {
             | Problem::KeyMalformed
             | Problem::TenantInvalid
             | Problem::BodyUnreadable
+            | Problem::BodyAmbiguous
             | Problem::TokenMissing
             | Problem::TokenMalformed
             | Problem::TokenUnknown => StatusCode::BAD_REQUEST,
@@ -120,6 +126,9 @@ impl Problem {
             Problem::TenantInvalid => "The tenant is not valid.",
             Problem::PayloadTooLarge => "The request body is too large.",
             Problem::BodyUnreadable => "The request body could not be read.",
+            Problem::BodyAmbiguous => {
+                "The JSON body names the same member twice in one object; send it once."
+            }
             Problem::BodyTimeout => "The request body did not arrive in time.",
             Problem::InProgress { .. } => {
                 "A request with this Idempotency-Key is still being processed."

@@ -40,7 +40,7 @@ use tracing::Instrument;
 use super::answer::{finish, replay, replay_free};
 use super::config::{KeyRequirement, RouteConfig, TokenUnavailable};
 use super::deadline::is_body_deadline;
-use super::fingerprint::{fingerprint_of, key_in_body};
+use super::fingerprint::{fingerprint_of, key_in_body, repeats_a_member};
 use super::headers::{read_idempotency_key, read_idempotency_token};
 use super::observe::{Outcome, record};
 use super::problem::Problem;
@@ -356,6 +356,12 @@ where
             };
         }
     };
+    // The layer reads the body's fields only when the route says so; then a member named twice
+    // would let it and the handler read two different requests.
+    let reads_fields = config.key_from_body.is_some() || !config.fingerprint.body_fields.is_empty();
+    if reads_fields && repeats_a_member(&body) {
+        return log.refuse(Outcome::BodyAmbiguous, Problem::BodyAmbiguous);
+    }
     let key = match (key, &config.key_from_body) {
         (Some(key), _) => Some(key),
         (None, Some(pointer)) => match key_in_body(&body, pointer) {
