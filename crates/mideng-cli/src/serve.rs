@@ -12,6 +12,7 @@ use mideng_channel::adapter::Channel;
 use mideng_pay::api::{api_key_hash, generate_api_key};
 use mideng_pay::config::{Overrides, ServeConfig};
 use mideng_pay::domain::keys::{KeyKind, generate_key};
+use mideng_pay::flows::SystemClock;
 use mideng_pay::web::journal::Journal;
 use mideng_pay::web::{CheckoutSettings, ConsoleSettings, PageSettings};
 use mideng_pay::{Application, Settings, TenantSeed};
@@ -205,6 +206,7 @@ fn settings(
         events: config.event_settings(),
         transport: config.transport_settings(),
         pages: PageSettings::default(),
+        clock: Arc::new(SystemClock),
     }
 }
 

@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use crate::api;
 use crate::api::tenants::TenantCache;
 use crate::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
-use crate::flows::{Channels, PaymentSettings, Ports, SystemClock};
+use crate::flows::{Channels, Clock, PaymentSettings, Ports};
 use crate::state::AppState;
 use crate::store::{self, Store};
 use crate::transport::{self, TransportSettings};
@@ -84,6 +84,9 @@ pub struct Settings {
     pub transport: TransportSettings,
     /// The demo checkout and the operator console (both off by default).
     pub pages: PageSettings,
+    /// The one clock of the service: the flows, the workers and the store read the time from
+    /// it ([`crate::flows::SystemClock`] in production; a test or the storm may set its own).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -222,6 +225,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 }
 
 async fn open_store(settings: &Settings) -> Result<Store, BuildError> {
+    let clock = settings.clock.clone();
     let url = settings.database_url.expose();
     let pool = PoolSettings {
         connections_max: settings.database_connections_max,
@@ -234,18 +238,18 @@ async fn open_store(settings: &Settings) -> Result<Store, BuildError> {
         store::migrate_postgres(store.pool())
             .await
             .map_err(failed)?;
-        Ok(Store::sql(store))
+        Ok(Store::sql(store, clock))
     } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         let url = url.replacen("mariadb://", "mysql://", 1);
         let store = MySqlStore::connect(&url, pool).await.map_err(failed)?;
         store.migrate().await.map_err(failed)?;
         store::migrate_mysql(store.pool()).await.map_err(failed)?;
-        Ok(Store::sql(store))
+        Ok(Store::sql(store, clock))
     } else if url.starts_with("sqlite:") {
         let store = SqliteStore::connect(url, pool).await.map_err(failed)?;
         store.migrate().await.map_err(failed)?;
         store::migrate_sqlite(store.pool()).await.map_err(failed)?;
-        Ok(Store::sql(store))
+        Ok(Store::sql(store, clock))
     } else {
         Err(BuildError::UnsupportedDatabase)
     }
@@ -352,7 +356,7 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             store,
             channels: Channels::new(settings.alipay.clone(), settings.wechat.clone()),
             locks,
-            clock: Arc::new(SystemClock),
+            clock: settings.clock.clone(),
             settings: settings.payments.clone(),
         },
         tokens,

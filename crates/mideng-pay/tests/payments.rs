@@ -257,7 +257,59 @@ async fn wrong_amounts_closed_payments_and_unknown_numbers_change_nothing<D: Dia
     );
 }
 
+/// The service's clock, set by hand.
+struct SetClock(std::sync::atomic::AtomicI64);
+
+impl mideng_pay::flows::Clock for SetClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The storage ports read the time from the service's one clock, not the machine's: a payment
+/// opened when the clock says 2030 was created in 2030, and one opened after the clock moved
+/// on bears the moved time (what a test of expiries or a skewed instance of the storm relies on).
+async fn the_ports_read_the_time_from_the_services_clock<D: Dialect>(store: SqlStore<D>) {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    const AT_MS: i64 = 1_893_456_000_000; // 2030-01-01T00:00:00Z
+    let clock = Arc::new(SetClock(AT_MS.into()));
+    let ports = mideng_pay::store::Store::sql(store, clock.clone());
+    let tenant = unique("t");
+    ports
+        .tenants
+        .upsert_tenant(&tenant, &"a".repeat(64), None)
+        .await
+        .expect("tenant");
+    for (order_id, at_ms) in [("o1", AT_MS), ("o2", AT_MS + 90_000)] {
+        clock.0.store(at_ms, Ordering::SeqCst);
+        ports
+            .orders
+            .create_order(&order(&tenant, order_id))
+            .await
+            .expect("order");
+        let attempt = payment(&tenant, order_id);
+        ports
+            .payments
+            .open_payment(&attempt, None)
+            .await
+            .expect("open");
+        let (_, payments) = ports
+            .orders
+            .order(&tenant, order_id)
+            .await
+            .expect("read")
+            .expect("the order");
+        let opened = payments
+            .iter()
+            .find(|found| found.payment_no == attempt.payment_no)
+            .expect("the payment");
+        assert_eq!(opened.created_at_ms, at_ms, "{order_id}");
+    }
+}
+
 dialect_suite!(
+    the_ports_read_the_time_from_the_services_clock,
     concurrent_creations_make_one_pending_payment,
     concurrent_success_notifies_pay_once,
     wrong_amounts_closed_payments_and_unknown_numbers_change_nothing,

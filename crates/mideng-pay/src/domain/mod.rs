@@ -3,6 +3,7 @@
 //! - [`money`] — amounts in fen with checked arithmetic, the one currency, wallet balances.
 //! - [`bill`] — matching a channel's daily bill against our payments and refunds.
 //! - [`charge`] — the one-PAID rule: what a charge the channel reports does to an attempt.
+//! - [`clock`] — the one clock of the service (a port: the only thing here that is not pure).
 //! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`keys`] — the two kinds of API key (secret, publishable) and what each opens.
@@ -16,6 +17,7 @@
 
 pub mod bill;
 pub mod charge;
+pub mod clock;
 pub mod events;
 pub mod ids;
 pub mod keys;

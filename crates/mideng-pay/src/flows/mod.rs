@@ -27,11 +27,12 @@ pub mod webhook;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mideng::Name;
 use mideng::lock::LockStore;
-use mideng::{Name, clock};
 use mideng_channel::ChannelKind;
 use mideng_channel::adapter::Channel;
 
+pub use crate::domain::clock::{Clock, SystemClock};
 use crate::store::Store;
 
 /// Operation names: the scopes of keys, tokens and counters.
@@ -166,22 +167,6 @@ impl Default for PaymentSettings {
     }
 }
 
-/// Time, as the flows see it: the wall clock in production, a fixed one in a test.
-pub trait Clock: Send + Sync {
-    /// Unix milliseconds, now.
-    fn now_ms(&self) -> i64;
-}
-
-/// The system clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        clock::now_ms()
-    }
-}
-
 /// The configured channel adapters, at most one per channel (configurations are
 /// deployment-wide and shared by the tenants).
 #[derive(Clone, Default)]
@@ -252,7 +237,7 @@ impl Ports {
     /// Whether a trade that expired at `expires_at_ms` is past its expiry and the clock grace.
     pub fn expired(&self, expires_at_ms: i64) -> bool {
         self.clock.now_ms()
-            > expires_at_ms.saturating_add(clock::duration_ms(self.settings.expiry_grace))
+            > expires_at_ms.saturating_add(mideng::clock::duration_ms(self.settings.expiry_grace))
     }
 }
 

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::payments::{corrupt, read};
 use super::sql::SqlPay;
@@ -182,7 +182,7 @@ impl<D: Dialect> BillCases for SqlPay<D> {
         resolution: &str,
     ) -> Result<bool, StoreError> {
         let _timer = self.timer("bill_cases.settle");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {

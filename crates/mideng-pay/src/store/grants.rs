@@ -15,7 +15,7 @@ use mideng::dedup::DedupTable;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::orders;
 use super::sql::SqlPay;
@@ -283,7 +283,7 @@ impl<D: Dialect> Grants for SqlPay<D> {
         dedup: bool,
     ) -> Result<GrantOutcome, StoreError> {
         let _timer = self.timer("grants.grant");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let store = &self.store;
         self.store
             .write(|transaction| Box::pin(grant_on::<D>(store, transaction, event, dedup, now_ms)))
@@ -298,7 +298,7 @@ impl<D: Dialect> Grants for SqlPay<D> {
 
     async fn revoke(&self, event: &RefundSucceeded) -> Result<RevokeOutcome, StoreError> {
         let _timer = self.timer("grants.revoke");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let store = &self.store;
         self.store
             .write(|transaction| Box::pin(revoke_on::<D>(store, transaction, event, now_ms)))

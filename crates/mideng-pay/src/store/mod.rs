@@ -49,6 +49,8 @@ use std::sync::Arc;
 
 use mideng::store::sql::{Dialect, SqlStore};
 
+use crate::domain::clock::Clock;
+
 pub use bill_cases::BillCases;
 pub use events::{Events, OutboxRelay};
 pub use grants::{GrantOutcome, Grants};
@@ -98,9 +100,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Every port on one SQL store (migrated by the caller).
-    pub fn sql<D: Dialect>(store: SqlStore<D>) -> Self {
-        let sql = Arc::new(SqlPay::new(store));
+    /// Every port on one SQL store (migrated by the caller), with the service's one clock.
+    pub fn sql<D: Dialect>(store: SqlStore<D>, clock: Arc<dyn Clock>) -> Self {
+        let sql = Arc::new(SqlPay::new(store, clock));
         Self {
             backend: sql.clone(),
             tenants: sql.clone(),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{Dialect, SqlStore};
-use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError, clock};
+use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError};
 use mideng_channel::adapter::RefundState;
 
 use super::payments::{self, SuccessOutcome};
@@ -258,7 +258,7 @@ pub trait Notifies: Send + Sync {
 impl<D: Dialect> Notifies for SqlPay<D> {
     async fn apply_notify(&self, notify: &NotifyEffect) -> Result<NotifyApplied, StoreError> {
         let _timer = self.timer("notifies.apply_notify");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let store = &self.store;
         self.store
             .write(|transaction| {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::payments::{self, corrupt, read};
 use super::sql::SqlPay;
@@ -249,7 +249,7 @@ pub trait Orders: Send + Sync {
 impl<D: Dialect> Orders for SqlPay<D> {
     async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
         let _timer = self.timer("orders.create_order");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
             .await
@@ -279,7 +279,7 @@ impl<D: Dialect> Orders for SqlPay<D> {
     ) -> Result<OrderTransition, StoreError> {
         let _timer = self.timer("orders.transition_order");
         use mideng::state::StateMachine;
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use mideng::outbox::Message;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 use serde::Serialize;
 
 use super::payments::{corrupt, read};
@@ -265,7 +265,7 @@ impl<D: Dialect> EventFailures for SqlPay<D> {
         park_after: u32,
     ) -> Result<FailedEvent, StoreError> {
         let _timer = self.timer("event_failures.fail");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(fail_on::<D>(
@@ -327,7 +327,7 @@ impl<D: Dialect> EventFailures for SqlPay<D> {
         last_error: &str,
     ) -> Result<bool, StoreError> {
         let _timer = self.timer("event_failures.settle");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let last_error = stored_error(last_error);
         let last_error = last_error.as_str();
         self.store

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::orders::{self, OrderFence};
 use super::sql::SqlPay;
@@ -707,7 +707,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<OpenPayment, StoreError> {
         let _timer = self.timer("payments.open_payment");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
@@ -726,7 +726,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<bool, StoreError> {
         let _timer = self.timer("payments.set_pay_url");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
@@ -744,7 +744,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<bool, StoreError> {
         let _timer = self.timer("payments.fail_payment");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
@@ -775,7 +775,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<LocalClose, StoreError> {
         let _timer = self.timer("payments.close_payment");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
@@ -812,7 +812,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<(LocalClose, bool), StoreError> {
         let _timer = self.timer("payments.expire_payment");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(async move {
@@ -866,7 +866,7 @@ impl<D: Dialect> Payments for SqlPay<D> {
         fence: Option<&OrderFence>,
     ) -> Result<SuccessOutcome, StoreError> {
         let _timer = self.timer("payments.apply_success");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let paid_at_ms = paid.paid_at_ms.unwrap_or(now_ms);
         self.store
             .write(|transaction| {

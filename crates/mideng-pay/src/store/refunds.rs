@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::payments::{corrupt, find_payment, read};
 use super::{orders, sql::SqlPay};
@@ -547,7 +547,7 @@ pub trait Refunds: Send + Sync {
 impl<D: Dialect> Refunds for SqlPay<D> {
     async fn open_refund(&self, new: &NewRefund<'_>) -> Result<OpenRefund, StoreError> {
         let _timer = self.timer("refunds.open_refund");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| Box::pin(open_on::<D>(transaction, new, now_ms)))
             .await
@@ -560,7 +560,7 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         succeeded: Option<&mideng_channel::adapter::Refund>,
     ) -> Result<SettledRefund, StoreError> {
         let _timer = self.timer("refunds.settle_refund");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(settle_on::<D>(
@@ -865,7 +865,7 @@ impl<D: Dialect> RefundCases for SqlPay<D> {
         refund_no: &str,
     ) -> Result<OpenRefund, StoreError> {
         let _timer = self.timer("refund_cases.open_case_refund");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(open_case_on::<D>(

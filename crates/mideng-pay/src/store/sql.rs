@@ -25,6 +25,8 @@ use mideng::sqlx::Database;
 use mideng::sqlx::pool::PoolConnection;
 use mideng::store::sql::{Arg, Dialect, SqlConn, SqlStore, store_error};
 
+use crate::domain::clock::Clock;
+
 /// One page of a read paged by a cursor: `sql` takes the `leading` arguments, then the cursor
 /// — the rows after `after` (a time and a number) in (time, number) order, the statement
 /// comparing the time twice and the number once (`t > ? OR (t = ? AND no > ?)`), from the
@@ -57,6 +59,8 @@ pub(super) async fn cursor_page<D: Dialect, T>(
 /// Every storage port of the service ([`super::Store`]) on one SQL dialect.
 pub struct SqlPay<D: Dialect> {
     pub(super) store: SqlStore<D>,
+    /// The service's one clock: every time a statement writes is read from it.
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 impl<D: Dialect> std::fmt::Debug for SqlPay<D> {
@@ -66,9 +70,15 @@ impl<D: Dialect> std::fmt::Debug for SqlPay<D> {
 }
 
 impl<D: Dialect> SqlPay<D> {
-    /// The service's storage on the toolkit store's pool (migrated by the caller).
-    pub fn new(store: SqlStore<D>) -> Self {
-        Self { store }
+    /// The service's storage on the toolkit store's pool (migrated by the caller), reading the
+    /// time from `clock`.
+    pub fn new(store: SqlStore<D>, clock: Arc<dyn Clock>) -> Self {
+        Self { store, clock }
+    }
+
+    /// Now, by the service's clock.
+    pub(super) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// A pooled connection for reads that need no transaction of their own: each statement

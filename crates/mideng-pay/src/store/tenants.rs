@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::payments::read;
 use super::sql::SqlPay;
@@ -121,7 +121,7 @@ impl<D: Dialect> Tenants for SqlPay<D> {
         publishable_key_hash: Option<&str>,
     ) -> Result<(), StoreError> {
         let _timer = self.timer("tenants.upsert_tenant");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(upsert_tenant::<D>(

@@ -32,7 +32,7 @@ use mideng::sqlx::Database;
 use mideng::store::sql::{
     Arg, Dialect, FirstClaim, PerDialect, SqlConn, SqlDialect, SqlRow, SqlStore, store_error,
 };
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::sql::SqlPay;
 use crate::domain::money::{Amount, Balance};
@@ -582,7 +582,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                         Ok(lease) => lease,
                         Err(decision) => return Ok(Answered::Duplicate(decision)),
                     };
-                    let now_ms = clock::now_ms();
+                    let now_ms = self.now_ms();
                     let outcome = credit::<D>(
                         transaction,
                         tenant_id,
@@ -654,7 +654,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                         order_id,
                         amount,
                         entry_no,
-                        now_ms: clock::now_ms(),
+                        now_ms: self.now_ms(),
                     };
                     let outcome = deduct::<D>(transaction, strategy, &request).await?;
                     answered(store, transaction, lease.as_ref(), render, outcome).await
@@ -679,7 +679,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                     user_id,
                     deduction_no,
                     entry_no,
-                    clock::now_ms(),
+                    self.now_ms(),
                 ))
             })
             .await

@@ -221,6 +221,7 @@ impl Blueprint {
             events: self.events.clone(),
             transport: TransportSettings::default(),
             pages: self.pages.clone(),
+            clock: Arc::new(crate::flows::SystemClock),
         })
     }
 

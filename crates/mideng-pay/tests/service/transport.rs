@@ -58,6 +58,7 @@ async fn start(transport: TransportSettings) -> Running {
         events: EventSettings::default(),
         transport,
         pages: mideng_pay::web::PageSettings::default(),
+        clock: std::sync::Arc::new(mideng_pay::flows::SystemClock),
     };
     let application = Application::build(settings, listener)
         .await

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
-use mideng::{StoreError, clock, dialect_sql};
+use mideng::{StoreError, dialect_sql};
 
 use super::*;
 use crate::store::payments::{corrupt, read};
@@ -485,7 +485,7 @@ async fn redeliver_on<D: Dialect>(
 impl<D: Dialect> Webhooks for SqlPay<D> {
     async fn register(&self, new: &NewEndpoint<'_>) -> Result<Registered, StoreError> {
         let _timer = self.timer("webhooks.register");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| Box::pin(register_on::<D>(transaction, new, now_ms)))
             .await
@@ -536,7 +536,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
 
     async fn claim(&self, delivery: &Delivery, until_ms: i64) -> Result<bool, StoreError> {
         let _timer = self.timer("webhooks.claim");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         let mut connection = self.connection().await?;
         let changed = connection
             .run(
@@ -560,7 +560,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         outcome: AttemptOutcome,
     ) -> Result<(), StoreError> {
         let _timer = self.timer("webhooks.finish");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(finish_on::<D>(
@@ -627,7 +627,7 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         delivery_id: &str,
     ) -> Result<Redelivery, StoreError> {
         let _timer = self.timer("webhooks.redeliver");
-        let now_ms = clock::now_ms();
+        let now_ms = self.now_ms();
         self.store
             .write(|transaction| {
                 Box::pin(redeliver_on::<D>(
