@@ -7,10 +7,9 @@
 //!   front of Redis and the broker for outages. What a deployment is made of comes from
 //!   `mideng_pay::testing`, shared with the service's tests.
 //! - [`storm`] — the seeded workload with every source of duplicates, the fault schedule,
-//!   quiescence and the report.
-//! - [`attacker`] — the client that runs beside the workload and sends replayed, retargeted,
-//!   polluted, wrongly signed, cross-channel and stale channel notifies; the audit checks that
-//!   none moved anything.
+//!   quiescence and the report; its [`storm::attacker`] runs beside the workload and sends
+//!   replayed, retargeted, polluted, wrongly signed, cross-channel and stale channel notifies
+//!   (the audit checks that none moved anything) and probes the boundary.
 //! - [`audit`] — the service's invariants checked against the database and the
 //!   simulator's ledger: pure rules over a snapshot.
 //! - [`bench`](mod@bench) — first-time and replay paths with the idempotency machinery on and off, next to
@@ -18,7 +17,6 @@
 //! - `html` — the pieces of both reports' HTML pages (`--html`): escaping, bar and line charts
 //!   as inline SVG, tables.
 
-pub mod attacker;
 pub mod audit;
 pub mod bench;
 pub mod deploy;

@@ -8,8 +8,8 @@ mod support;
 use std::path::Path;
 
 use mideng_pay::domain::wallet::WalletStrategy;
-use mideng_storm::attacker::{AttackKind, BoundaryKind};
 use mideng_storm::deploy::ServerArgs;
+use mideng_storm::storm::attacker::{AttackKind, BoundaryKind};
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
 
 fn assert_clean(report: &StormReport) {

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::attacker::{self, AttackLog, BoundaryLog, Victim};
 use super::checkout::{create_order, keyless_double_click};
 use super::faults::FaultClock;
 use super::latency::{LatencyHistogram, operation_of};
 use super::rare;
 use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
-use crate::attacker::{self, AttackLog, BoundaryLog, Victim};
 use crate::audit::{AnsweredRefund, ClientFacts};
 use crate::deploy::TenantAccess;
 

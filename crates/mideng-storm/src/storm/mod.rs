@@ -40,7 +40,7 @@
 //! whole NATS cluster). With `--processes` the simulator and the instances are `mideng`
 //! processes, and the instance crash is SIGKILL.
 //!
-//! Attacks (unless `--no-attacker`): the [`crate::attacker`] runs beside the workload and sends
+//! Attacks (unless `--no-attacker`): the [`attacker`] runs beside the workload and sends
 //! replayed, retargeted, polluted, wrongly signed, cross-channel and stale notifies at payments
 //! the workload leaves waiting; the audit checks that none was accepted and none moved.
 //!
@@ -67,6 +67,7 @@
 //!   its charts (`--html`).
 
 mod args;
+pub mod attacker;
 mod checkout;
 mod clients;
 mod facts;
@@ -93,6 +94,7 @@ use mideng_sim::{MerchantKeys, SimConfig};
 use serde_json::Value;
 
 pub use self::args::{BreakLayer, StormArgs};
+use self::attacker::{AttackerKeys, BoundaryTargets};
 pub(crate) use self::checkout::create_order;
 use self::clients::{Log, credit, deduct_script, order_script};
 pub(crate) use self::clients::{Pending, PendingKind, Shared, keyed};
@@ -101,7 +103,6 @@ use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
 pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Timeline};
 use self::sampler::{Metrics, Sampler};
-use crate::attacker::{self, AttackerKeys, BoundaryTargets};
 pub use crate::deploy::StackKind;
 use crate::deploy::{DeployOptions, Deployment, Processes, TenantAccess};
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::args::BreakLayer;
+use super::attacker::AttackReport;
 pub use super::latency::LatencySummary;
-use crate::attacker::AttackReport;
 use crate::audit::{AuditFigures, InvariantResult, Violation};
 
 /// What the storm sampled while it ran, on one clock: milliseconds since the workload began.
