@@ -295,6 +295,7 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
 /// configuration was checked when it was read; a URL refused here names what is wrong).
 async fn seed_webhook(
     store: &Store,
+    now_ms: i64,
     tenant_id: &str,
     url: &str,
     events: &[String],
@@ -307,7 +308,7 @@ async fn seed_webhook(
     };
     let url = checked_url(url, &anywhere).map_err(refused)?;
     let events = checked_events(events).map_err(refused)?;
-    let endpoint_id = crate::domain::ids::new_number('E', mideng::clock::now_ms());
+    let endpoint_id = crate::domain::ids::new_number('E', now_ms);
     store
         .webhooks
         .register(&crate::store::webhooks::NewEndpoint {
@@ -337,7 +338,14 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             .await
             .map_err(BuildError::Database)?;
         for (url, events) in &seed.webhooks {
-            seed_webhook(&store, &seed.tenant_id, url, events).await?;
+            seed_webhook(
+                &store,
+                settings.clock.now_ms(),
+                &seed.tenant_id,
+                url,
+                events,
+            )
+            .await?;
         }
     }
     let (tokens, locks) = open_guards(settings).await?;
@@ -520,6 +528,7 @@ impl Application {
             };
             workers.push(tokio::spawn(crate::workers::webhooks::run(
                 self.state.ports.store.webhooks.clone(),
+                self.state.ports.clock.clone(),
                 settings,
                 stopped.clone(),
             )));

@@ -44,6 +44,7 @@ impl AppState {
             locks: self.ports.locks.clone(),
             events: self.ports.store.events.clone(),
             webhooks: self.ports.store.webhooks.clone(),
+            clock: self.ports.clock.clone(),
         }
     }
 }

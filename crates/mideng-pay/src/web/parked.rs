@@ -133,7 +133,7 @@ async fn act_on_outbox(
     Ok(ParkedView {
         status: action.to_ascii_uppercase(),
         resolution: Some(format!("{action}: {reason}")),
-        updated_at: rfc3339(mideng::clock::now_ms()),
+        updated_at: rfc3339(state.ports.clock.now_ms()),
         ..ParkedView::of_row(&row)
     })
 }

@@ -183,7 +183,7 @@ struct Found<'a> {
 impl Cases<'_> {
     /// Records `found` as a case (once: a later run finds it known); whether it is new.
     async fn keep(&mut self, found: Found<'_>) -> Result<bool, StoreError> {
-        let now_ms = clock::now_ms();
+        let now_ms = self.ports.clock.now_ms();
         let case = BillCase {
             case_id: case_id(self.channel, self.date, found.kind, found.reference),
             channel: self.channel.as_str().to_owned(),

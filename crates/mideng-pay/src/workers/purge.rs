@@ -14,11 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mideng::StoreError;
 use mideng::lock::LockStore;
 use mideng::record::RecordStore;
 use mideng::token::TokenStore;
-use mideng::{StoreError, clock};
 
+use crate::domain::clock::Clock;
 use crate::store::Events;
 use crate::store::webhooks::Webhooks;
 
@@ -35,6 +36,8 @@ pub struct Retained {
     pub events: Arc<dyn Events>,
     /// Webhook deliveries.
     pub webhooks: Arc<dyn Webhooks>,
+    /// The service's clock: what is past its retention is judged by it.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// How the purge runs.
@@ -84,7 +87,7 @@ pub async fn purge_once(
     retained: &Retained,
     settings: &PurgeSettings,
 ) -> Result<PurgeReport, StoreError> {
-    let now_ms = clock::now_ms();
+    let now_ms = retained.clock.now_ms();
     let batch = settings
         .batch
         .clamp(1, mideng::limits::PURGE_BATCH_ROWS_MAX);

@@ -54,6 +54,7 @@ pub use send::client;
 
 use self::fairness::{Backoffs, Caps, InFlight, Slot};
 use self::send::{TIMED_OUT, attempt, ms};
+use crate::domain::clock::Clock;
 use crate::domain::outbound::TargetPolicy;
 use crate::domain::webhook::{SCHEDULE, next_delay};
 use crate::store::Webhooks;
@@ -185,16 +186,18 @@ fn cut_off(delivery: &Delivery, at_ms: i64, started: Instant) -> Attempt {
 /// One attempt, whole: the POST, cut off at `deadline`, and its record.
 async fn attempt_and_record(
     store: Arc<dyn Webhooks>,
+    at_ms: i64,
     client: reqwest::Client,
     schedule: Arc<[Duration]>,
     deadline: Duration,
     targets: TargetPolicy,
     due: DueDelivery,
 ) -> Finished {
-    let (at_ms, started) = (mideng::clock::now_ms(), Instant::now());
-    let (attempt, delivered) = tokio::time::timeout(deadline, attempt(&client, &due, &targets))
-        .await
-        .unwrap_or_else(|_| (cut_off(&due.delivery, at_ms, started), false));
+    let started = Instant::now();
+    let (attempt, delivered) =
+        tokio::time::timeout(deadline, attempt(&client, &due, &targets, at_ms))
+            .await
+            .unwrap_or_else(|_| (cut_off(&due.delivery, at_ms, started), false));
     let delivery = &due.delivery;
     let outcome = outcome_of(&schedule, delivery, &attempt, delivered);
     let label = match outcome {
@@ -231,6 +234,8 @@ struct Finished {
 /// counts and the backoffs of the fairness rule.
 struct Dispatcher {
     store: Arc<dyn Webhooks>,
+    /// The service's clock: claims, due times and each attempt's time are read from it.
+    clock: Arc<dyn Clock>,
     client: reqwest::Client,
     settings: WebhookSettings,
     schedule: Arc<[Duration]>,
@@ -255,9 +260,15 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn new(store: Arc<dyn Webhooks>, client: reqwest::Client, settings: WebhookSettings) -> Self {
+    fn new(
+        store: Arc<dyn Webhooks>,
+        clock: Arc<dyn Clock>,
+        client: reqwest::Client,
+        settings: WebhookSettings,
+    ) -> Self {
         Dispatcher {
             store,
+            clock,
             client,
             schedule: settings.schedule.clone().into(),
             caps: Caps::of(&settings),
@@ -283,7 +294,7 @@ impl Dispatcher {
         let limit = self.settings.batch.max(1);
         let per_endpoint = self.caps.endpoint.saturating_mul(READ_PER_ENDPOINT_SLOT);
         let query = DueQuery {
-            now_ms: mideng::clock::now_ms(),
+            now_ms: self.clock.now_ms(),
             limit,
             per_endpoint: u32::try_from(per_endpoint).unwrap_or(u32::MAX),
             skip_endpoints: &skip_endpoints,
@@ -329,8 +340,10 @@ impl Dispatcher {
             }
             // The claim outlasts the attempt (cut off at 1.5 × `timeout`) and its write, so
             // that no other dispatcher takes the delivery meanwhile.
-            let until_ms =
-                mideng::clock::now_ms().saturating_add(ms(self.settings.timeout.saturating_mul(2)));
+            let until_ms = self
+                .clock
+                .now_ms()
+                .saturating_add(ms(self.settings.timeout.saturating_mul(2)));
             if !self.store.claim(&due.delivery, until_ms).await? {
                 continue;
             }
@@ -348,6 +361,7 @@ impl Dispatcher {
         let deadline = self.settings.timeout.saturating_mul(3) / 2;
         let handle = self.attempts.spawn(attempt_and_record(
             self.store.clone(),
+            self.clock.now_ms(),
             self.client.clone(),
             self.schedule.clone(),
             deadline,
@@ -454,10 +468,16 @@ impl Dispatcher {
 /// attempts to end: a pass of the dispatcher, for tests and tools.
 pub async fn dispatch_once(
     store: &Arc<dyn Webhooks>,
+    clock: &Arc<dyn Clock>,
     client: &reqwest::Client,
     settings: &WebhookSettings,
 ) -> Result<DispatchReport, StoreError> {
-    let mut dispatcher = Dispatcher::new(store.clone(), client.clone(), settings.clone());
+    let mut dispatcher = Dispatcher::new(
+        store.clone(),
+        clock.clone(),
+        client.clone(),
+        settings.clone(),
+    );
     dispatcher.read().await?;
     let started = dispatcher.start_waiting().await;
     dispatcher.drain().await;
@@ -468,6 +488,7 @@ pub async fn dispatch_once(
 /// Dispatches until `stop` turns true, then records the attempts in flight.
 pub async fn run(
     store: Arc<dyn Webhooks>,
+    clock: Arc<dyn Clock>,
     settings: WebhookSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -479,7 +500,7 @@ pub async fn run(
         }
     };
     let failure_pause = settings.interval.max(Duration::from_secs(1));
-    let mut dispatcher = Dispatcher::new(store, client, settings);
+    let mut dispatcher = Dispatcher::new(store, clock, client, settings);
     while !*stop.borrow() {
         if let Err(error) = dispatcher.step().await {
             tracing::warn!(%error, "webhook dispatch failed");

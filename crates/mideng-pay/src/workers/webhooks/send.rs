@@ -112,9 +112,9 @@ pub(super) async fn attempt(
     client: &reqwest::Client,
     due: &DueDelivery,
     targets: &TargetPolicy,
+    at_ms: i64,
 ) -> (Attempt, bool) {
     let started = Instant::now();
-    let at_ms = mideng::clock::now_ms();
     let timestamp = at_ms.div_euclid(1000);
     let delivery = &due.delivery;
     let (status_code, error) = match (secret_key(&due.secret), reqwest::Url::parse(&due.url)) {
