@@ -14,11 +14,18 @@ use crate::key::{Fingerprint, IdempotencyKey};
 
 /// Whether `body` is JSON that names a member twice in one object, at any depth. A body that
 /// is not JSON is not ambiguous here: the fields of such a body are absent.
-pub(super) fn repeats_a_member(body: &[u8]) -> bool {
-    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
-        return false;
+pub fn repeats_a_member(body: &[u8]) -> bool {
+    // A repetition is the one data error the walk below raises; a body that is no JSON to
+    // serde_json (its syntax, invalid UTF-8, nesting past its limit) fails as syntax or EOF.
+    // The walk stops at the first error, so a repetition met before a syntax error further on
+    // is confirmed by reading the whole body (only then, so only for a refused body).
+    match serde_json::from_slice::<Unrepeated>(body) {
+        Ok(Unrepeated) => false,
+        Err(error) if error.classify() == serde_json::error::Category::Data => {
+            serde_json::from_slice::<serde_json::Value>(body).is_ok()
+        }
+        Err(_) => false,
     }
-    serde_json::from_slice::<Unrepeated>(body).is_err()
 }
 
 /// A JSON value accepted only when no object in it names a member twice.
@@ -173,4 +180,21 @@ pub(super) fn fingerprint_of(config: &RouteConfig, parts: &Parts, body: &[u8]) -
 
 fn hex_join(values: &[&[u8]]) -> String {
     values.iter().map(hex::encode).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repeats_a_member;
+
+    #[test]
+    fn only_json_that_names_a_member_twice_is_repeated() {
+        assert!(repeats_a_member(br#"{"a":1,"a":2}"#));
+        assert!(repeats_a_member(br#"{"m":[{"a":1,"\u0061":2}]}"#));
+        assert!(!repeats_a_member(br#"{"a":{"a":1},"b":[{"a":2},{"a":3}]}"#));
+        // Found by the fuzz target: a repetition before a syntax error, and a key that is not
+        // UTF-8, are bodies that are no JSON, never "ambiguous".
+        assert!(!repeats_a_member(br#"{"m":[{"a":1,"\u0061":2}W}"#));
+        assert!(!repeats_a_member(b"{\"m\":[{\"a\":1,\"}\xf4\\u0061\":2}]}"));
+        assert!(!repeats_a_member(b"not json"));
+    }
 }

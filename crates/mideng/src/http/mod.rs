@@ -22,6 +22,8 @@
 //!   later"): sent, not stored, the key freed for the retry.
 //! - [`read_idempotency_key`] — the key headers, read once: a repeated header, both spellings
 //!   or a broken structured string is refused, never resolved by picking one.
+//! - [`repeats_a_member`] — whether a JSON body names a member twice in one object: refused
+//!   (`body-ambiguous`) on routes that read the body's fields.
 //! - [`RequestBodyDeadlineLayer`] — a deadline for the whole request body (408 when it passes).
 //! - [`request_id`] — every answer names its request (`Request-Id`); a replay also names the
 //!   request that had the effect (`Original-Request-Id`).
@@ -47,6 +49,7 @@ pub use config::{
 pub use deadline::{
     BodyDeadlineElapsed, RequestBodyDeadline, RequestBodyDeadlineLayer, is_body_deadline,
 };
+pub use fingerprint::repeats_a_member;
 pub use headers::{
     HeaderError, IDEMPOTENCY_KEY, IDEMPOTENCY_TOKEN, IDEMPOTENT_TOKEN, X_IDEMPOTENT_KEY,
     parse_key_value, read_idempotency_key, read_idempotency_token,
