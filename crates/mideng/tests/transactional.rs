@@ -5,10 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use mideng::store::sql::{Dialect, SqlStore};
+use mideng::store::sql::{Arg, Claim, Dialect, Once, PerDialect, SqlConn, SqlRow, SqlStore};
 use mideng::{
     Decision, Fingerprint, IdempotencyKey, RecordPolicy, RecordStore, Scope, StoredResponse,
 };
+use mideng::{StoreError, dialect_sql};
 use support::unique;
 
 fn policy() -> RecordPolicy {
@@ -100,6 +101,140 @@ async fn a_concurrent_begin_waits_for_the_open_transaction<D: Dialect>(store: Sq
         Decision::Replay(answer()),
         "and then replays the committed outcome"
     );
+}
+
+/// The business table of the `write_once` tests: one row per effect, tagged with its key.
+const EFFECTS_CREATE: &str = "CREATE TABLE IF NOT EXISTS mideng_test_effects (effect_id VARCHAR(120) PRIMARY KEY, tag VARCHAR(120) NOT NULL)";
+const EFFECT_INSERT: PerDialect<&str> =
+    dialect_sql!("INSERT INTO mideng_test_effects (effect_id, tag) VALUES (" ? ", " ? ")");
+const EFFECTS_COUNT: PerDialect<&str> =
+    dialect_sql!("SELECT COUNT(*) FROM mideng_test_effects WHERE tag = "?);
+
+async fn effects<D: Dialect>(store: &SqlStore<D>, tag: &str) -> i64 {
+    let mut connection = store.pool().acquire().await.expect("connection");
+    connection
+        .row(EFFECTS_COUNT.get::<D>(), &[Arg::Text(tag)])
+        .await
+        .expect("count")
+        .expect("a row")
+        .int(0)
+        .expect("a count")
+}
+
+/// Many tasks, one key: `write_once` runs the effect once, and every other task gets the answer
+/// stored with it; a failed effect leaves neither a record nor an effect, so the retry runs; the
+/// key reused for another request runs nothing.
+async fn write_once_runs_the_effect_once_with_its_answer<D: Dialect>(store: SqlStore<D>) {
+    {
+        let mut connection = store.pool().acquire().await.expect("connection");
+        connection.run(EFFECTS_CREATE, &[]).await.expect("table");
+    }
+    let scope = Scope::new(&unique("tenant"), "wallet.deduct").expect("scope");
+    let key = IdempotencyKey::parse(&unique("key")).expect("key");
+    let fingerprint = Fingerprint::of_parts(&[b"deduct 100"]);
+    let tag = format!("{}/{}", scope.tenant(), key.as_str());
+
+    // The effect fails: nothing of it, and no record, survives.
+    let claim = Claim {
+        scope: &scope,
+        key: &key,
+        fingerprint: &fingerprint,
+        policy: policy(),
+    };
+    let failed = store
+        .write_once(Some(&claim), |transaction| {
+            let tag = tag.clone();
+            Box::pin(async move {
+                transaction
+                    .run(
+                        EFFECT_INSERT.get::<D>(),
+                        &[Arg::Text(&unique("effect")), Arg::Text(&tag)],
+                    )
+                    .await
+                    .expect("insert");
+                Err::<((), StoredResponse), _>(StoreError::Corrupt("the effect refused".to_owned()))
+            })
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(
+        effects(&store, &tag).await,
+        0,
+        "the failed effect rolled back"
+    );
+    assert_eq!(
+        store.find_record(&scope, &key).await.expect("find"),
+        None,
+        "and its record with it"
+    );
+
+    const TASKS: usize = 16;
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let (store, scope, key, tag) = (store.clone(), scope.clone(), key.clone(), tag.clone());
+        tasks.push(tokio::spawn(async move {
+            let claim = Claim {
+                scope: &scope,
+                key: &key,
+                fingerprint: &fingerprint,
+                policy: policy(),
+            };
+            store
+                .write_once(Some(&claim), |transaction| {
+                    let tag = tag.clone();
+                    Box::pin(async move {
+                        transaction
+                            .run(
+                                EFFECT_INSERT.get::<D>(),
+                                &[Arg::Text(&format!("{tag}/{task}")), Arg::Text(&tag)],
+                            )
+                            .await
+                            .map_err(mideng::store::sql::store_error::<D>)?;
+                        let answer = StoredResponse {
+                            status: 201,
+                            headers: vec![],
+                            body: format!("task {task}").into_bytes(),
+                        };
+                        Ok((task, answer))
+                    })
+                })
+                .await
+        }));
+    }
+    let mut ran = Vec::new();
+    let mut replayed = Vec::new();
+    for task in tasks {
+        match task.await.expect("task ran").expect("write_once") {
+            Once::Ran(task, answer) => ran.push((task, answer)),
+            Once::Decided(Decision::Replay(answer)) => replayed.push(answer),
+            other => panic!("a duplicate waits for the first and replays it: {other:?}"),
+        }
+    }
+    assert_eq!(ran.len(), 1, "exactly one task ran the effect");
+    assert_eq!(effects(&store, &tag).await, 1, "exactly one effect");
+    let (_, answer) = &ran[0];
+    assert_eq!(replayed.len(), TASKS - 1);
+    assert!(
+        replayed.iter().all(|replay| replay == answer),
+        "every other task got its answer"
+    );
+
+    // The key reused for another request: nothing runs, nothing is written.
+    let other = Fingerprint::of_parts(&[b"deduct 999"]);
+    let reused = Claim {
+        scope: &scope,
+        key: &key,
+        fingerprint: &other,
+        policy: policy(),
+    };
+    let once = store
+        .write_once(Some(&reused), |_| {
+            Box::pin(async { panic!("the effect of a reused key must not run") })
+        })
+        .await
+        .expect("write_once");
+    assert_eq!(once, Once::<()>::Decided(Decision::Mismatch));
+    assert_eq!(effects(&store, &tag).await, 1);
 }
 
 /// Relay rounds until a row is parked: the parked rows, and how many the rounds parked.
@@ -282,6 +417,10 @@ macro_rules! dialect_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_concurrent_begin_waits_for_the_open_transaction() {
                 super::a_concurrent_begin_waits_for_the_open_transaction($make().await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn write_once_runs_the_effect_once_with_its_answer() {
+                super::write_once_runs_the_effect_once_with_its_answer($make().await).await;
             }
             #[cfg(feature = "nats")]
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

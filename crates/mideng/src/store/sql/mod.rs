@@ -9,6 +9,7 @@
 //! | file | mechanism | invariant it keeps |
 //! |---|---|---|
 //! | `engine.rs` | the port ([`SqlConn`], [`SqlRow`], [`Arg`]), [`Dialect`], [`SqlDialect`], [`SqlStore`], [`SqlStore::write`], [`back_off`], [`store_error`] | write transactions open the dialect's way; transient conflicts are retried whole, at most [`crate::limits::CONFLICT_RETRIES_MAX`] times, never inside a caller's transaction; driver errors become [`crate::StoreError`] variants |
+//! | `once.rs` | [`SqlStore::write_once`], [`Claim`], [`Once`]: a request's record, its effect and its answer in one transaction | the effect commits if and only if its answer is stored with the key's record |
 //! | `statements.rs` | [`PerDialect`] and [`dialect_sql!`](crate::dialect_sql), the one way to write a statement per dialect | parameters are numbered in order and each is used once, so one argument list serves every dialect |
 //! | `record.rs` | [`crate::record::RecordStore`], `begin_in`, `complete_in`, [`FirstClaim`] and `postgres_claim_cte!` (a record claimed by the caller's own statement) | one row per key; the inserter is told by its owner nonce; a take-over raises the fence; only the current lease completes |
 //! | `token.rs` | [`crate::token::TokenStore`] | one conditional update consumes a token, once; an issue counts and inserts under one locked row, so the [`crate::token::TokenLimits`] hold |
@@ -20,6 +21,7 @@
 mod engine;
 mod lock;
 mod migrate;
+mod once;
 mod record;
 mod state;
 mod statements;
@@ -36,6 +38,7 @@ pub use engine::{
     Arg, BoxFuture, Dialect, Failure, SqlConn, SqlDialect, SqlRow, SqlStore, back_off, store_error,
 };
 pub use migrate::{PoolSettings, versioned_migrator};
+pub use once::{Claim, Once};
 pub use record::FirstClaim;
 pub use statements::PerDialect;
 
