@@ -8,10 +8,9 @@ use mideng::clock::now_ms;
 use mideng::store::sql::{Dialect, SqlStore};
 use mideng_pay::domain::order::{Order, OrderStatus};
 use mideng_pay::domain::payment::{Payment, PaymentStatus};
-use mideng_pay::store::orders::{OrderInsert, find_order, insert_order, transition_order};
-use mideng_pay::store::payments::{
-    PaymentInsert, SuccessOutcome, apply_success, find_payment, insert_pending_payment,
-};
+use mideng_pay::store::rows::orders::{OrderInsert, find_order, insert_order, transition_order};
+use mideng_pay::store::rows::payments::{PaymentInsert, find_payment, insert_pending_payment};
+use mideng_pay::store::transactions::payments::{SuccessOutcome, apply_success};
 
 use support::unique;
 

@@ -9,7 +9,7 @@ use mideng::clock::now_ms;
 use mideng::store::sql::{Dialect, SqlStore};
 use mideng_pay::domain::money::Amount;
 use mideng_pay::domain::wallet::{CreditOutcome, DeductOutcome, WalletStrategy};
-use mideng_pay::store::wallets::{Deduct, balance, credit, deduct};
+use mideng_pay::store::rows::wallets::{Deduct, balance, credit, deduct};
 use support::unique;
 
 /// One deduct by `strategy` in a write transaction of its own.

@@ -98,7 +98,7 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let now_ms = state.ports.clock.now_ms();
     let resolved = match state.tenants.get(&hash, now_ms) {
         Some(resolved) => resolved,
-        None => match state.ports.store.tenants.tenant_by_key(&hash).await {
+        None => match state.ports.tenant_by_key(&hash).await {
             Ok(Some((tenant, kind))) => {
                 state.tenants.put(&hash, &tenant, kind, now_ms);
                 (tenant, kind)

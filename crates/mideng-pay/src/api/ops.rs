@@ -155,7 +155,7 @@ pub(super) async fn healthz() -> axum::Json<HealthView> {
     responses((status = 200, body = HealthView), (status = 503, body = HealthView))
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
-    match state.ports.store.backend.ping().await {
+    match state.ports.ready().await {
         Ok(()) => (
             StatusCode::OK,
             axum::Json(HealthView {

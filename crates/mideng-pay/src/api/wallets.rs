@@ -26,9 +26,11 @@ use super::models::{
 };
 use crate::domain::ids::{OrderId, PaymentNo, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
-use crate::flows::wallet::{self, CreditRequest, DeductRequest};
+use crate::flows::wallet::{
+    self, Answered, CreditRequest, DeductRequest, ReverseOutcome, WalletRecord,
+};
 use crate::state::AppState;
-use crate::store::{Answered, ReverseOutcome, WalletRecord};
+use mideng::store::sql::Claim;
 
 fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
     StoredResponse {
@@ -110,7 +112,7 @@ async fn keyed<T, O>(
             claim.stored(&stored);
             send(first_answer(stored))
         }
-        Ok(Answered::Duplicate(decision)) => claim.decided(&decision).await.unwrap_or_else(|| {
+        Ok(Answered::Decided(decision)) => claim.decided(&decision).await.unwrap_or_else(|| {
             tracing::error!("a wallet transaction reported a duplicate that proceeds");
             ApiError::new(Code::Internal, "internal error").into_response()
         }),
@@ -135,7 +137,7 @@ async fn unrecorded<T, O>(
     };
     match work(input).await {
         Ok(Answered::Ran(_, stored)) => send(stored),
-        Ok(Answered::Duplicate(_)) => {
+        Ok(Answered::Decided(_)) => {
             tracing::error!("a wallet operation without a record reported a duplicate");
             ApiError::new(Code::Internal, "internal error").into_response()
         }
@@ -147,12 +149,12 @@ async fn unrecorded<T, O>(
 /// off).
 fn record_of<'a>(claim: Option<&'a IdempotencyClaim>, tenant_id: &'a str) -> WalletRecord<'a> {
     match claim {
-        Some(claim) => WalletRecord::Claim {
+        Some(claim) => WalletRecord::Claim(Claim {
             scope: &claim.scope,
             key: &claim.key,
             fingerprint: &claim.fingerprint,
             policy: claim.policy,
-        },
+        }),
         None => WalletRecord::Unrecorded { tenant_id },
     }
 }
@@ -222,7 +224,7 @@ pub(super) async fn credit(
         let reference = identifier(Reference::parse(&body.reference))?;
         if reference
             .as_str()
-            .starts_with(crate::store::wallets::REVERSAL_REFERENCE_PREFIX)
+            .starts_with(crate::domain::wallet::REVERSAL_REFERENCE_PREFIX)
         {
             return Err(ApiError::new(
                 Code::InvalidRequest,

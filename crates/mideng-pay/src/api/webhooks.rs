@@ -14,11 +14,10 @@ use super::models::{
 use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
 use crate::domain::webhook::EndpointError;
-use crate::flows::webhook;
-use crate::state::AppState;
-use crate::store::webhooks::{
-    Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
+use crate::flows::webhook::{
+    self, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
 };
+use crate::state::AppState;
 
 fn endpoint_view(endpoint: &Endpoint) -> EndpointView {
     EndpointView {
@@ -112,7 +111,7 @@ pub(super) async fn list_endpoints(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
 ) -> Result<axum::Json<Vec<EndpointView>>, ApiError> {
-    let endpoints = state.ports.store.webhooks.endpoints(&tenant).await?;
+    let endpoints = webhook::endpoints(&state.ports, &tenant).await?;
     Ok(axum::Json(endpoints.iter().map(endpoint_view).collect()))
 }
 

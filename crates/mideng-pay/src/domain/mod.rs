@@ -7,6 +7,7 @@
 //! - [`events`] — the events of the outbox and the grants they ask for.
 //! - [`ids`] — validated identifiers (orders, users, SKUs) and payment numbers.
 //! - [`keys`] — the two kinds of API key (secret, publishable) and what each opens.
+//! - [`notify`] — notify matching: what a verified channel notify may speak for.
 //! - [`order`] — the order state machine.
 //! - [`outbound`] — the outbound-address rule: the addresses and names a tenant's webhook URL
 //!   may reach.
@@ -22,6 +23,7 @@ pub mod events;
 pub mod ids;
 pub mod keys;
 pub mod money;
+pub mod notify;
 pub mod order;
 pub mod outbound;
 pub mod payment;

@@ -130,6 +130,45 @@ pub fn checked_reason(text: &str) -> Option<&str> {
         .then_some(text)
 }
 
+/// What is left to refund of a payment of `amount_fen` whose refunds that are not CLOSED take
+/// `refunded_fen` (never below zero).
+pub fn left_to_refund(amount_fen: i64, refunded_fen: i64) -> i64 {
+    amount_fen.saturating_sub(refunded_fen).max(0)
+}
+
+/// A payment is refunded in full when nothing is left to refund and none of its refunds is
+/// still open (PROCESSING, or ABNORMAL and waiting for a person): only then does its order
+/// move to REFUNDED.
+pub fn refunded_in_full(left_fen: i64, open_refunds: i64) -> bool {
+    left_fen == 0 && open_refunds == 0
+}
+
+/// `refund` moved to `to` with the channel's word, or `None` when its state machine does not
+/// allow the move from where it is (settled already: a duplicate, or a late word). A SUCCESS
+/// takes the channel's refund number and time (`succeeded`; the time defaults to `now_ms`);
+/// other moves keep the number the refund had.
+pub fn settled(
+    refund: &Refund,
+    to: RefundStatus,
+    succeeded: Option<(&str, Option<i64>)>,
+    now_ms: i64,
+) -> Option<Refund> {
+    if !RefundStatus::allows(refund.status, to) {
+        return None;
+    }
+    let channel_refund_no = succeeded
+        .map(|(number, _)| number.to_owned())
+        .or_else(|| refund.channel_refund_no.clone());
+    let refunded_at_ms =
+        (to == RefundStatus::Success).then(|| succeeded.and_then(|(_, at)| at).unwrap_or(now_ms));
+    Some(Refund {
+        status: to,
+        channel_refund_no,
+        refunded_at_ms,
+        ..refund.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +194,62 @@ mod tests {
         for status in all {
             assert_eq!(RefundStatus::parse(status.as_str()), Some(status));
         }
+    }
+
+    fn processing(amount_fen: i64) -> Refund {
+        Refund {
+            refund_no: "R1".to_owned(),
+            tenant_id: "t".to_owned(),
+            payment_no: "P1".to_owned(),
+            order_id: "o".to_owned(),
+            channel: "alipay".to_owned(),
+            amount_fen,
+            reason: String::new(),
+            status: RefundStatus::Processing,
+            channel_refund_no: None,
+            refunded_at_ms: None,
+            created_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_settled_refund_takes_the_channels_word_once() {
+        let refund = processing(300);
+        let done = settled(&refund, RefundStatus::Success, Some(("C9", Some(50))), 99)
+            .expect("PROCESSING -> SUCCESS");
+        assert_eq!(done.channel_refund_no.as_deref(), Some("C9"));
+        assert_eq!(done.refunded_at_ms, Some(50));
+        // The channel gave no time: the settlement's.
+        let now =
+            settled(&refund, RefundStatus::Success, Some(("C9", None)), 99).expect("a success");
+        assert_eq!(now.refunded_at_ms, Some(99));
+        // A second word on a settled refund changes nothing.
+        assert_eq!(settled(&done, RefundStatus::Closed, None, 100), None);
+        assert_eq!(
+            settled(&done, RefundStatus::Success, Some(("C10", None)), 100),
+            None
+        );
+        // A close keeps no time and the number it had.
+        let closed = settled(&refund, RefundStatus::Closed, None, 99).expect("a close");
+        assert_eq!(
+            (closed.refunded_at_ms, closed.channel_refund_no),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn the_order_is_refunded_only_when_nothing_is_left_and_nothing_is_open() {
+        assert_eq!(left_to_refund(1_000, 400), 600);
+        assert_eq!(left_to_refund(1_000, 1_000), 0);
+        // A total above the amount (which the database's CHECK refuses) never counts as money left.
+        assert_eq!(left_to_refund(1_000, 1_200), 0);
+        assert_eq!(left_to_refund(i64::MIN, i64::MAX), 0);
+        assert!(refunded_in_full(0, 0));
+        assert!(
+            !refunded_in_full(0, 1),
+            "an open refund may still close and give money back"
+        );
+        assert!(!refunded_in_full(1, 0));
     }
 
     #[test]

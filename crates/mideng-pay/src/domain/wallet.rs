@@ -128,3 +128,12 @@ pub struct WalletStatement {
     /// Latest entries, newest first (at most 100).
     pub entries: Vec<WalletEntry>,
 }
+
+/// The reference of a deduction's reversal: a credit's business key, so the
+/// one-credit-per-reference unique index allows one reversal per deduction.
+pub fn reversal_reference(deduction_no: &str) -> String {
+    format!("{REVERSAL_REFERENCE_PREFIX}{deduction_no}")
+}
+
+/// The prefix of reversal references; a client's own credit reference may not start with it.
+pub const REVERSAL_REFERENCE_PREFIX: &str = "reversal-";

@@ -234,6 +234,19 @@ impl std::fmt::Debug for Ports {
 }
 
 impl Ports {
+    /// The tenant whose API key hashes to `key_hash`, and which kind of key it is.
+    pub async fn tenant_by_key(
+        &self,
+        key_hash: &str,
+    ) -> Result<Option<(String, crate::domain::keys::KeyKind)>, mideng::StoreError> {
+        self.store.tenants.tenant_by_key(key_hash).await
+    }
+
+    /// Readiness: the database answers one round trip.
+    pub async fn ready(&self) -> Result<(), mideng::StoreError> {
+        self.store.backend.ping().await
+    }
+
     /// Whether a trade that expired at `expires_at_ms` is past its expiry and the clock grace.
     pub fn expired(&self, expires_at_ms: i64) -> bool {
         self.clock.now_ms()

@@ -277,7 +277,7 @@ pub async fn own_refund(
 /// Refunds a refund case (a charge this service will not keep): its refund, under the request
 /// key `auto-<payment_no>`, asked of the channel like any other. A refund the channel closes
 /// (nothing moved) reopens the case, and the next round asks again under the next key, up to
-/// [`crate::store::refunds::CASE_ASKS_MAX`] refunds. `None` when the case is no longer open or
+/// [`crate::store::CASE_ASKS_MAX`] refunds. `None` when the case is no longer open or
 /// cannot be refunded (logged for a person; the case stays OPEN).
 pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refund>, StoreError> {
     let refund_no = crate::domain::ids::new_refund_no(ports.clock.now_ms());
@@ -310,7 +310,7 @@ pub async fn refund_case(ports: &Ports, payment_no: &str) -> Result<Option<Refun
         OpenRefund::AsksUsedUp => {
             tracing::error!(
                 payment_no,
-                asks = crate::store::refunds::CASE_ASKS_MAX,
+                asks = crate::store::CASE_ASKS_MAX,
                 "the channel closed every refund of a refund case; left open for a person"
             );
             Ok(None)

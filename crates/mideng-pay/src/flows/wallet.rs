@@ -12,7 +12,7 @@ use crate::domain::ids::{OrderId, Reference, UserId, new_number};
 use crate::domain::money::Amount;
 use crate::domain::wallet::{CreditOutcome, DeductOutcome};
 use crate::flows::{Ports, decision, operation};
-use crate::store::{Answered, Render, ReverseOutcome, WalletRecord};
+pub use crate::store::{Answered, Render, ReverseOutcome, WalletRecord};
 
 /// A credit, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]

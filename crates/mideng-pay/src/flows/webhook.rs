@@ -8,7 +8,10 @@ use mideng::StoreError;
 use crate::domain::ids::new_number;
 use crate::domain::webhook::{EndpointError, checked_events, checked_url, generate_secret};
 use crate::flows::{Ports, decision};
-use crate::store::webhooks::{Attempt, Delivery, NewEndpoint, Redelivery, Registered};
+use crate::store::webhooks::NewEndpoint;
+pub use crate::store::webhooks::{
+    Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
+};
 
 /// Operation name of webhook decisions in logs and counters.
 pub const OPERATION: &str = "webhook.redeliver";
@@ -77,4 +80,9 @@ pub async fn redeliver(
     };
     decision("dedup", OPERATION, tenant, delivery_id, outcome);
     Ok(redelivered)
+}
+
+/// The tenant's webhook endpoints.
+pub async fn endpoints(ports: &Ports, tenant: &str) -> Result<Vec<Endpoint>, StoreError> {
+    ports.store.webhooks.endpoints(tenant).await
 }

@@ -1,26 +1,36 @@
-//! The service's storage: one small port per aggregate, each next to its statements, all
-//! implemented once for every SQL dialect by [`SqlPay`].
+//! The service's storage, in two floors under one set of ports, all implemented once for every
+//! SQL dialect by [`SqlPay`]:
 //!
-//! | module | port | holds |
+//! ```text
+//! flows ──► ports (traits) ──► transactions/<port>.rs ──► rows/<aggregate>.rs ──► the database
+//!                              (several tables, one       (one aggregate's statements,
+//!                               local transaction)          no other aggregate imported)
+//! ```
+//!
+//! | port | where | holds |
 //! |---|---|---|
-//! | [`tenants`] | [`Tenants`] | tenants by the digest of their API key |
-//! | [`orders`] | [`Orders`] | orders: one per order id, moved by compare-and-set |
-//! | [`payments`] | [`Payments`] | payment attempts: one PENDING and at most one PAID per order; the success flow |
-//! | [`refunds`] | [`Refunds`] | refunds: one per request key, never more than the payment's amount together |
-//! | [`bill_cases`] | [`BillCases`] | what the channels' daily bills and our records disagree on, one case per channel, day, kind and number |
-//! | [`notifies`] | [`Notifies`] | channel notifies applied once per notify id, with their effect |
-//! | [`wallets`] | [`Wallets`] | credits and deducts, each with its record and stored answer |
-//! | [`grants`] | [`Grants`] | entitlement grants: one per paid order |
-//! | [`webhooks`] | [`Webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
-//! | [`events`] | [`Events`] | the outbox and the in-database queue |
-//! | [`parked`] | [`EventFailures`] | events a consumer failed: counted, then parked for a person |
-//! | [`overview`] | [`Overviews`] | counts by state, for the operator console |
-//! | [`sql`] | [`Backend`] | [`SqlPay`], the dialect, readiness, the idempotency records |
-//! | [`migrate`] | — | the schema per dialect |
+//! | [`Tenants`] | [`rows::tenants`] | tenants by the digest of their API key |
+//! | [`Orders`] | [`transactions::orders`] | orders: one per order id, moved by compare-and-set |
+//! | [`Payments`] | [`transactions::payments`] | payment attempts: one PENDING and at most one PAID per order; the success flow |
+//! | [`Refunds`] | [`transactions::refunds`] | refunds: one per request key, never more than the payment's amount together |
+//! | [`RefundCases`] | [`transactions::refund_cases`] | charges this service will not keep, each refunded once |
+//! | [`BillCases`] | [`rows::bill_cases`] | what the channels' daily bills and our records disagree on, one case per channel, day, kind and number |
+//! | [`Notifies`] | [`transactions::notifies`] | channel notifies applied once per notify id, with their effect |
+//! | [`Wallets`] | [`transactions::wallets`] | credits and deducts, each with its record and stored answer |
+//! | [`Grants`] | [`transactions::grants`] | entitlement grants: one per paid order |
+//! | [`Webhooks`] | [`rows::webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
+//! | [`Events`] | [`rows::events`] | the outbox and the in-database queue |
+//! | [`EventFailures`] | [`rows::parked`] | events a consumer failed: counted, then parked for a person |
+//! | [`Overviews`] | [`transactions::overview`] | counts by state, for the operator console |
+//! | [`Backend`] | [`sql`] | [`SqlPay`], the dialect, readiness, the idempotency records |
+//! | — | [`migrate`] | the schema per dialect |
 //!
-//! Domain types ([`crate::domain`]) cross the boundary; each port method is one local
-//! transaction, so no caller ever sees a half-done change. [`Store`] bundles the ports the
-//! flows use.
+//! Domain types ([`crate::domain`]) cross the boundary, and the rules the transactions apply
+//! (the one-PAID rule, notify matching, refund arithmetic, the state machines) are pure
+//! functions there; each port method is one local transaction, so no caller ever sees a
+//! half-done change. A write that must happen once per request key runs in the toolkit's
+//! [`mideng::store::sql::SqlStore::write_once`]: the record, the effect and the stored answer
+//! commit together. [`Store`] bundles the ports the flows use.
 //!
 //! Each module writes its statements the toolkit's way, as [`mideng::store::sql::PerDialect`]
 //! constants built by [`mideng::dialect_sql!`] beside the functions that run them, and those
@@ -30,20 +40,10 @@
 //! key (the primary key or the generated-flag unique keys) into "0 rows"; it would also
 //! silence a truncation, but every value is validated before it is written.
 
-pub mod bill_cases;
-pub mod events;
-pub mod grants;
 pub mod migrate;
-pub mod notifies;
-pub mod orders;
-pub mod overview;
-pub mod parked;
-pub mod payments;
-pub mod refunds;
+pub mod rows;
 pub mod sql;
-pub mod tenants;
-pub mod wallets;
-pub mod webhooks;
+pub mod transactions;
 
 use std::sync::Arc;
 
@@ -51,20 +51,25 @@ use mideng::store::sql::{Dialect, SqlStore};
 
 use crate::domain::clock::Clock;
 
-pub use bill_cases::BillCases;
-pub use events::{Events, OutboxRelay};
-pub use grants::{GrantOutcome, Grants};
 pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
-pub use notifies::{Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome};
-pub use orders::{OrderFence, OrderInsert, OrderTransition, Orders};
-pub use overview::{Overview, Overviews};
-pub use parked::{EventFailures, FailedEvent, FailureStatus};
-pub use payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
-pub use refunds::{NewRefund, OpenRefund, RefundCases, Refunds, SettledRefund};
+pub use rows::bill_cases::BillCases;
+pub use rows::events::{Events, OutboxRelay};
+pub use rows::orders::{OrderFence, OrderInsert};
+pub use rows::parked::{EventFailures, FailedEvent, FailureStatus};
+pub use rows::tenants::Tenants;
+pub use rows::wallets::ReverseOutcome;
+pub use rows::webhooks::{self as webhooks, Webhooks};
 pub use sql::{Backend, SqlPay};
-pub use tenants::Tenants;
-pub use wallets::{Answered, Render, ReverseOutcome, WalletRecord, Wallets};
-pub use webhooks::Webhooks;
+pub use transactions::grants::{GrantOutcome, Grants, RevokeOutcome};
+pub use transactions::notifies::{
+    Notifies, NotifyApplied, NotifyEffect, NotifyEvent, NotifyOutcome,
+};
+pub use transactions::orders::{OrderTransition, Orders};
+pub use transactions::overview::{Overview, Overviews};
+pub use transactions::payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
+pub use transactions::refund_cases::{CASE_ASKS_MAX, RefundCase, RefundCases};
+pub use transactions::refunds::{NewRefund, OpenRefund, Refunds, SettledRefund};
+pub use transactions::wallets::{Answered, Render, WalletRecord, Wallets};
 
 /// Every storage port, on one database.
 #[derive(Clone)]

@@ -31,7 +31,7 @@ use crate::domain::clock::Clock;
 /// — the rows after `after` (a time and a number) in (time, number) order, the statement
 /// comparing the time twice and the number once (`t > ? OR (t = ? AND no > ?)`), from the
 /// start when `None` — and at most `limit` rows; each row read by `decode`.
-pub(super) async fn cursor_page<D: Dialect, T>(
+pub(crate) async fn cursor_page<D: Dialect, T>(
     connection: &mut <D::Db as Database>::Connection,
     sql: &'static str,
     leading: &[Arg<'_>],

@@ -34,7 +34,7 @@ use mideng::StoreError;
 
 use crate::domain::events::{GRANT_KIND, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
 use crate::flows::decision;
-use crate::store::grants::RevokeOutcome;
+use crate::store::RevokeOutcome;
 use crate::store::{EventFailures, FailureStatus, GrantOutcome, Grants};
 use crate::workers::{ConsumerSettings, pause_or_stop};
 

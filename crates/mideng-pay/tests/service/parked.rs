@@ -11,7 +11,7 @@ use mideng::StoreError;
 use mideng::outbox::{Acker, BrokerError, Delivery, Message};
 use mideng_pay::domain::events::Grant;
 use mideng_pay::domain::events::{GRANT_KIND, GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
-use mideng_pay::store::grants::RevokeOutcome;
+use mideng_pay::store::RevokeOutcome;
 use mideng_pay::store::{FailureStatus, GrantOutcome, Grants};
 use mideng_pay::workers::ConsumerSettings;
 use mideng_pay::workers::consumer::{self, ConsumerPorts, Handled, Replayed};

@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The reference of a deduction's reversal is this prefix and the deduction's number (the
-/// service's `mideng_pay::store::wallets::REVERSAL_REFERENCE_PREFIX`; a client's credit may not
+/// service's `mideng_pay::domain::wallet::REVERSAL_REFERENCE_PREFIX`; a client's credit may not
 /// use it).
 pub(super) const REVERSAL_REFERENCE_PREFIX: &str = "reversal-";
 

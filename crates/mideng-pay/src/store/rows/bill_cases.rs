@@ -8,9 +8,9 @@ use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::payments::{corrupt, read};
-use super::sql::SqlPay;
+use super::{corrupt, read};
 use crate::domain::bill::{BillCase, BillCaseKind, BillCaseStatus};
+use crate::store::sql::SqlPay;
 
 macro_rules! case_columns {
     () => {

@@ -18,7 +18,7 @@ use mideng::outbox::{Publisher, Subscriber};
 use mideng::store::sql::Dialect;
 use mideng::{InvalidInput, StoreError};
 
-use super::sql::SqlPay;
+use crate::store::sql::SqlPay;
 
 /// One relay, whatever its dialect.
 #[async_trait]

@@ -1,19 +1,16 @@
-//! Orders in storage: created once per order id (the business key: a repeat with another
+//! The `pay_orders` rows: created once per order id (the business key: a repeat with another
 //! content is told apart by the creating request's fingerprint), moved along their state
 //! machine by compare-and-set on the current status.
 //!
 //! Invariant held here: one order per tenant and order id (primary key).
 
-use async_trait::async_trait;
 use mideng::sqlx::Database;
 use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::payments::{self, corrupt, read};
-use super::sql::SqlPay;
+use super::{corrupt, read};
 use crate::domain::order::{Order, OrderStatus};
-use crate::domain::payment::Payment;
 
 /// What inserting an order found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,118 +200,6 @@ pub async fn check_fence<D: Dialect>(
         Ok(())
     } else {
         Err(StoreError::StaleFence { fence: fence.fence })
-    }
-}
-
-/// What an order transition request found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OrderTransition {
-    /// No such order in this tenant.
-    NoOrder,
-    /// Moved from `from`.
-    Applied {
-        /// The status it left.
-        from: OrderStatus,
-    },
-    /// It was in the target status already.
-    AlreadyThere,
-    /// Not allowed from the current status (or lost a race to another transition).
-    Refused {
-        /// The current status.
-        current: OrderStatus,
-    },
-}
-
-/// Orders: created once per order id (the business key), moved by compare-and-set.
-#[async_trait]
-pub trait Orders: Send + Sync {
-    /// Inserts an order unless its id exists in its tenant.
-    async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError>;
-    /// The order and its payments.
-    async fn order(
-        &self,
-        tenant_id: &str,
-        order_id: &str,
-    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError>;
-    /// Moves an order along its state machine (CAS on the current status).
-    async fn transition_order(
-        &self,
-        tenant_id: &str,
-        order_id: &str,
-        to: OrderStatus,
-    ) -> Result<OrderTransition, StoreError>;
-}
-
-#[async_trait]
-impl<D: Dialect> Orders for SqlPay<D> {
-    async fn create_order(&self, order: &Order) -> Result<OrderInsert, StoreError> {
-        let _timer = self.timer("orders.create_order");
-        let now_ms = self.now_ms();
-        self.store
-            .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
-            .await
-    }
-
-    async fn order(
-        &self,
-        tenant_id: &str,
-        order_id: &str,
-    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
-        let _timer = self.timer("orders.order");
-        let mut connection = self.connection().await?;
-        let Some(order) = find_order::<D>(&mut connection, tenant_id, order_id, false).await?
-        else {
-            return Ok(None);
-        };
-        let payments =
-            payments::payments_for_order::<D>(&mut connection, tenant_id, order_id).await?;
-        Ok(Some((order, payments)))
-    }
-
-    async fn transition_order(
-        &self,
-        tenant_id: &str,
-        order_id: &str,
-        to: OrderStatus,
-    ) -> Result<OrderTransition, StoreError> {
-        let _timer = self.timer("orders.transition_order");
-        use mideng::state::StateMachine;
-        let now_ms = self.now_ms();
-        self.store
-            .write(|transaction| {
-                Box::pin(async move {
-                    let Some(order) =
-                        find_order::<D>(transaction, tenant_id, order_id, true).await?
-                    else {
-                        return Ok(OrderTransition::NoOrder);
-                    };
-                    if order.status == to {
-                        return Ok(OrderTransition::AlreadyThere);
-                    }
-                    if !OrderStatus::allows(order.status, to) {
-                        return Ok(OrderTransition::Refused {
-                            current: order.status,
-                        });
-                    }
-                    let moved = transition_order::<D>(
-                        transaction,
-                        tenant_id,
-                        order_id,
-                        order.status,
-                        to,
-                        now_ms,
-                    )
-                    .await?;
-                    Ok(if moved {
-                        OrderTransition::Applied { from: order.status }
-                    } else {
-                        OrderTransition::Refused {
-                            current: order.status,
-                        }
-                    })
-                })
-            })
-            .await
     }
 }
 

@@ -14,8 +14,8 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error}
 use mideng::{StoreError, dialect_sql};
 use serde::Serialize;
 
-use super::payments::{corrupt, read};
-use super::sql::SqlPay;
+use super::{corrupt, read};
+use crate::store::sql::SqlPay;
 
 /// Where a failed event is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -7,9 +7,9 @@ use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::payments::read;
-use super::sql::SqlPay;
+use super::read;
 use crate::domain::keys::KeyKind;
+use crate::store::sql::SqlPay;
 
 /// Creates a tenant; an existing tenant id inserts nothing, and the caller re-keys it after.
 const TENANT_INSERT: PerDialect<&str> = dialect_sql!(

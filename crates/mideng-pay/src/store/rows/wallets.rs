@@ -1,9 +1,10 @@
-//! Wallets in storage: credits and deducts that can never overdraw, whatever the concurrency.
+//! The `pay_wallets` rows and their ledger (`pay_wallet_entries`): credits and deducts that can
+//! never overdraw, whatever the concurrency.
 //!
-//! Both run in the caller's write transaction, which also begins and completes the request's
-//! idempotency record ([`WalletRecord::Claim`]): a first-time request commits once, with its
-//! record, its effect and its stored answer, and a retried request replays instead of moving
-//! money again. Each operation has a business key besides the request's `Idempotency-Key`: a
+//! Both run in the caller's write transaction, which the wallets port
+//! ([`crate::store::transactions::wallets`]) opens with the request's idempotency record, so
+//! that a first-time request commits once, with its record, its effect and its stored answer.
+//! Each operation has a business key besides the request's `Idempotency-Key`: a
 //! deduct for an order that was debited already (under another key) finds that debit instead,
 //! and a credit whose reference was credited already finds that credit; the unique
 //! debit-per-order and credit-per-reference indexes decide. New balances are computed with
@@ -25,20 +26,16 @@
 //! back at most once ([`reverse`]): its reversal is a credit whose reference names the
 //! deduction, so the one-credit-per-reference unique index holds it.
 
-use async_trait::async_trait;
-use mideng::key::{Fingerprint, IdempotencyKey, Scope};
-use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{
-    Arg, Dialect, FirstClaim, PerDialect, SqlConn, SqlDialect, SqlRow, SqlStore, store_error,
+    Arg, Dialect, FirstClaim, PerDialect, SqlConn, SqlDialect, SqlRow, store_error,
 };
 use mideng::{StoreError, dialect_sql};
 
-use super::sql::SqlPay;
 use crate::domain::money::{Amount, Balance};
 use crate::domain::wallet::{
-    Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStatement,
-    WalletStrategy,
+    Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStrategy,
+    reversal_reference,
 };
 
 fn read(error: mideng::sqlx::Error) -> StoreError {
@@ -287,15 +284,6 @@ const ENTRY_SELECT_DEBIT_BY_NO: PerDialect<&str> = dialect_sql!(
     " AND entry_no = " ? " AND kind = 'DEBIT'"
 );
 
-/// The reference of a deduction's reversal: a credit's business key, so the
-/// one-credit-per-reference unique index allows one reversal per deduction.
-pub fn reversal_reference(deduction_no: &str) -> String {
-    format!("{REVERSAL_REFERENCE_PREFIX}{deduction_no}")
-}
-
-/// The prefix of reversal references; a client's own credit reference may not start with it.
-pub const REVERSAL_REFERENCE_PREFIX: &str = "reversal-";
-
 /// What putting a deduction back came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReverseOutcome {
@@ -430,274 +418,7 @@ pub async fn statement<D: Dialect>(
     Ok((balance, entries))
 }
 
-/// Renders an outcome as the answer stored with the request's idempotency record: a pure
-/// function supplied by the caller (the API renders its own answers; storage knows nothing of
-/// HTTP), called inside the transaction so that the answer commits with the effect or not at
-/// all. It must not do I/O: the transaction may be retried, and it is called again then.
-pub type Render<'a, T> = &'a (dyn Fn(&T) -> StoredResponse + Send + Sync);
-
-/// Whose wallet operation it is, and the idempotency record its transaction begins and
-/// completes.
-#[derive(Clone, Copy, Debug)]
-pub enum WalletRecord<'a> {
-    /// The request's record, begun in the operation's transaction (its scope names the
-    /// tenant) and completed there with the answer.
-    Claim {
-        /// Tenant + operation.
-        scope: &'a Scope,
-        /// The request's key.
-        key: &'a IdempotencyKey,
-        /// The request's fingerprint.
-        fingerprint: &'a Fingerprint,
-        /// The route's lease and retention.
-        policy: RecordPolicy,
-    },
-    /// No record: the idempotency machinery is off
-    /// ([`crate::flows::PaymentSettings::idempotency`], measurement only).
-    Unrecorded {
-        /// The tenant.
-        tenant_id: &'a str,
-    },
-}
-
-impl WalletRecord<'_> {
-    /// The tenant.
-    pub fn tenant(&self) -> &str {
-        match self {
-            WalletRecord::Claim { scope, .. } => scope.tenant(),
-            WalletRecord::Unrecorded { tenant_id } => tenant_id,
-        }
-    }
-}
-
-/// What a wallet operation's transaction came to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Answered<T> {
-    /// It ran: its outcome, and the answer stored with it.
-    Ran(T, StoredResponse),
-    /// The record was begun before: what its `begin` decided (a replay, a request in flight,
-    /// another request under the key). Nothing moved.
-    Duplicate(Decision),
-}
-
-/// Wallets: credits and deducts, each in one transaction with its idempotency record.
-#[async_trait]
-pub trait Wallets: Send + Sync {
-    /// Begins the record (if any), credits the wallet (at most once per reference) and
-    /// completes the record with `render(outcome)`, in one transaction, whatever the outcome.
-    async fn credit(
-        &self,
-        record: WalletRecord<'_>,
-        user_id: &str,
-        amount: Amount,
-        reference: &str,
-        entry_no: &str,
-        render: Render<'_, CreditOutcome>,
-    ) -> Result<Answered<CreditOutcome>, StoreError>;
-    /// Begins the record (if any), deducts from the wallet by `strategy` (at most once per
-    /// order) and completes the record with `render(outcome)`, in one transaction, whatever
-    /// the outcome.
-    #[allow(clippy::too_many_arguments)]
-    async fn deduct(
-        &self,
-        record: WalletRecord<'_>,
-        strategy: WalletStrategy,
-        user_id: &str,
-        order_id: &str,
-        amount: Amount,
-        entry_no: &str,
-        render: Render<'_, DeductOutcome>,
-    ) -> Result<Answered<DeductOutcome>, StoreError>;
-    /// The wallet's balance and latest entries.
-    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
-    /// Puts a deduction back once, in one transaction ([`reverse`]).
-    async fn reverse(
-        &self,
-        tenant_id: &str,
-        user_id: &str,
-        deduction_no: &str,
-        entry_no: &str,
-    ) -> Result<ReverseOutcome, StoreError>;
-}
-
-/// Begins the request's record in the operation's transaction: the lease to complete (none
-/// without a record), or the decision on a duplicate.
-async fn claimed<D: Dialect>(
-    store: &SqlStore<D>,
-    transaction: &mut <D::Db as Database>::Connection,
-    record: WalletRecord<'_>,
-) -> Result<Result<Option<mideng::Lease>, Decision>, StoreError> {
-    let WalletRecord::Claim {
-        scope,
-        key,
-        fingerprint,
-        policy,
-    } = record
-    else {
-        return Ok(Ok(None));
-    };
-    match store
-        .begin_in(transaction, scope, key, fingerprint, &policy)
-        .await?
-    {
-        Decision::Proceed(lease) => Ok(Ok(Some(lease))),
-        other => Ok(Err(other)),
-    }
-}
-
-/// Renders `outcome` and completes the request's record with that answer (if there is a
-/// record), in the transaction of the effect: both commit together or not at all.
-async fn answered<D: Dialect, T>(
-    store: &SqlStore<D>,
-    transaction: &mut <D::Db as Database>::Connection,
-    lease: Option<&mideng::Lease>,
-    render: Render<'_, T>,
-    outcome: T,
-) -> Result<Answered<T>, StoreError> {
-    let response = render(&outcome);
-    if let Some(lease) = lease {
-        store.complete_in(transaction, lease, &response).await?;
-    }
-    Ok(Answered::Ran(outcome, response))
-}
-
-#[async_trait]
-impl<D: Dialect> Wallets for SqlPay<D> {
-    async fn credit(
-        &self,
-        record: WalletRecord<'_>,
-        user_id: &str,
-        amount: Amount,
-        reference: &str,
-        entry_no: &str,
-        render: Render<'_, CreditOutcome>,
-    ) -> Result<Answered<CreditOutcome>, StoreError> {
-        let _timer = self.timer("wallets.credit");
-        let store = &self.store;
-        let tenant_id = record.tenant();
-        self.store
-            .write(|transaction| {
-                Box::pin(async move {
-                    let lease = match claimed(store, transaction, record).await? {
-                        Ok(lease) => lease,
-                        Err(decision) => return Ok(Answered::Duplicate(decision)),
-                    };
-                    let now_ms = self.now_ms();
-                    let outcome = credit::<D>(
-                        transaction,
-                        tenant_id,
-                        user_id,
-                        amount,
-                        reference,
-                        entry_no,
-                        now_ms,
-                    )
-                    .await?;
-                    answered(store, transaction, lease.as_ref(), render, outcome).await
-                })
-            })
-            .await
-    }
-
-    async fn deduct(
-        &self,
-        record: WalletRecord<'_>,
-        strategy: WalletStrategy,
-        user_id: &str,
-        order_id: &str,
-        amount: Amount,
-        entry_no: &str,
-        render: Render<'_, DeductOutcome>,
-    ) -> Result<Answered<DeductOutcome>, StoreError> {
-        let _timer = self.timer("wallets.deduct");
-        let store = &self.store;
-        let tenant_id = record.tenant();
-        self.store
-            .write(|transaction| {
-                Box::pin(async move {
-                    if let (
-                        SqlDialect::Postgres,
-                        WalletStrategy::ConditionalUpdate,
-                        WalletRecord::Claim {
-                            scope,
-                            key,
-                            fingerprint,
-                            policy,
-                        },
-                    ) = (D::KIND, strategy, record)
-                    {
-                        // One round trip for the claim and the money; a key taken before goes
-                        // the usual way below.
-                        let claim = FirstClaim::new(scope, key, fingerprint, &policy);
-                        let request = Deduct {
-                            tenant_id,
-                            user_id,
-                            order_id,
-                            amount,
-                            entry_no,
-                            now_ms: claim.now_ms(),
-                        };
-                        if let Some(outcome) =
-                            deduct_claimed_postgres::<D>(transaction, &claim, &request).await?
-                        {
-                            let lease = Some(claim.lease());
-                            return answered(store, transaction, lease, render, outcome).await;
-                        }
-                    }
-                    let lease = match claimed(store, transaction, record).await? {
-                        Ok(lease) => lease,
-                        Err(decision) => return Ok(Answered::Duplicate(decision)),
-                    };
-                    let request = Deduct {
-                        tenant_id,
-                        user_id,
-                        order_id,
-                        amount,
-                        entry_no,
-                        now_ms: self.now_ms(),
-                    };
-                    let outcome = deduct::<D>(transaction, strategy, &request).await?;
-                    answered(store, transaction, lease.as_ref(), render, outcome).await
-                })
-            })
-            .await
-    }
-
-    async fn reverse(
-        &self,
-        tenant_id: &str,
-        user_id: &str,
-        deduction_no: &str,
-        entry_no: &str,
-    ) -> Result<ReverseOutcome, StoreError> {
-        let _timer = self.timer("wallets.reverse");
-        self.store
-            .write(|transaction| {
-                Box::pin(reverse::<D>(
-                    transaction,
-                    tenant_id,
-                    user_id,
-                    deduction_no,
-                    entry_no,
-                    self.now_ms(),
-                ))
-            })
-            .await
-    }
-
-    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
-        let _timer = self.timer("wallets.wallet");
-        let mut connection = self.connection().await?;
-        let (balance_fen, entries) = statement::<D>(&mut connection, tenant_id, user_id).await?;
-        Ok(WalletStatement {
-            balance_fen,
-            entries,
-        })
-    }
-}
-
 // After the statements' macros, which the strategies' statements use.
 mod deduct;
 
-use deduct::deduct_claimed_postgres;
-pub use deduct::{Deduct, deduct};
+pub use deduct::{Deduct, deduct, deduct_claimed_postgres};

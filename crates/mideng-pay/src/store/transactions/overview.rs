@@ -12,7 +12,7 @@ use mideng::outbox::sql as outbox_sql;
 use mideng::store::sql::{Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::sql::SqlPay;
+use crate::store::sql::SqlPay;
 
 /// Payments per status.
 const PAYMENTS_BY_STATUS: PerDialect<&str> =

@@ -6,7 +6,7 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error}
 use mideng::{StoreError, dialect_sql};
 
 use super::*;
-use crate::store::payments::{corrupt, read};
+use crate::store::rows::{corrupt, read};
 use crate::store::sql::SqlPay;
 
 macro_rules! endpoint_columns {
@@ -216,7 +216,7 @@ pub(in crate::store) async fn fan_out<D: Dialect>(
 }
 
 /// Writes an event to the outbox and its webhook deliveries, in the caller's transaction.
-pub(in crate::store) async fn publish_in<D: Dialect>(
+pub(crate) async fn publish_in<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     topic: &str,

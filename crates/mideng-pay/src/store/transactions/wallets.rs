@@ -1,0 +1,244 @@
+//! The wallets port: a credit or a deduct in one transaction with the request's idempotency
+//! record and stored answer ([`mideng::store::sql::SqlStore::write_once`]), so that a
+//! first-time request commits once — record, money and answer together — and a retried
+//! request replays instead of moving money again. The money itself, and how racing deducts
+//! wait for each other, is [`crate::store::rows::wallets`].
+
+use async_trait::async_trait;
+use mideng::StoreError;
+use mideng::record::StoredResponse;
+use mideng::store::sql::{Claim, Dialect, FirstClaim, Once, SqlDialect};
+
+use crate::domain::money::Amount;
+use crate::domain::wallet::{CreditOutcome, DeductOutcome, WalletStatement, WalletStrategy};
+use crate::store::rows::wallets::{
+    Deduct, ReverseOutcome, credit, deduct, deduct_claimed_postgres, reverse, statement,
+};
+use crate::store::sql::SqlPay;
+
+/// Renders an outcome as the answer stored with the request's idempotency record: a pure
+/// function supplied by the caller (the API renders its own answers; storage knows nothing of
+/// HTTP), called inside the transaction so that the answer commits with the effect or not at
+/// all. It must not do I/O: the transaction may be retried, and it is called again then.
+pub type Render<'a, T> = &'a (dyn Fn(&T) -> StoredResponse + Send + Sync);
+
+/// Whose wallet operation it is, and the idempotency record its transaction begins and
+/// completes.
+#[derive(Clone, Copy, Debug)]
+pub enum WalletRecord<'a> {
+    /// The request's record, claimed in the operation's transaction (its scope names the
+    /// tenant) and completed there with the answer.
+    Claim(Claim<'a>),
+    /// No record: the idempotency machinery is off
+    /// ([`crate::flows::PaymentSettings::idempotency`], measurement only).
+    Unrecorded {
+        /// The tenant.
+        tenant_id: &'a str,
+    },
+}
+
+impl WalletRecord<'_> {
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        match self {
+            WalletRecord::Claim(claim) => claim.scope.tenant(),
+            WalletRecord::Unrecorded { tenant_id } => tenant_id,
+        }
+    }
+}
+
+/// What a wallet operation's transaction came to: it ran, with its outcome and the answer
+/// stored with it, or the request's record decided before (a replay, a request in flight,
+/// another request under the key) and nothing moved.
+pub type Answered<T> = Once<T>;
+
+/// Wallets: credits and deducts, each in one transaction with its idempotency record.
+#[async_trait]
+pub trait Wallets: Send + Sync {
+    /// Begins the record (if any), credits the wallet (at most once per reference) and
+    /// completes the record with `render(outcome)`, in one transaction, whatever the outcome.
+    async fn credit(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        amount: Amount,
+        reference: &str,
+        entry_no: &str,
+        render: Render<'_, CreditOutcome>,
+    ) -> Result<Answered<CreditOutcome>, StoreError>;
+    /// Begins the record (if any), deducts from the wallet by `strategy` (at most once per
+    /// order) and completes the record with `render(outcome)`, in one transaction, whatever
+    /// the outcome.
+    #[allow(clippy::too_many_arguments)]
+    async fn deduct(
+        &self,
+        record: WalletRecord<'_>,
+        strategy: WalletStrategy,
+        user_id: &str,
+        order_id: &str,
+        amount: Amount,
+        entry_no: &str,
+        render: Render<'_, DeductOutcome>,
+    ) -> Result<Answered<DeductOutcome>, StoreError>;
+    /// The wallet's balance and latest entries.
+    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
+    /// Puts a deduction back once, in one transaction ([`reverse`]).
+    async fn reverse(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        deduction_no: &str,
+        entry_no: &str,
+    ) -> Result<ReverseOutcome, StoreError>;
+}
+
+impl<'a> WalletRecord<'a> {
+    /// The claim the transaction makes, if any.
+    fn claim(&self) -> Option<&Claim<'a>> {
+        match self {
+            WalletRecord::Claim(claim) => Some(claim),
+            WalletRecord::Unrecorded { .. } => None,
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Wallets for SqlPay<D> {
+    async fn credit(
+        &self,
+        record: WalletRecord<'_>,
+        user_id: &str,
+        amount: Amount,
+        reference: &str,
+        entry_no: &str,
+        render: Render<'_, CreditOutcome>,
+    ) -> Result<Answered<CreditOutcome>, StoreError> {
+        let _timer = self.timer("wallets.credit");
+        let tenant_id = record.tenant();
+        self.store
+            .write_once(record.claim(), |transaction| {
+                Box::pin(async move {
+                    let now_ms = self.now_ms();
+                    let outcome = credit::<D>(
+                        transaction,
+                        tenant_id,
+                        user_id,
+                        amount,
+                        reference,
+                        entry_no,
+                        now_ms,
+                    )
+                    .await?;
+                    let response = render(&outcome);
+                    Ok((outcome, response))
+                })
+            })
+            .await
+    }
+
+    async fn deduct(
+        &self,
+        record: WalletRecord<'_>,
+        strategy: WalletStrategy,
+        user_id: &str,
+        order_id: &str,
+        amount: Amount,
+        entry_no: &str,
+        render: Render<'_, DeductOutcome>,
+    ) -> Result<Answered<DeductOutcome>, StoreError> {
+        let _timer = self.timer("wallets.deduct");
+        let tenant_id = record.tenant();
+        if let (
+            SqlDialect::Postgres,
+            WalletStrategy::ConditionalUpdate,
+            WalletRecord::Claim(claim),
+        ) = (D::KIND, strategy, record)
+        {
+            // One round trip for the claim and the money; a key taken before (nothing written)
+            // goes the usual way below.
+            let fast = self
+                .store
+                .write(|transaction| {
+                    Box::pin(async move {
+                        let first = FirstClaim::new(
+                            claim.scope,
+                            claim.key,
+                            claim.fingerprint,
+                            &claim.policy,
+                        );
+                        let request = Deduct {
+                            tenant_id,
+                            user_id,
+                            order_id,
+                            amount,
+                            entry_no,
+                            now_ms: first.now_ms(),
+                        };
+                        let Some(outcome) =
+                            deduct_claimed_postgres::<D>(transaction, &first, &request).await?
+                        else {
+                            return Ok(None);
+                        };
+                        let response = render(&outcome);
+                        self.store
+                            .complete_in(transaction, first.lease(), &response)
+                            .await?;
+                        Ok(Some(Once::Ran(outcome, response)))
+                    })
+                })
+                .await?;
+            if let Some(answered) = fast {
+                return Ok(answered);
+            }
+        }
+        self.store
+            .write_once(record.claim(), |transaction| {
+                Box::pin(async move {
+                    let request = Deduct {
+                        tenant_id,
+                        user_id,
+                        order_id,
+                        amount,
+                        entry_no,
+                        now_ms: self.now_ms(),
+                    };
+                    let outcome = deduct::<D>(transaction, strategy, &request).await?;
+                    let response = render(&outcome);
+                    Ok((outcome, response))
+                })
+            })
+            .await
+    }
+
+    async fn reverse(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        deduction_no: &str,
+        entry_no: &str,
+    ) -> Result<ReverseOutcome, StoreError> {
+        let _timer = self.timer("wallets.reverse");
+        self.store
+            .write(|transaction| {
+                Box::pin(reverse::<D>(
+                    transaction,
+                    tenant_id,
+                    user_id,
+                    deduction_no,
+                    entry_no,
+                    self.now_ms(),
+                ))
+            })
+            .await
+    }
+
+    async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError> {
+        let _timer = self.timer("wallets.wallet");
+        let mut connection = self.connection().await?;
+        let (balance_fen, entries) = statement::<D>(&mut connection, tenant_id, user_id).await?;
+        Ok(WalletStatement {
+            balance_fen,
+            entries,
+        })
+    }
+}
