@@ -21,17 +21,17 @@ pub enum Layer {
     /// (close). The payment flows write no fence with their effects.
     OrderLock,
     /// `notify-dedup`: the dedup record per channel notify id, written in the notify's
-    /// transaction (`store/notifies.rs`).
+    /// transaction (`store/transactions/notifies.rs`).
     NotifyDedup,
     /// `grant-dedup`: the consumer's dedup claim per payment number, in the grant's
-    /// transaction (`store/grants.rs`, `grant_on`).
+    /// transaction (`store/transactions/grants.rs`, `grant_in`).
     GrantDedup,
     /// `channel-key`: the channel's signing key stays secret, so only the channel can sign a
     /// notify (`mideng-channel`'s verifiers). Off, it counts as leaked: an attacker signs a
     /// success for a trade nobody paid.
     ChannelKey,
-    /// The compare-and-set guards on every status move (`store/payments.rs`: `apply_success`,
-    /// `close_on`, `transition_payment`; `store/orders.rs`; `store/refunds.rs`, `settle_on`):
+    /// The compare-and-set guards on every status move (`store/transactions/payments.rs`: `apply_success`,
+    /// `close_on`, `transition_payment`; `store/rows/orders.rs`; `store/transactions/refunds.rs`, `settle_on`):
     /// a move applies only from the status it expects. Off, a move writes its target status
     /// whatever the row holds.
     StatusCas,

@@ -145,7 +145,7 @@ impl PaymentModel {
         Ok((next, value))
     }
 
-    /// The success flow (`store/payments.rs`, `apply_success`, by the one-PAID rule of
+    /// The success flow (`store/transactions/payments.rs`, `apply_success`, by the one-PAID rule of
     /// `domain/charge.rs`): the payment's row lock, the status check, PAID, the order CREATED →
     /// PAID, a refund case when the order did not move, the `payment.succeeded` event. A charge
     /// that is not kept (the attempt failed at creation, or another payment paid the order) is
@@ -564,7 +564,7 @@ impl PaymentModel {
         Some(next)
     }
 
-    /// One step of refund request `r` (`flows/refund.rs`, `store/refunds.rs`).
+    /// One step of refund request `r` (`flows/refund.rs`, `store/transactions/refunds.rs`).
     fn step_refund(&self, state: &State, r: usize) -> Option<State> {
         let mut next = state.clone();
         match state.refund_requests[r] {
@@ -612,7 +612,7 @@ impl PaymentModel {
         Some(next)
     }
 
-    /// A notify copy reaches the service (`flows/notify.rs`, `store/notifies.rs`): in one
+    /// A notify copy reaches the service (`flows/notify.rs`, `store/transactions/notifies.rs`): in one
     /// transaction, the dedup record of its id, then the success flow (or the close). A
     /// transaction that fails changes nothing and the copy stays: the channel sends it again.
     fn deliver(&self, state: &State, p: usize, kind: NotifyKind) -> Option<State> {
@@ -640,8 +640,8 @@ impl PaymentModel {
         applied.ok().map(|(next, ())| next)
     }
 
-    /// The consumer's transaction for one delivery of event `e` (`store/grants.rs`,
-    /// `grant_on`): the dedup claim, the grant, the claim completed.
+    /// The consumer's transaction for one delivery of event `e` (`store/transactions/grants.rs`,
+    /// `grant_in`): the dedup claim, the grant, the claim completed.
     fn consume(&self, state: &State, e: usize) -> State {
         let mut next = state.clone();
         let event = state.events[e];

@@ -6,8 +6,11 @@ mod support;
 
 use mideng::clock::now_ms;
 use mideng::store::sql::{Dialect, SqlStore};
+use mideng_channel::ChannelKind;
+use mideng_pay::domain::money::{Amount, Currency};
 use mideng_pay::domain::order::{Order, OrderStatus};
 use mideng_pay::domain::payment::{Payment, PaymentStatus};
+use mideng_pay::store::NewPayment;
 use mideng_pay::store::rows::orders::{OrderInsert, find_order, insert_order, transition_order};
 use mideng_pay::store::rows::payments::{PaymentInsert, find_payment, insert_pending_payment};
 use mideng_pay::store::transactions::payments::{SuccessOutcome, apply_success};
@@ -37,9 +40,9 @@ fn payment(tenant: &str, order_id: &str) -> Payment {
         payment_no: unique("P"),
         tenant_id: tenant.to_owned(),
         order_id: order_id.to_owned(),
-        channel: "alipay".to_owned(),
-        amount_fen: 46000,
-        currency: "CNY".to_owned(),
+        channel: ChannelKind::Alipay,
+        amount: Amount::new(46000).expect("an amount"),
+        currency: Currency::Cny,
         status: PaymentStatus::Pending,
         pay_url: Some("https://qr.example/abc".to_owned()),
         expires_at_ms: now_ms() + 30 * 60 * 1000,
@@ -287,7 +290,13 @@ async fn the_ports_read_the_time_from_the_services_clock<D: Dialect>(store: SqlS
             .create_order(&order(&tenant, order_id))
             .await
             .expect("order");
-        let attempt = payment(&tenant, order_id);
+        let attempt = NewPayment {
+            payment_no: unique("P"),
+            tenant_id: tenant.clone(),
+            order_id: order_id.to_owned(),
+            channel: ChannelKind::Alipay,
+            expires_at_ms: at_ms + 30 * 60 * 1000,
+        };
         ports
             .payments
             .open_payment(&attempt, None)

@@ -296,9 +296,9 @@ impl PaymentView {
         Self {
             payment_no: payment.payment_no.clone(),
             order_id: payment.order_id.clone(),
-            channel: payment.channel.clone(),
-            amount: payment.amount_fen,
-            currency: payment.currency.clone(),
+            channel: payment.channel.as_str().to_owned(),
+            amount: payment.amount.fen(),
+            currency: payment.currency.as_str().to_owned(),
             status: payment.status.as_str().to_owned(),
             pay_url: payment.pay_url.clone(),
             expires_at: rfc3339(payment.expires_at_ms),

@@ -115,7 +115,7 @@ pub(super) async fn create(
         Created::Existing(payment) => Ok(payment_answer(StatusCode::OK, &payment, true)),
         Created::NotYetAtChannel(payment) => Ok(not_yet_at_channel(&payment)),
         Created::NoOrder => Err(ApiError::not_found("order")),
-        Created::ChannelNotConfigured(channel) => Err(not_configured(&channel)),
+        Created::ChannelNotConfigured(channel) => Err(not_configured(channel.as_str())),
         Created::OrderPaid(payment) => Err(paid(Code::OrderAlreadyPaid, &payment)),
         Created::NotPayable(status) => Err(ApiError::new(
             Code::OrderNotPayable,
@@ -160,7 +160,7 @@ pub(super) async fn show(
         .try_fold(0_i64, |sum, refund| sum.checked_add(refund.amount_fen))
         .unwrap_or(i64::MAX);
     let refundable = if payment.status == crate::domain::payment::PaymentStatus::Paid {
-        payment.amount_fen.saturating_sub(held).max(0)
+        payment.amount.fen().saturating_sub(held).max(0)
     } else {
         0
     };

@@ -173,7 +173,7 @@ pub fn judge_charge(line: &BillEntry, ours: Option<&Payment>) -> ChargeVerdict {
     let Some(payment) = ours else {
         return ChargeVerdict::Case(BillCaseKind::UnknownCharge);
     };
-    if payment.amount_fen != line.amount_fen {
+    if payment.amount.fen() != line.amount_fen {
         return ChargeVerdict::Case(BillCaseKind::ChargeAmountDiffers);
     }
     match payment.status {
@@ -199,6 +199,8 @@ pub fn judge_refund(line: &BillEntry, ours: Option<&Refund>) -> Option<BillCaseK
 mod tests {
     use mideng_channel::bill::BillEntryKind;
 
+    use crate::domain::money::{Amount, Currency};
+
     use super::*;
 
     fn line(kind: BillEntryKind, fen: i64) -> BillEntry {
@@ -217,9 +219,9 @@ mod tests {
             payment_no: "P1".to_owned(),
             tenant_id: "t".to_owned(),
             order_id: "o".to_owned(),
-            channel: "alipay".to_owned(),
-            amount_fen: 321,
-            currency: "CNY".to_owned(),
+            channel: ChannelKind::Alipay,
+            amount: Amount::new(321).expect("an amount"),
+            currency: Currency::Cny,
             status,
             pay_url: None,
             expires_at_ms: 0,

@@ -14,6 +14,7 @@
 //! the payment's channel names both the configuration and the key that verified the notify:
 //! an Alipay-signed success never settles a WeChat payment.
 
+use mideng_channel::ChannelKind;
 use mideng_channel::adapter::{Refund as ChannelRefund, RefundState};
 
 use super::payment::Payment;
@@ -24,11 +25,11 @@ pub type Refusal = &'static str;
 
 /// Whether a notify verified by `channel`'s configuration, reporting `amount_fen`, speaks for
 /// `payment`.
-pub fn speaks_for(payment: &Payment, channel: &str, amount_fen: i64) -> Result<(), Refusal> {
+pub fn speaks_for(payment: &Payment, channel: ChannelKind, amount_fen: i64) -> Result<(), Refusal> {
     if payment.channel != channel {
         return Err("channel_mismatch");
     }
-    if payment.amount_fen != amount_fen {
+    if payment.amount.fen() != amount_fen {
         return Err("amount_mismatch");
     }
     Ok(())
@@ -63,6 +64,7 @@ pub fn refund_move<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::money::{Amount, Currency};
     use crate::domain::payment::PaymentStatus;
 
     fn payment() -> Payment {
@@ -70,9 +72,9 @@ mod tests {
             payment_no: "P1".to_owned(),
             tenant_id: "t".to_owned(),
             order_id: "o".to_owned(),
-            channel: "wechat".to_owned(),
-            amount_fen: 1_000,
-            currency: "CNY".to_owned(),
+            channel: ChannelKind::Wechat,
+            amount: Amount::new(1_000).expect("an amount"),
+            currency: Currency::Cny,
             status: PaymentStatus::Pending,
             pay_url: None,
             expires_at_ms: 0,
@@ -108,13 +110,13 @@ mod tests {
 
     #[test]
     fn a_notify_speaks_only_for_a_payment_of_its_channel_and_amount() {
-        assert_eq!(speaks_for(&payment(), "wechat", 1_000), Ok(()));
+        assert_eq!(speaks_for(&payment(), ChannelKind::Wechat, 1_000), Ok(()));
         assert_eq!(
-            speaks_for(&payment(), "alipay", 1_000),
+            speaks_for(&payment(), ChannelKind::Alipay, 1_000),
             Err("channel_mismatch")
         );
         assert_eq!(
-            speaks_for(&payment(), "wechat", 999),
+            speaks_for(&payment(), ChannelKind::Wechat, 999),
             Err("amount_mismatch")
         );
     }

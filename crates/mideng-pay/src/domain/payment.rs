@@ -12,7 +12,10 @@
 //! and its order together, in one local transaction.
 
 use mideng::state::StateMachine;
+use mideng_channel::ChannelKind;
 use serde::Serialize;
+
+use super::money::{Amount, Currency};
 
 /// A payment attempt's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -69,12 +72,12 @@ pub struct Payment {
     pub tenant_id: String,
     /// Order.
     pub order_id: String,
-    /// `alipay` or `wechat`.
-    pub channel: String,
-    /// Amount in fen.
-    pub amount_fen: i64,
-    /// Currency.
-    pub currency: String,
+    /// The channel it was made through.
+    pub channel: ChannelKind,
+    /// How much (its order's amount).
+    pub amount: Amount,
+    /// Currency (its order's).
+    pub currency: Currency,
     /// Status.
     pub status: PaymentStatus,
     /// What the buyer scans.

@@ -14,6 +14,17 @@
 //! | [`webhook`] | register a merchant endpoint (checked URL, fresh secret), show deliveries, redeliver by hand |
 //! | [`wallet`] | credit and deduct, each with its stored answer in one transaction; a deduction put back once |
 //!
+//! The use cases that run beside the API call the same flows and ports from `workers/`:
+//! reconcile ([`crate::workers::reconcile`], which applies the channel's word through
+//! [`payment::settle`](mod@payment::settle)), deliver a webhook ([`crate::workers::webhooks`]),
+//! grant and revoke entitlements ([`crate::workers::consumer`]) and match the daily bills
+//! ([`crate::workers::bill`]).
+//!
+//! A flow reads what it needs through the ports and never writes SQL: what several tables do
+//! together in one transaction is a port method (`store/transactions/`), and the rules a
+//! transaction applies are pure functions in [`crate::domain`] (the one-PAID rule, notify
+//! matching, refund arithmetic, the state machines).
+//!
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
 
 pub mod notify;

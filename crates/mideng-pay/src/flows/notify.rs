@@ -54,7 +54,7 @@ pub async fn receive(ports: &Ports, kind: ChannelKind, raw: &RawNotify) -> Optio
     };
     let mut effect = NotifyEffect {
         operation,
-        channel: channel.kind().as_str(),
+        channel: channel.kind(),
         notify_id: verified.notify_id.clone(),
         payment_no: verified.out_trade_no.clone(),
         amount_fen: verified.amount_fen,

@@ -135,7 +135,7 @@ pub async fn ask(ports: &Ports, refund: Refund) -> Result<Refund, StoreError> {
         out_trade_no: refund.payment_no.clone(),
         out_refund_no: refund.refund_no.clone(),
         refund_fen: refund.amount_fen,
-        total_fen: payment.amount_fen,
+        total_fen: payment.amount.fen(),
         reason: refund.reason.clone(),
     };
     match channel.refund(&asked).await {

@@ -66,7 +66,7 @@ pub use transactions::notifies::{
 };
 pub use transactions::orders::{OrderTransition, Orders};
 pub use transactions::overview::{Overview, Overviews};
-pub use transactions::payments::{LocalClose, OpenPayment, Payments, SuccessOutcome};
+pub use transactions::payments::{LocalClose, NewPayment, OpenPayment, Payments, SuccessOutcome};
 pub use transactions::refund_cases::{CASE_ASKS_MAX, RefundCase, RefundCases};
 pub use transactions::refunds::{NewRefund, OpenRefund, Refunds, SettledRefund};
 pub use transactions::wallets::{Answered, Render, WalletRecord, Wallets};

@@ -6,7 +6,7 @@
 //! rounds) and the database's counts by state over every tenant ([`crate::store::Overview`],
 //! reused for [`CONSOLE_OVERVIEW_TTL`]). The console key is an operator's: it sees every
 //! tenant's volumes, as `/metrics` does. Beside them, the open reconciliation cases, which an
-//! operator resolves with a reason ([`super::cases`]).
+//! operator resolves with a reason (`web/cases.rs`).
 
 use std::time::Duration;
 

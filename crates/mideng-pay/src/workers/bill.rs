@@ -227,13 +227,13 @@ impl Cases<'_> {
             .payment(&entry.out_trade_no)
             .await?
             // A number of ours on the other channel is not this line's payment.
-            .filter(|payment| payment.channel == self.channel.as_str());
+            .filter(|payment| payment.channel == self.channel);
         let verdict = judge_charge(entry, ours.as_ref());
         let case = |kind, detail: String| Found {
             kind,
             reference: &entry.out_trade_no,
             tenant_id: ours.as_ref().map(|payment| payment.tenant_id.as_str()),
-            ours_fen: ours.as_ref().map(|payment| payment.amount_fen),
+            ours_fen: ours.as_ref().map(|payment| payment.amount.fen()),
             billed_fen: Some(entry.amount_fen),
             status: BillCaseStatus::Open,
             detail,
@@ -269,7 +269,7 @@ impl Cases<'_> {
                         "the channel charged {} fen (trade {}), our payment is of {} fen",
                         entry.amount_fen,
                         entry.channel_trade_no,
-                        ours.as_ref().map_or(0, |payment| payment.amount_fen)
+                        ours.as_ref().map_or(0, |payment| payment.amount.fen())
                     ),
                 };
                 self.keep(case(kind, detail)).await.map(drop)
@@ -346,7 +346,7 @@ impl Cases<'_> {
                 kind: BillCaseKind::ChargedNotPaid,
                 reference: &payment.payment_no,
                 tenant_id: Some(&payment.tenant_id),
-                ours_fen: Some(payment.amount_fen),
+                ours_fen: Some(payment.amount.fen()),
                 billed_fen: Some(entry.amount_fen),
                 status,
                 detail,
@@ -450,12 +450,12 @@ impl Cases<'_> {
                         kind: BillCaseKind::PaidNotBilled,
                         reference: &payment.payment_no,
                         tenant_id: Some(&payment.tenant_id),
-                        ours_fen: Some(payment.amount_fen),
+                        ours_fen: Some(payment.amount.fen()),
                         billed_fen: None,
                         status: BillCaseStatus::Open,
                         detail: format!(
                             "PAID here ({} fen, trade {}), not on the channel's bill",
-                            payment.amount_fen,
+                            payment.amount.fen(),
                             payment.channel_trade_no.as_deref().unwrap_or("-")
                         ),
                     })

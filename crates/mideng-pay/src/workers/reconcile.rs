@@ -302,7 +302,7 @@ async fn reconcile_one(ports: &Ports, payment: &Payment, report: &mut ReconcileR
 /// ([`crate::flows::order_lock`]): a lock busy for the whole wait, or taken over while the
 /// round worked (its writes refused by the fence), leaves the payment to the next round.
 async fn one(ports: &Ports, payment: &Payment) -> Result<Verdict, StoreError> {
-    let Some(channel) = ports.channels.named(&payment.channel) else {
+    let Some(channel) = ports.channels.get(payment.channel) else {
         tracing::warn!(payment_no = %payment.payment_no, channel = %payment.channel, "channel not configured; cannot reconcile");
         return Ok(Verdict::Unknown);
     };

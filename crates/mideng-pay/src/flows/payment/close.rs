@@ -72,7 +72,7 @@ pub async fn close(
         PaymentStatus::Failed => return Ok(Closed::FailedAtCreation),
         PaymentStatus::Pending => {}
     }
-    let Some(channel) = ports.channels.named(&payment.channel).cloned() else {
+    let Some(channel) = ports.channels.get(payment.channel).cloned() else {
         return Ok(Closed::ChannelNotConfigured);
     };
     let op = operation::PAYMENT_CLOSE;

@@ -20,7 +20,7 @@ use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::flows::{Ports, decision, operation};
-use crate::store::{OpenPayment, OrderFence};
+use crate::store::{NewPayment, OpenPayment, OrderFence};
 
 /// What asking for a payment attempt came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub enum Created {
     /// No such order in this tenant.
     NoOrder,
     /// The channel (named as asked, or as stored) is not configured here.
-    ChannelNotConfigured(String),
+    ChannelNotConfigured(ChannelKind),
     /// The order is paid: its paid payment.
     OrderPaid(Payment),
     /// The order is in a status that takes no payment.
@@ -58,7 +58,7 @@ pub async fn create(
     channel: ChannelKind,
 ) -> Result<Created, StoreError> {
     if ports.channels.get(channel).is_none() {
-        return Ok(Created::ChannelNotConfigured(channel.to_string()));
+        return Ok(Created::ChannelNotConfigured(channel));
     }
     let op = operation::PAYMENT_CREATE;
     let locked = lock_order(ports, op, tenant, order_id.as_str()).await;
@@ -85,19 +85,12 @@ async fn open(
     let op = operation::PAYMENT_CREATE;
     let now_ms = ports.clock.now_ms();
     let expire_ms = mideng::clock::duration_ms(ports.settings.expire_after);
-    let candidate = Payment {
+    let candidate = NewPayment {
         payment_no: PaymentNo::generate(now_ms).as_str().to_owned(),
         tenant_id: tenant.to_owned(),
         order_id: order_id.as_str().to_owned(),
-        channel: channel.as_str().to_owned(),
-        amount_fen: 0,
-        currency: String::new(),
-        status: PaymentStatus::Pending,
-        pay_url: None,
+        channel,
         expires_at_ms: now_ms.saturating_add(expire_ms),
-        channel_trade_no: None,
-        paid_at_ms: None,
-        created_at_ms: now_ms,
     };
     Ok(
         match ports.store.payments.open_payment(&candidate, fence).await? {
@@ -136,12 +129,12 @@ async fn at_channel(
     if payment.pay_url.is_some() {
         return Ok(done(payment));
     }
-    let Some(channel) = ports.channels.named(&payment.channel) else {
+    let Some(channel) = ports.channels.get(payment.channel) else {
         return Ok(Created::ChannelNotConfigured(payment.channel));
     };
     let trade = CreateTrade {
         out_trade_no: payment.payment_no.clone(),
-        amount_fen: payment.amount_fen,
+        amount_fen: payment.amount.fen(),
         subject: format!("order {}", payment.order_id),
         expires_at_ms: payment.expires_at_ms,
     };

@@ -12,7 +12,10 @@ use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
+use mideng_channel::ChannelKind;
+
 use super::{corrupt, cursor_page, read};
+use crate::domain::money::{Amount, Currency};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// What inserting a pending payment found.
@@ -38,9 +41,12 @@ fn decode_payment<R: SqlRow>(row: &R) -> Result<Payment, StoreError> {
         payment_no: row.text(0).map_err(read)?,
         tenant_id: row.text(1).map_err(read)?,
         order_id: row.text(2).map_err(read)?,
-        channel: row.text(3).map_err(read)?,
-        amount_fen: row.int(4).map_err(read)?,
-        currency: row.text(5).map_err(read)?,
+        channel: ChannelKind::parse(&row.text(3).map_err(read)?)
+            .map_err(|_| corrupt("unknown payment channel"))?,
+        amount: Amount::new(row.int(4).map_err(read)?)
+            .map_err(|_| corrupt("payment amount out of range"))?,
+        currency: Currency::parse(&row.text(5).map_err(read)?)
+            .map_err(|_| corrupt("unknown payment currency"))?,
         status: PaymentStatus::parse(&row.text(6).map_err(read)?)
             .ok_or_else(|| corrupt("unknown payment status"))?,
         pay_url: row.opt_text(7).map_err(read)?,
@@ -88,9 +94,9 @@ pub async fn insert_pending_payment<D: Dialect>(
                 Arg::Text(&payment.payment_no),
                 Arg::Text(&payment.tenant_id),
                 Arg::Text(&payment.order_id),
-                Arg::Text(&payment.channel),
-                Arg::Int(payment.amount_fen),
-                Arg::Text(&payment.currency),
+                Arg::Text(payment.channel.as_str()),
+                Arg::Int(payment.amount.fen()),
+                Arg::Text(payment.currency.as_str()),
                 Arg::OptText(payment.pay_url.as_deref()),
                 Arg::Int(payment.expires_at_ms),
                 Arg::Int(now_ms),

@@ -85,7 +85,7 @@ pub async fn record_case<D: Dialect>(
                 Arg::Text(&payment.tenant_id),
                 Arg::Text(&payment.order_id),
                 Arg::Text(kind.as_str()),
-                Arg::Int(payment.amount_fen),
+                Arg::Int(payment.amount.fen()),
                 Arg::Int(now_ms),
                 Arg::Int(now_ms),
             ],

@@ -11,6 +11,7 @@ use mideng::record::{Decision, RecordPolicy, StoredResponse};
 use mideng::sqlx::Database;
 use mideng::store::sql::{Dialect, SqlStore};
 use mideng::{Fingerprint, IdempotencyKey, Scope, StoreError};
+use mideng_channel::ChannelKind;
 
 use super::payments::{SuccessOutcome, apply_success, closed_event};
 use super::refunds::{SettledRefund, settle_on};
@@ -27,9 +28,9 @@ use crate::store::sql::SqlPay;
 pub struct NotifyEffect {
     /// `notify.alipay` or `notify.wechat`: the dedup scope's operation.
     pub operation: &'static str,
-    /// The channel whose configuration verified the notify (`alipay` or `wechat`); only a
+    /// The channel whose configuration verified the notify; only a
     /// payment of that channel may be touched.
-    pub channel: &'static str,
+    pub channel: ChannelKind,
     /// The channel's id of the notify (the same on every resend).
     pub notify_id: String,
     /// Our payment number.

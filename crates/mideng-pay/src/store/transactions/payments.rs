@@ -5,17 +5,19 @@
 //! Invariants held here: a payment and its order reach PAID in one transaction with the
 //! `payment.succeeded` event (the outbox and its webhook deliveries), and a payment closed
 //! unpaid writes `payment.closed` with its move; every write under the order's lock carries
-//! its fence ([`rows::orders::check_fence`]).
+//! its fence ([`crate::store::rows::orders::check_fence`]).
 
 use async_trait::async_trait;
 use mideng::StoreError;
 use mideng::sqlx::Database;
 use mideng::store::sql::Dialect;
+use mideng_channel::ChannelKind;
 
 use crate::domain::charge::{self, CaseKind, Charge};
 use crate::domain::events::{
     GrantedItem, PAYMENT_CLOSED, PAYMENT_SUCCEEDED, PaymentClosed, PaymentSucceeded,
 };
+use crate::domain::money::{Amount, Currency};
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::store::rows::orders::{self, OrderFence};
@@ -23,7 +25,7 @@ use crate::store::rows::payments::{
     self, PaymentInsert, find_payment, insert_pending_payment, paid_payment_for_order,
     payments_for_order, transition_payment,
 };
-use crate::store::rows::{refund_cases, webhooks};
+use crate::store::rows::{corrupt, refund_cases, webhooks};
 use crate::store::sql::SqlPay;
 
 /// What applying a channel's success found.
@@ -80,7 +82,7 @@ pub async fn apply_success<D: Dialect>(
     let Some(payment) = find_payment::<D>(connection, payment_no, true).await? else {
         return Ok(SuccessOutcome::UnknownPayment);
     };
-    if payment.amount_fen != amount_fen {
+    if payment.amount.fen() != amount_fen {
         return Ok(SuccessOutcome::AmountMismatch);
     }
     let other_paid = payment.status != PaymentStatus::Paid
@@ -149,9 +151,9 @@ pub async fn apply_success<D: Dialect>(
         payment_no: payment.payment_no.clone(),
         order_id: payment.order_id.clone(),
         user_id: order.user_id,
-        amount: payment.amount_fen,
-        currency: payment.currency.clone(),
-        channel: payment.channel.clone(),
+        amount: payment.amount.fen(),
+        currency: payment.currency.as_str().to_owned(),
+        channel: payment.channel.as_str().to_owned(),
         channel_trade_no: channel_trade_no.to_owned(),
         paid_at_ms,
         order_paid: order_moved,
@@ -177,6 +179,21 @@ pub async fn apply_success<D: Dialect>(
         order_moved,
         open_sibling,
     })
+}
+
+/// A payment attempt to open for an order: its amount and currency are the order's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewPayment {
+    /// The payment number it gets (the channel's `out_trade_no`).
+    pub payment_no: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// The order.
+    pub order_id: String,
+    /// The channel it goes through.
+    pub channel: ChannelKind,
+    /// When the channel stops accepting payment (Unix ms).
+    pub expires_at_ms: i64,
 }
 
 /// What opening a payment attempt for an order found.
@@ -213,7 +230,7 @@ pub enum LocalClose {
 /// order's amount, the order's pending payment if it has one, or why the order takes none.
 async fn open_on<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
-    payment: &Payment,
+    payment: &NewPayment,
     now_ms: i64,
 ) -> Result<OpenPayment, StoreError> {
     let Some(order) =
@@ -231,10 +248,22 @@ async fn open_on<D: Dialect>(
             },
         );
     }
+    // The attempt is for the order's amount, in the order's currency.
     let row = Payment {
-        amount_fen: order.amount_fen,
-        currency: order.currency.clone(),
-        ..payment.clone()
+        payment_no: payment.payment_no.clone(),
+        tenant_id: payment.tenant_id.clone(),
+        order_id: payment.order_id.clone(),
+        channel: payment.channel,
+        amount: Amount::new(order.amount_fen)
+            .map_err(|_| corrupt("an order's amount out of range"))?,
+        currency: Currency::parse(&order.currency)
+            .map_err(|_| corrupt("an order's currency unknown"))?,
+        status: PaymentStatus::Pending,
+        pay_url: None,
+        expires_at_ms: payment.expires_at_ms,
+        channel_trade_no: None,
+        paid_at_ms: None,
+        created_at_ms: now_ms,
     };
     Ok(
         match insert_pending_payment::<D>(connection, &row, now_ms).await? {
@@ -291,7 +320,7 @@ pub(crate) async fn closed_event<D: Dialect>(
         tenant_id: payment.tenant_id.clone(),
         payment_no: payment.payment_no.clone(),
         order_id: payment.order_id.clone(),
-        channel: payment.channel.clone(),
+        channel: payment.channel.as_str().to_owned(),
         closed_at_ms: now_ms,
     };
     let payload = serde_json::to_vec(&event)
@@ -310,15 +339,15 @@ pub(crate) async fn closed_event<D: Dialect>(
 /// Payment attempts: opened under the order's row lock, settled by compare-and-set.
 #[async_trait]
 pub trait Payments: Send + Sync {
-    /// Creates the order's pending payment `payment` (its amount taken from the order), or
-    /// finds the one that exists. The order row is locked while deciding.
+    /// Creates the order's pending payment `payment` (its amount and currency taken from the
+    /// order), or finds the one that exists. The order row is locked while deciding.
     ///
     /// Every write here that follows the order's lock takes the lock's fence (`None` without
     /// the lock) and is refused with [`StoreError::StaleFence`], nothing written, when a later
-    /// holder of the lock has written ([`rows::orders::check_fence`]).
+    /// holder of the lock has written ([`crate::store::rows::orders::check_fence`]).
     async fn open_payment(
         &self,
-        payment: &Payment,
+        payment: &NewPayment,
         fence: Option<&OrderFence>,
     ) -> Result<OpenPayment, StoreError>;
     /// Records the channel's pay URL on a pending payment.
@@ -384,7 +413,7 @@ pub trait Payments: Send + Sync {
 impl<D: Dialect> Payments for SqlPay<D> {
     async fn open_payment(
         &self,
-        payment: &Payment,
+        payment: &NewPayment,
         fence: Option<&OrderFence>,
     ) -> Result<OpenPayment, StoreError> {
         let _timer = self.timer("payments.open_payment");

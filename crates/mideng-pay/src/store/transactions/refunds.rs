@@ -88,7 +88,7 @@ async fn refundable<D: Dialect>(
     let refunded = payments::refunded::<D>(connection, &payment.payment_no)
         .await?
         .ok_or_else(|| corrupt("a locked payment vanished"))?;
-    Ok(refund::left_to_refund(payment.amount_fen, refunded))
+    Ok(refund::left_to_refund(payment.amount.fen(), refunded))
 }
 
 /// Opens a refund under the payment's row lock: the key's refund if it has one, else a new
@@ -179,7 +179,7 @@ pub(crate) async fn reserve_and_insert<D: Dialect>(
         tenant_id: payment.tenant_id.clone(),
         payment_no: payment.payment_no.clone(),
         order_id: payment.order_id.clone(),
-        channel: payment.channel.clone(),
+        channel: payment.channel.as_str().to_owned(),
         amount_fen: opening.amount_fen,
         reason: opening.reason.to_owned(),
         status: RefundStatus::Processing,

@@ -21,7 +21,7 @@ pub(super) const CONNECTION_REFUSED: &str = "connection refused";
 /// What an attempt records when its answer did not come in time.
 pub(super) const TIMED_OUT: &str = "timed out";
 
-/// The HTTP client of the dispatcher: names resolved by the [`GuardedResolver`], no proxies
+/// The HTTP client of the dispatcher: names resolved by the `GuardedResolver`, no proxies
 /// (an environment's `HTTP_PROXY` would connect in our stead, past the guard), no redirects (an
 /// endpoint answers itself or fails), the attempt's timeout.
 pub fn client(settings: &WebhookSettings) -> Result<reqwest::Client, reqwest::Error> {

@@ -337,7 +337,7 @@ const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
 );
 
 /// The first-time `conditional-update` deduct on PostgreSQL in one round trip
-/// ([`DEDUCT_CLAIMED_POSTGRES`]): its outcome, or `None` when the key was taken before
+/// (the statement `DEDUCT_CLAIMED_POSTGRES`): its outcome, or `None` when the key was taken before
 /// (nothing happened; the caller begins the record the usual way).
 pub async fn deduct_claimed_postgres<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
