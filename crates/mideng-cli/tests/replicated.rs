@@ -4,8 +4,9 @@
 //! and three service instances as `mideng` processes of their own, and while the workload runs
 //! it kills instances with SIGKILL and starts new ones, fails every replicated server over for
 //! real, and crashes each in place (the primary into crash recovery, Redis with its memory lost,
-//! the whole NATS cluster stopped). The audit must find nothing, and every kind of fault must
-//! be on the report's timeline. Then the toolkit's cluster store meets every Redis node
+//! the whole NATS cluster stopped), with instance 0's wall clock seven seconds ahead of the
+//! others' (libfaketime: leases, tokens and expiries judged by clocks that disagree). The audit
+//! must find nothing, and every kind of fault must be on the report's timeline. Then the toolkit's cluster store meets every Redis node
 //! restarted at once, and must issue tokens again by itself.
 //!
 //! The script's ports are fixed (one deployment per machine): this binary holds this one test,
@@ -76,6 +77,7 @@ fn processes_on_replicated_servers_survive_every_failover_and_crash() {
             "4242",
         ])
         .args(["--instances", "3", "--tenants", "2", "--concurrency", "6"])
+        .args(["--clock-skew-secs", "7"])
         // Every kind in turn, one a second after the last was repaired: each at least once.
         // A Redis failover takes ~8 s and its repair as long, the NATS cluster's restart 12 to
         // 22 s (seen: 21.7 s, when 70 s of workload left the last kind out).
@@ -101,6 +103,12 @@ fn processes_on_replicated_servers_survive_every_failover_and_crash() {
         serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
     assert_eq!(report["violations"], serde_json::json!([]), "{stdout}");
     assert_eq!(report["instances"], 3);
+    assert!(
+        report["stack"]
+            .as_str()
+            .is_some_and(|stack| stack.contains("instance 0's clock +7 s off")),
+        "the run says its clock skew: {stdout}"
+    );
     for figure in ["paid", "grants", "deducts", "refunds"] {
         assert!(
             report["audit"][figure].as_u64().unwrap_or(0) > 0,

@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use crate::api;
 use crate::api::tenants::TenantCache;
 use crate::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
+use crate::flows::clock_guard::{self, ClockGuard};
 use crate::flows::{Channels, Clock, PaymentSettings, Ports};
 use crate::state::AppState;
 use crate::store::{self, Store};
@@ -357,7 +358,7 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             settings.payments.replay_cache_ttl,
         )?);
     }
-    Ok(AppState {
+    let state = AppState {
         records,
         tenants: Arc::new(TenantCache::new(settings.payments.tenant_cache)),
         ports: Ports {
@@ -365,12 +366,19 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
             channels: Channels::new(settings.alipay.clone(), settings.wechat.clone()),
             locks,
             clock: settings.clock.clone(),
+            clock_guard: Arc::new(ClockGuard::new(settings.payments.clock_skew_max)),
             settings: settings.payments.clone(),
         },
         tokens,
         metrics: metrics_handle(),
         pages: Arc::new(Pages::new(settings.pages.clone())),
-    })
+    };
+    // The first verdict on the clock before the first request: a far-off clock refuses from
+    // the start.
+    if let Err(error) = clock_guard::check(&state.ports).await {
+        tracing::warn!(%error, "could not compare the clock with the database's");
+    }
+    Ok(state)
 }
 
 /// The service, built and bound, not yet serving.
@@ -452,6 +460,10 @@ impl Application {
     ) -> std::io::Result<()> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let mut workers = Vec::new();
+        workers.push(tokio::spawn(clock_guard::run(
+            self.state.ports.clone(),
+            stopped.clone(),
+        )));
         if let Some(settings) = self.reconcile {
             let run = reconcile::run(self.state.ports.clone(), settings, stopped.clone());
             workers.push(tokio::spawn(run));
@@ -529,6 +541,7 @@ impl Application {
             workers.push(tokio::spawn(crate::workers::webhooks::run(
                 self.state.ports.store.webhooks.clone(),
                 self.state.ports.clock.clone(),
+                self.state.ports.clock_guard.clone(),
                 settings,
                 stopped.clone(),
             )));

@@ -47,6 +47,12 @@ pub const GRANT_LEASE: Duration = Duration::from_secs(30);
 /// How long a processed `payment.succeeded` is remembered: far beyond any broker redelivery.
 pub const GRANT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Default bound on how far an instance's clock may be from the database's
+/// ([`crate::flows::clock_guard`]): half the margin the order lock's renewals leave (its 30 s
+/// lease renewed every 10 s tolerates about 20 s), far inside the channels' signature windows
+/// (WeChat Pay: 5 minutes) and the expiry grace.
+pub const CLOCK_SKEW_MAX: Duration = Duration::from_secs(10);
+
 /// Default clock grace past a trade's expiry: clocks differ between us and the channel, so a
 /// trade the channel does not know (or still calls pending) is treated as payable until this
 /// long after its expiry. One setting ([`crate::flows::PaymentSettings::expiry_grace`]) used by

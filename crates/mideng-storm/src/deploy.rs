@@ -44,7 +44,7 @@ use mideng_pay::{Application, Settings};
 use mideng_sim::{MerchantKeys, SimConfig};
 use tokio::sync::watch;
 
-pub use self::processes::Processes;
+pub use self::processes::{CLOCK_SKEW_SECS_MAX, Processes};
 use self::replicated::Replicated;
 
 /// What the deployment runs on.

@@ -108,7 +108,10 @@ fn complete(operation: &mut Operation) {
     let mut added: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     if authenticated {
         added.entry("401").or_default().push("unauthorized");
-        added.entry("503").or_default().push("database-unavailable");
+        added
+            .entry("503")
+            .or_default()
+            .extend(["database-unavailable", "clock-unsynchronised"]);
         let publishable = operation.security.as_ref().is_some_and(|requirements| {
             serde_json::to_string(requirements)
                 .is_ok_and(|requirements| requirements.contains("\"publishable_key\""))

@@ -114,6 +114,9 @@ pub enum Code {
     ChannelUnavailable,
     /// 503: the database is unavailable or busy; retry.
     DatabaseUnavailable,
+    /// 503: this instance's clock disagrees with the database's by more than its bound
+    /// ([`crate::flows::clock_guard`]); retry (on another instance).
+    ClockUnsynchronised,
     /// 500: a failure of ours; the detail says nothing more.
     Internal,
     /// A code the toolkit defines, answered by the service too (`in-progress`,
@@ -166,6 +169,7 @@ impl Code {
             Code::ChannelRejected => "channel-rejected",
             Code::ChannelUnavailable => "channel-unavailable",
             Code::DatabaseUnavailable => "database-unavailable",
+            Code::ClockUnsynchronised => "clock-unsynchronised",
             Code::Internal => "internal-error",
             Code::Shared(problem) => problem.code(),
             Code::ClientError(_) => "client-error",
@@ -209,7 +213,9 @@ impl Code {
             | Code::PrivateTarget => StatusCode::UNPROCESSABLE_ENTITY,
             Code::TooManyTokens => StatusCode::TOO_MANY_REQUESTS,
             Code::ChannelRejected => StatusCode::BAD_GATEWAY,
-            Code::ChannelUnavailable | Code::DatabaseUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::ChannelUnavailable | Code::DatabaseUnavailable | Code::ClockUnsynchronised => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Code::Shared(problem) => problem.status(),
             Code::ClientError(status) if status.is_client_error() => status,

@@ -88,6 +88,26 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
         .filter(|key| !key.is_empty() && key.len() <= API_KEY_BYTES_MAX)
 }
 
+/// Answers 503 `clock-unsynchronised` while this instance's clock disagrees with the
+/// database's ([`crate::flows::clock_guard`]): the client (or the channel) retries, on another
+/// instance, and nothing here acts on a clock that is off.
+async fn clock_checked(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let guard = &state.ports.clock_guard;
+    if guard.refuses() {
+        crate::flows::decision("clock", "api", "-", "-", "clock_unsynchronised");
+        return ApiError::new(
+            Code::ClockUnsynchronised,
+            format!(
+                "this instance's clock is {:+} ms off the database's; retry",
+                guard.skew_ms()
+            ),
+        )
+        .retry_after(crate::flows::clock_guard::CHECK_INTERVAL.as_secs())
+        .into_response();
+    }
+    next.run(request).await
+}
+
 /// Resolves the tenant and the key's kind from `Authorization: Bearer <key>`; 401 otherwise.
 /// Both go into the request's extensions: [`Tenant`] for the toolkit's layer and the handlers,
 /// [`KeyKind`] for [`secret_key_only`] and the handlers that narrow what a publishable key sees.
@@ -263,11 +283,17 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
         .merge(secret)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
 
-    Ok(Router::new()
+    // Everything that acts on this instance's clock waits while it disagrees with the
+    // database's: the API and the channels' notifies (which the channels resend).
+    let clocked = Router::new()
         .merge(authenticated)
-        .merge(pages)
         .route("/v1/channels/alipay/notify", post(notify::alipay))
         .route("/v1/channels/wechat/notify", post(notify::wechat))
+        .route_layer(middleware::from_fn_with_state(state.clone(), clock_checked));
+
+    Ok(Router::new()
+        .merge(clocked)
+        .merge(pages)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/openapi.json", get(ops::openapi))

@@ -149,12 +149,21 @@ pub(super) async fn healthz() -> axum::Json<HealthView> {
     })
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers, and this instance's clock agrees with the database's.
 #[utoipa::path(
     get, path = "/readyz", tag = "ops", operation_id = "readyz",
     responses((status = 200, body = HealthView), (status = 503, body = HealthView))
 )]
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.ports.clock_guard.refuses() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(HealthView {
+                status: "clock unsynchronised".to_owned(),
+            }),
+        )
+            .into_response();
+    }
     match state.ports.ready().await {
         Ok(()) => (
             StatusCode::OK,

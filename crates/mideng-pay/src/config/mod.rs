@@ -232,6 +232,9 @@ impl ServeConfig {
         if self.payments.expiry_grace_secs > 3_600 {
             return invalid("payments.expiry_grace_secs must be 0 to 3600");
         }
+        if self.payments.clock_skew_max_secs > 300 {
+            return invalid("payments.clock_skew_max_secs must be 0 to 300");
+        }
         if self.payments.replay_cache_entries > mideng::store::cached::CACHED_ANSWERS_MAX
             || !(1..=86_400).contains(&self.payments.replay_cache_ttl_secs)
             || self.payments.tenant_cache_ms > 60_000
@@ -441,6 +444,7 @@ impl ServeConfig {
             token_required: self.payments.token_required,
             expire_after: Duration::from_secs(self.payments.expire_after_secs),
             expiry_grace: Duration::from_secs(self.payments.expiry_grace_secs),
+            clock_skew_max: Duration::from_secs(self.payments.clock_skew_max_secs),
             replay_cache_entries: self.payments.replay_cache_entries,
             replay_cache_ttl: Duration::from_secs(self.payments.replay_cache_ttl_secs),
             tenant_cache: Duration::from_millis(self.payments.tenant_cache_ms),

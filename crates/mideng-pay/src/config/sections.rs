@@ -285,6 +285,9 @@ pub struct PaymentsConfig {
     /// Seconds past a trade's expiry before the close route and reconciliation treat it as
     /// over, for clock skew with the channel (0 ..= 3600).
     pub expiry_grace_secs: u64,
+    /// How far this instance's clock may be from the database's before it refuses requests,
+    /// seconds (0 ..= 300; 0: never).
+    pub clock_skew_max_secs: u64,
     /// How long a request waits for an order's lock, ms (0 ..= 10000).
     pub lock_wait_ms: u64,
     /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
@@ -309,6 +312,7 @@ impl Default for PaymentsConfig {
             token_required: defaults.token_required,
             expire_after_secs: defaults.expire_after.as_secs(),
             expiry_grace_secs: defaults.expiry_grace.as_secs(),
+            clock_skew_max_secs: defaults.clock_skew_max.as_secs(),
             lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
             funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
             replay_cache_entries: defaults.replay_cache_entries,

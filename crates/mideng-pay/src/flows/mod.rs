@@ -27,6 +27,7 @@
 //!
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
 
+pub mod clock_guard;
 pub mod notify;
 pub mod order;
 pub mod order_lock;
@@ -79,6 +80,10 @@ pub struct PaymentSettings {
     pub token_required: bool,
     /// How long a payment attempt accepts payment at the channel (default 15 minutes).
     pub expire_after: Duration,
+    /// How far this instance's clock may be from the database's before it refuses requests and
+    /// its reconciliation and webhook deliveries wait ([`clock_guard`]; default
+    /// [`crate::limits::CLOCK_SKEW_MAX`]; zero: never).
+    pub clock_skew_max: Duration,
     /// Clock grace past a trade's expiry before "the channel has no such trade" (or "still
     /// pending") closes it, in the close route and in reconciliation alike (default
     /// [`crate::limits::EXPIRY_GRACE`]).
@@ -161,6 +166,7 @@ impl Default for PaymentSettings {
         Self {
             token_required: true,
             expire_after: Duration::from_secs(15 * 60),
+            clock_skew_max: crate::limits::CLOCK_SKEW_MAX,
             expiry_grace: crate::limits::EXPIRY_GRACE,
             lock_wait: Duration::from_secs(2),
             duplicate_wait: Duration::from_secs(5),
@@ -229,6 +235,8 @@ pub struct Ports {
     pub locks: Arc<dyn LockStore>,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// Whether the clock agrees with the database's ([`clock_guard`]).
+    pub clock_guard: Arc<clock_guard::ClockGuard>,
     /// Payment behaviour.
     pub settings: PaymentSettings,
 }

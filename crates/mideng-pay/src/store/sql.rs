@@ -23,7 +23,7 @@ use mideng::latency::{self, StoreTimer};
 use mideng::record::RecordStore;
 use mideng::sqlx::Database;
 use mideng::sqlx::pool::PoolConnection;
-use mideng::store::sql::{Arg, Dialect, SqlConn, SqlStore, store_error};
+use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, SqlStore, store_error};
 
 use crate::domain::clock::Clock;
 
@@ -106,7 +106,19 @@ pub trait Backend: Send + Sync {
     fn records(&self) -> Arc<dyn RecordStore>;
     /// One round trip (readiness).
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The database server's clock, Unix milliseconds: the one clock every instance shares
+    /// ([`crate::domain::clock::ClockReading`]). On SQLite, whose "server" is this process, it
+    /// is this machine's clock.
+    async fn database_time_ms(&self) -> Result<i64, StoreError>;
 }
+
+/// The database server's clock in Unix milliseconds, read at the statement's execution
+/// (`clock_timestamp()` on PostgreSQL, not the transaction's start).
+const DATABASE_TIME: PerDialect<&str> = PerDialect {
+    postgres: "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)",
+    mysql: "SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)",
+    sqlite: "SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+};
 
 #[async_trait]
 impl<D: Dialect> Backend for SqlPay<D> {
@@ -126,5 +138,17 @@ impl<D: Dialect> Backend for SqlPay<D> {
             .await
             .map_err(store_error::<D>)
             .map(|_| ())
+    }
+
+    async fn database_time_ms(&self) -> Result<i64, StoreError> {
+        let _timer = self.timer("backend.database_time_ms");
+        let mut connection = self.connection().await?;
+        connection
+            .row(DATABASE_TIME.get::<D>(), &[])
+            .await
+            .map_err(store_error::<D>)?
+            .ok_or_else(|| StoreError::Corrupt("the time query returned no row".to_owned()))?
+            .int(0)
+            .map_err(|error| StoreError::Corrupt(format!("unreadable time: {error}")))
     }
 }

@@ -394,7 +394,12 @@ pub async fn run(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(error) = reconcile_once(&ports, &settings).await {
+        if ports.clock_guard.refuses() {
+            // Expiries and their grace are judged by this clock: not while it is off.
+            tracing::warn!(
+                "reconciliation waits: this instance's clock disagrees with the database's"
+            );
+        } else if let Err(error) = reconcile_once(&ports, &settings).await {
             tracing::warn!(%error, "reconciliation round failed");
         }
         tokio::select! {

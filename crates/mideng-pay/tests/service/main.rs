@@ -4,6 +4,7 @@
 mod attacks;
 mod bills;
 mod bounds;
+mod clock;
 mod events;
 mod harness;
 mod inputs;
@@ -40,6 +41,7 @@ macro_rules! backend_suite {
 }
 
 backend_suite!(
+    crate::clock::a_clock_far_from_the_databases_refuses_until_it_agrees => a_clock_far_from_the_databases_refuses_until_it_agrees,
     crate::payments::identical_concurrent_creations_make_one_payment => identical_concurrent_creations_make_one_payment,
     crate::payments::fresh_tokens_race_to_one_pending_payment => fresh_tokens_race_to_one_pending_payment,
     crate::payments::a_used_token_creates_nothing => a_used_token_creates_nothing,

@@ -13,6 +13,12 @@
 //! Every process writes its log to a file of its own in the run's directory (appended across
 //! restarts), and gets `RUST_LOG` from the storm (else `warn`) and none of the storm's `MIDENG_*`
 //! variables, so that its configuration is the file's alone.
+//!
+//! With a clock skew ([`Processes::clock_skew_secs`]), instance 0 (and each of its restarts)
+//! runs under Debian's libfaketime: its wall clock is that many seconds off, its monotonic
+//! clock (timers, timeouts) is not. The skew is checked once the instance answers, by the
+//! `Date` header of its answer, so that a library that did not take fails the start instead
+//! of leaving a run that claims a skew it never had.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -39,7 +45,21 @@ pub struct Processes {
     pub identity_dir: PathBuf,
     /// Where the instances' configurations, the channel keys and the processes' logs go.
     pub dir: PathBuf,
+    /// Seconds instance 0's wall clock runs ahead of the machine's (negative: behind); 0: none.
+    pub clock_skew_secs: i64,
 }
+
+/// The largest clock skew the storm makes, either way: ten minutes, past WeChat's five-minute
+/// notify freshness and the expiry grace.
+pub const CLOCK_SKEW_SECS_MAX: i64 = 600;
+
+/// Where Debian's `faketime` package puts the library (the thread-safe build, for a
+/// multi-threaded runtime).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// How far the skew read back from an instance's `Date` header (whole seconds, and a request's
+/// time) may be from the one asked.
+const SKEW_TOLERANCE_SECS: i64 = 2;
 
 /// How long a process may take from its start to its first answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -169,11 +189,36 @@ impl Processes {
         let name = format!("instance-{index}");
         let mut command = self.command(&name)?;
         command.args(["serve", "--config"]).arg(config);
+        let skewed = index == 0 && self.clock_skew_secs != 0;
+        if skewed {
+            anyhow::ensure!(
+                Path::new(LIBFAKETIME).exists(),
+                "--clock-skew-secs needs Debian's libfaketime ({LIBFAKETIME}): apt-get install faketime"
+            );
+            command
+                .env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME", format!("{:+}s", self.clock_skew_secs))
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
         let mut child = command
             .spawn()
             .with_context(|| format!("starting {} serve", self.binary.display()))?;
-        self.wait_ready(&mut child, http, &format!("{base}/readyz"), &name)
+        // A clock skewed past the service's bound makes the instance unready by design (its
+        // clock guard): that one is waited for alive.
+        let probe = if skewed { "healthz" } else { "readyz" };
+        self.wait_ready(&mut child, http, &format!("{base}/{probe}"), &name)
             .await?;
+        if skewed {
+            let measured = measured_skew_secs(http, base).await?;
+            if (measured - self.clock_skew_secs).abs() > SKEW_TOLERANCE_SECS {
+                let _ = child.kill().await;
+                anyhow::bail!(
+                    "{name} was started with its clock {:+} s off, and its answers say {measured:+} s: \
+                     the skew did not take",
+                    self.clock_skew_secs
+                );
+            }
+        }
         Ok(child)
     }
 
@@ -213,6 +258,31 @@ impl Processes {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// How many seconds `base`'s clock is ahead of this machine's, by the `Date` header of its
+/// `/healthz` answer (HTTP dates are whole seconds).
+async fn measured_skew_secs(http: &reqwest::Client, base: &str) -> anyhow::Result<i64> {
+    let before = std::time::SystemTime::now();
+    let answer = http
+        .get(format!("{base}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .context("asking the skewed instance for its time")?;
+    let date = answer
+        .headers()
+        .get(reqwest::header::DATE)
+        .and_then(|value| value.to_str().ok())
+        .context("the skewed instance's answer has no Date header")?;
+    let theirs = httpdate::parse_http_date(date)
+        .with_context(|| format!("the skewed instance's Date header {date:?}"))?;
+    let unix = |time: std::time::SystemTime| {
+        time.duration_since(std::time::UNIX_EPOCH)
+            .map(|since| i64::try_from(since.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    };
+    Ok(unix(theirs) - unix(before))
 }
 
 /// The last lines of a log, for an error.
@@ -425,6 +495,7 @@ mod tests {
             binary: PathBuf::from("mideng"),
             identity_dir: dir.join("sim"),
             dir: dir.clone(),
+            clock_skew_secs: 0,
         };
         processes.write_keys(&blueprint).expect("keys");
         let path = processes

@@ -134,6 +134,13 @@ pub struct StormArgs {
     /// With `--processes`: the `mideng` executable to run (default: this one).
     #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// With `--processes`: instance 0 runs with its wall clock this many seconds ahead
+    /// (negative: behind) of the machine's, the simulator's and the other instances' — leases,
+    /// tokens, expiries and notify timestamps then meet a clock that disagrees. Made with
+    /// Debian's libfaketime (package `faketime`), the monotonic clock left alone; at most
+    /// 600 s either way.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub clock_skew_secs: i64,
     /// With `--processes`: the simulator's data directory, whose identity the storm signs with
     /// (set by `mideng storm` from its `--data-dir`).
     #[arg(skip)]
@@ -194,6 +201,7 @@ impl Default for StormArgs {
             break_layer: None,
             processes: false,
             binary: None,
+            clock_skew_secs: 0,
             identity_dir: None,
             target: Vec::new(),
             tenant_key: Vec::new(),

@@ -124,6 +124,12 @@ pub(crate) struct Shared {
     pub(super) log: Mutex<Log>,
     pub(super) requests: AtomicU64,
     pub(super) excused: AtomicU64,
+    /// Whether an instance's clock is off by more than the service's bound
+    /// (`--clock-skew-secs` past `payments.clock_skew_max_secs`): its `503
+    /// clock-unsynchronised` answers are then right, and counted in `clock_refused`.
+    pub(super) clock_refusals_expected: bool,
+    /// `503 clock-unsynchronised` answers of the skewed instance.
+    pub(super) clock_refused: AtomicU64,
     /// Refusals of a trade's creation the storm armed at the channel and no client was answered
     /// yet ([`super::rare`]): each excuses one `502 channel-rejected` of a payment's creation.
     pub(super) refusals_armed: AtomicU64,
@@ -224,6 +230,12 @@ impl Shared {
         })
     }
 
+    /// The instance the run's setup talks to (the merchant's registration, the seed credits):
+    /// the last one, whose clock the storm never skews.
+    pub(crate) fn setup_instance(&self) -> usize {
+        self.bases.len().saturating_sub(1)
+    }
+
     /// A 5xx is excused inside a fault window (and counted); outside one it is a violation.
     fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
         if status < 500 {
@@ -241,6 +253,15 @@ impl Shared {
                 .is_ok()
         {
             // The channel refused the creation, as the storm asked it to: the right answer.
+            return;
+        }
+        if status == 503
+            && self.clock_refusals_expected
+            && serde_json::from_slice::<Value>(body)
+                .is_ok_and(|problem| problem["code"] == "clock-unsynchronised")
+        {
+            // The skewed instance refuses, as its clock guard must; the client retries elsewhere.
+            self.clock_refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
         if self.faults.excused(started, Instant::now()) {

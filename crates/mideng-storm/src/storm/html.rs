@@ -498,6 +498,7 @@ mod tests {
             quiescence_secs: 5,
             requests: 1000,
             errors_during_faults: 3,
+            clock_refusals: 0,
             duplicates: BTreeMap::from([
                 ("double click".to_owned(), 40),
                 ("manual replay".to_owned(), 10),

@@ -74,7 +74,7 @@ impl Merchant {
         for (index, tenant) in shared.tenants.iter().enumerate() {
             let answer = shared
                 .send(
-                    0,
+                    shared.setup_instance(),
                     index,
                     reqwest::Method::POST,
                     "/v1/webhook-endpoints",

@@ -104,7 +104,7 @@ use self::refunds::refund_script;
 pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Timeline};
 use self::sampler::{Metrics, Sampler};
 pub use crate::deploy::StackKind;
-use crate::deploy::{DeployOptions, Deployment, Processes, TenantAccess};
+use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, TenantAccess};
 
 /// How long quiescence's reconciliation, the drains and the audit may take at most, for
 /// deciding whether a payment code can expire before the audit is done.
@@ -143,6 +143,14 @@ pub async fn run(
         !(args.processes && external),
         "--processes starts the deployment's processes: not with --target"
     );
+    anyhow::ensure!(
+        args.clock_skew_secs == 0 || args.processes,
+        "--clock-skew-secs skews a process's clock: with --processes"
+    );
+    anyhow::ensure!(
+        args.clock_skew_secs.abs() <= CLOCK_SKEW_SECS_MAX,
+        "--clock-skew-secs: at most {CLOCK_SKEW_SECS_MAX} either way"
+    );
     let processes = if args.processes {
         let binary = match &args.binary {
             Some(binary) => binary.clone(),
@@ -155,6 +163,7 @@ pub async fn run(
                 .clone()
                 .context("--processes needs the simulator's data directory")?,
             dir: args.dir.join(format!("{run_id}-processes")),
+            clock_skew_secs: args.clock_skew_secs,
         })
     } else {
         None
@@ -248,6 +257,14 @@ pub async fn run(
             deployment.tenants.clone(),
             deployment.database_url.clone(),
         );
+        let label = if args.clock_skew_secs == 0 {
+            label
+        } else {
+            format!(
+                "{label} · instance 0's clock {:+} s off",
+                args.clock_skew_secs
+            )
+        };
         (Some(deployment), bases, sim, tenants, database, label)
     };
     let shared = Arc::new(Shared {
@@ -263,6 +280,9 @@ pub async fn run(
         log: Mutex::new(Log::default()),
         requests: AtomicU64::new(0),
         excused: AtomicU64::new(0),
+        clock_refusals_expected: Duration::from_secs(args.clock_skew_secs.unsigned_abs())
+            > mideng_pay::flows::PaymentSettings::default().clock_skew_max,
+        clock_refused: AtomicU64::new(0),
         refusals_armed: AtomicU64::new(0),
         bills_reconciled: deployment.is_some(),
         latencies: Mutex::new(BTreeMap::new()),
@@ -569,6 +589,7 @@ pub async fn run(
         quiescence_secs: quiet.elapsed().as_secs(),
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),
+        clock_refusals: shared.clock_refused.load(Ordering::Relaxed),
         duplicates,
         faults,
         layers: layers(&metrics),

@@ -138,6 +138,9 @@ pub struct StormReport {
     pub requests: u64,
     /// 5xx answers while a fault was active (excused).
     pub errors_during_faults: u64,
+    /// `503 clock-unsynchronised` answers of an instance whose clock the run skewed past the
+    /// service's bound (its clock guard refusing, as it must).
+    pub clock_refusals: u64,
     /// Duplicates sent, by source.
     pub duplicates: BTreeMap<String, u64>,
     /// Faults injected, by kind.
@@ -188,8 +191,17 @@ impl StormReport {
         );
         let _ = writeln!(
             out,
-            "requests {} · 5xx during faults {} (excused)",
-            self.requests, self.errors_during_faults
+            "requests {} · 5xx during faults {} (excused){}",
+            self.requests,
+            self.errors_during_faults,
+            if self.clock_refusals > 0 {
+                format!(
+                    " · refused by the skewed instance's clock guard {}",
+                    self.clock_refusals
+                )
+            } else {
+                String::new()
+            }
         );
         let join = |map: &BTreeMap<String, u64>| {
             map.iter()

@@ -485,10 +485,12 @@ pub async fn dispatch_once(
     Ok(dispatcher.report)
 }
 
-/// Dispatches until `stop` turns true, then records the attempts in flight.
+/// Dispatches until `stop` turns true, then records the attempts in flight; waits while
+/// `guard` says this instance's clock is off.
 pub async fn run(
     store: Arc<dyn Webhooks>,
     clock: Arc<dyn Clock>,
+    guard: Arc<crate::flows::clock_guard::ClockGuard>,
     settings: WebhookSettings,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -502,6 +504,13 @@ pub async fn run(
     let failure_pause = settings.interval.max(Duration::from_secs(1));
     let mut dispatcher = Dispatcher::new(store, clock, client, settings);
     while !*stop.borrow() {
+        if guard.refuses() {
+            // Signatures carry this clock's time, which merchants check: not while it is off.
+            if super::pause_or_stop(failure_pause, &mut stop).await {
+                break;
+            }
+            continue;
+        }
         if let Err(error) = dispatcher.step().await {
             tracing::warn!(%error, "webhook dispatch failed");
             dispatcher.read_not_before = Some(Instant::now() + failure_pause);
