@@ -162,8 +162,6 @@ pub async fn apply_success<D: Dialect>(
             .zip(order.entitlement_quantity)
             .map(|(sku, quantity)| GrantedItem { sku, quantity }),
     };
-    let payload = serde_json::to_vec(&event)
-        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
     // Same transaction: the event (and its webhook deliveries) exists if and only if the
     // payment is PAID.
     webhooks::publish_in::<D>(
@@ -171,7 +169,7 @@ pub async fn apply_success<D: Dialect>(
         &payment.tenant_id,
         PAYMENT_SUCCEEDED,
         payment_no,
-        &payload,
+        &event,
         now_ms,
     )
     .await?;
@@ -323,14 +321,12 @@ pub(crate) async fn closed_event<D: Dialect>(
         channel: payment.channel.as_str().to_owned(),
         closed_at_ms: now_ms,
     };
-    let payload = serde_json::to_vec(&event)
-        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
     webhooks::publish_in::<D>(
         connection,
         &payment.tenant_id,
         PAYMENT_CLOSED,
         &payment.payment_no,
-        &payload,
+        &event,
         now_ms,
     )
     .await

@@ -293,14 +293,12 @@ async fn succeeded_on<D: Dialect>(
         refunded_at_ms: refund.refunded_at_ms.unwrap_or(now_ms),
         payment_refunded,
     };
-    let payload = serde_json::to_vec(&event)
-        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
     webhooks::publish_in::<D>(
         connection,
         &refund.tenant_id,
         REFUND_SUCCEEDED,
         &refund.refund_no,
-        &payload,
+        &event,
         now_ms,
     )
     .await

@@ -215,17 +215,20 @@ pub(in crate::store) async fn fan_out<D: Dialect>(
     Ok(())
 }
 
-/// Writes an event to the outbox and its webhook deliveries, in the caller's transaction.
+/// Writes `event` (as JSON) to the outbox and its webhook deliveries, in the caller's
+/// transaction.
 pub(crate) async fn publish_in<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     topic: &str,
     key: &str,
-    payload: &[u8],
+    event: &impl serde::Serialize,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let event_id = mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, payload).await?;
-    fan_out::<D>(connection, tenant_id, topic, &event_id, payload, now_ms).await
+    let payload = serde_json::to_vec(event)
+        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
+    let event_id = mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, &payload).await?;
+    fan_out::<D>(connection, tenant_id, topic, &event_id, &payload, now_ms).await
 }
 
 /// Deletes up to `limit` deliveries untouched since `untouched_since_ms`, each with its
