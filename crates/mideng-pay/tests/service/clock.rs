@@ -3,20 +3,10 @@
 
 use std::sync::Arc;
 
-use mideng_pay::flows::Clock;
 use mideng_pay::flows::clock_guard;
 use serde_json::json;
 
-use crate::harness::{Backend, Service, unique};
-
-/// The service's clock moved by a fixed offset.
-struct Offset(i64);
-
-impl Clock for Offset {
-    fn now_ms(&self) -> i64 {
-        mideng::clock::now_ms().saturating_add(self.0)
-    }
-}
+use crate::harness::{Backend, Service, Shifted, unique};
 
 pub(crate) async fn a_clock_far_from_the_databases_refuses_until_it_agrees(backend: Backend) {
     let service = Service::start(backend).await;
@@ -26,7 +16,7 @@ pub(crate) async fn a_clock_far_from_the_databases_refuses_until_it_agrees(backe
     // The same instance, read through a clock 400 s ahead (as if NTP had failed): the guard it
     // shares with the running API records the verdict.
     let mut skewed = service.state.ports.clone();
-    skewed.clock = Arc::new(Offset(400_000));
+    skewed.clock = Arc::new(Shifted(400_000));
     let reading = clock_guard::check(&skewed)
         .await
         .expect("the database tells its time");
@@ -61,14 +51,14 @@ pub(crate) async fn a_clock_far_from_the_databases_refuses_until_it_agrees(backe
     );
 
     // Behind by as much: the same verdict.
-    skewed.clock = Arc::new(Offset(-400_000));
+    skewed.clock = Arc::new(Shifted(-400_000));
     clock_guard::check(&skewed)
         .await
         .expect("the database tells its time");
     assert!(service.state.ports.clock_guard.refuses());
 
     // A few seconds off is within the bound (10 s by default): taken.
-    skewed.clock = Arc::new(Offset(3_000));
+    skewed.clock = Arc::new(Shifted(3_000));
     clock_guard::check(&skewed)
         .await
         .expect("the database tells its time");

@@ -578,6 +578,16 @@ impl Service {
     }
 }
 
+/// The wall clock moved by a fixed number of milliseconds (ahead, or behind when negative): a
+/// service's clock that a test sets past an expiry, or off the database's.
+pub(crate) struct Shifted(pub(crate) i64);
+
+impl mideng_pay::flows::Clock for Shifted {
+    fn now_ms(&self) -> i64 {
+        mideng::clock::now_ms().saturating_add(self.0)
+    }
+}
+
 /// Serves `app` on a free loopback port for the rest of the test; its base URL.
 pub(crate) async fn serve_on_loopback(app: axum::Router) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
