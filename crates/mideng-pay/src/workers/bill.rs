@@ -70,7 +70,13 @@ pub struct BillReport {
     pub charged_fen: i64,
     /// See `charged_fen`.
     pub refunded_fen: i64,
+    /// The disagreements this run left open, as `KIND number: evidence`: the first
+    /// [`SHOWN_OPEN`] of them (all are cases, on the console).
+    pub open: Vec<String>,
 }
+
+/// How many open disagreements a report names.
+pub const SHOWN_OPEN: usize = 20;
 
 /// Why a run could not finish.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +206,14 @@ impl Cases<'_> {
             updated_at_ms: now_ms,
         };
         self.report.disagreements += 1;
+        if case.status == BillCaseStatus::Open && self.report.open.len() < SHOWN_OPEN {
+            self.report.open.push(format!(
+                "{} {}: {}",
+                case.kind.as_str(),
+                case.reference,
+                case.detail
+            ));
+        }
         let new = self.ports.store.bill_cases.record(&case).await?;
         if new {
             self.report.cases_found += 1;

@@ -30,11 +30,12 @@ pub fn check_bills(reports: &[BillReport], figures: &mut AuditFigures) -> Vec<Vi
             violations.push(violation(
                 "every line of the channels' bills matches ours",
                 format!(
-                    "{} {}: {} of {} lines or records disagree (see the cases of that day)",
+                    "{} {}: {} of {} lines or records disagree: {}",
                     report.channel,
                     report.date,
                     report.disagreements - report.repaired,
-                    report.lines
+                    report.lines,
+                    report.open.join("; ")
                 ),
             ));
         }
