@@ -78,6 +78,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "order lock fence",
                 include_str!("../../migrations/postgres/0011_order_fence.sql"),
             ),
+            (
+                12,
+                "ledger order",
+                include_str!("../../migrations/postgres/0012_entry_wallet_version.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -147,6 +152,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "order lock fence",
                 include_str!("../../migrations/mysql/0011_order_fence.sql"),
             ),
+            (
+                12,
+                "ledger order",
+                include_str!("../../migrations/mysql/0012_entry_wallet_version.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -211,6 +221,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 11,
                 "order lock fence",
                 include_str!("../../migrations/sqlite/0011_order_fence.sql"),
+            ),
+            (
+                12,
+                "ledger order",
+                include_str!("../../migrations/sqlite/0012_entry_wallet_version.sql"),
             ),
         ],
     )

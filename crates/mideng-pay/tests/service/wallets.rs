@@ -254,6 +254,25 @@ pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
     assert_eq!(debited, 33, "1000 / 30: exactly 33 fit");
     let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
     assert_eq!(wallet["balance"], 10);
+    // The statement is the ledger in the order the wallet moved, though the 33 debits were
+    // written within the same few milliseconds: newest first, each balance the one before it
+    // moved by the entry's amount, down to the credit.
+    let entries = wallet["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 34);
+    for pair in entries.windows(2) {
+        let (newer, older) = (&pair[0], &pair[1]);
+        let moved = match newer["kind"].as_str() {
+            Some("DEBIT") => -newer["amount"].as_i64().expect("amount"),
+            _ => newer["amount"].as_i64().expect("amount"),
+        };
+        assert_eq!(
+            newer["balance_after"].as_i64(),
+            older["balance_after"].as_i64().map(|before| before + moved),
+            "{newer} after {older}"
+        );
+    }
+    assert_eq!(entries[33]["kind"], "CREDIT");
+    assert_eq!(entries[33]["balance_after"], 1_000);
 
     // A refusal is stored: retrying it answers the same, even after money arrived.
     let refused_index = answers

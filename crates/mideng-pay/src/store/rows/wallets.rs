@@ -42,9 +42,9 @@ fn read(error: mideng::sqlx::Error) -> StoreError {
     StoreError::Corrupt(format!("unreadable row: {error}"))
 }
 
-/// The wallet's balance, locked until the transaction ends.
+/// The wallet's balance and version, locked until the transaction ends.
 const WALLET_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
-    "SELECT balance FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ? for_update
+    "SELECT balance, version FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ? for_update
 );
 
 /// Creates an empty wallet; a wallet created meanwhile by a racing transaction inserts nothing.
@@ -53,13 +53,34 @@ const WALLET_INSERT: PerDialect<&str> = dialect_sql!(
     ? ", " ? ", 0, 'CNY', " ? ")" on_conflict_ignore
 );
 
-/// Locks the wallet (creating it empty if needed) and returns its balance.
+/// A wallet as read: its balance and its version (bumped by every change of the balance).
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    balance: Balance,
+    version: i64,
+}
+
+impl Held {
+    /// The version the wallet has once this transaction changes its balance.
+    fn next_version(self) -> Result<i64, StoreError> {
+        next_version(self.version)
+    }
+}
+
+/// The version after `version`'s change.
+fn next_version(version: i64) -> Result<i64, StoreError> {
+    version
+        .checked_add(1)
+        .ok_or_else(|| StoreError::Corrupt(format!("wallet version {version} out of bounds")))
+}
+
+/// Locks the wallet (creating it empty if needed) and returns its balance and version.
 async fn lock_wallet<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     user_id: &str,
     now_ms: i64,
-) -> Result<Balance, StoreError> {
+) -> Result<Held, StoreError> {
     let key = [Arg::Text(tenant_id), Arg::Text(user_id)];
     // Lock first and create only when missing: on MySQL an insert that finds the row takes a
     // shared lock, and many transactions upgrading it to the exclusive one deadlock each other.
@@ -82,8 +103,11 @@ async fn lock_wallet<D: Dialect>(
     }
     let row = row.ok_or_else(|| StoreError::Conflict("wallet vanished".to_owned()))?;
     let stored = row.int(0).map_err(read)?;
-    Balance::from_stored(stored)
-        .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
+    Ok(Held {
+        balance: Balance::from_stored(stored)
+            .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))?,
+        version: row.int(1).map_err(read)?,
+    })
 }
 
 /// Sets the balance of a wallet locked by this transaction.
@@ -124,14 +148,16 @@ struct Entry<'a> {
     reference: &'a str,
     order_id: Option<&'a str>,
     balance_after: Balance,
+    /// The wallet's version after this entry's change: the ledger's order.
+    wallet_version: i64,
     now_ms: i64,
 }
 
 /// Inserts a ledger entry; a taken debit-per-order or credit-per-reference key (or entry
 /// number) inserts nothing, and the caller tells the cases apart.
 const ENTRY_INSERT: PerDialect<&str> = dialect_sql!(
-    insert_ignore " pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) VALUES ("
-    ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+    insert_ignore " pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, wallet_version, created_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
 );
 
 /// Inserts an entry; false when the debit-per-order or credit-per-reference key (or the entry
@@ -152,6 +178,7 @@ async fn insert_entry<D: Dialect>(
                 Arg::Text(entry.reference),
                 Arg::OptText(entry.order_id),
                 Arg::Int(entry.balance_after.fen()),
+                Arg::Int(entry.wallet_version),
                 Arg::Int(entry.now_ms),
             ],
         )
@@ -226,13 +253,13 @@ pub async fn credit<D: Dialect>(
     entry_no: &str,
     now_ms: i64,
 ) -> Result<CreditOutcome, StoreError> {
-    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    let held = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
     // Under the wallet lock no other credit of this user runs, so an existing credit for the
     // reference is final and a missing one cannot appear before ours.
     if let Some(existing) = find_credit::<D>(connection, tenant_id, user_id, reference).await? {
         return Ok(CreditOutcome::AlreadyCredited(existing));
     }
-    let Ok(after) = balance.credit(amount) else {
+    let Ok(after) = held.balance.credit(amount) else {
         return Ok(CreditOutcome::TooLarge);
     };
     let entry = Entry {
@@ -244,6 +271,7 @@ pub async fn credit<D: Dialect>(
         reference,
         order_id: None,
         balance_after: after,
+        wallet_version: held.next_version()?,
         now_ms,
     };
     if !insert_entry::<D>(connection, &entry).await? {
@@ -309,7 +337,7 @@ pub async fn reverse<D: Dialect>(
     entry_no: &str,
     now_ms: i64,
 ) -> Result<ReverseOutcome, StoreError> {
-    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    let held = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
     let Some(row) = connection
         .row(
             ENTRY_SELECT_DEBIT_BY_NO.get::<D>(),
@@ -332,7 +360,7 @@ pub async fn reverse<D: Dialect>(
     if let Some(existing) = find_credit::<D>(connection, tenant_id, user_id, &reference).await? {
         return Ok(ReverseOutcome::AlreadyReversed(existing));
     }
-    let Ok(after) = balance.credit(amount) else {
+    let Ok(after) = held.balance.credit(amount) else {
         return Ok(ReverseOutcome::TooLarge);
     };
     let entry = Entry {
@@ -344,6 +372,7 @@ pub async fn reverse<D: Dialect>(
         reference: &reference,
         order_id: order_id.as_deref(),
         balance_after: after,
+        wallet_version: held.next_version()?,
         now_ms,
     };
     if !insert_entry::<D>(connection, &entry).await? {
@@ -368,7 +397,9 @@ pub async fn balance<D: Dialect>(
     user_id: &str,
     now_ms: i64,
 ) -> Result<Balance, StoreError> {
-    lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await
+    Ok(lock_wallet::<D>(connection, tenant_id, user_id, now_ms)
+        .await?
+        .balance)
 }
 
 /// The wallet's balance, without a lock.
@@ -376,10 +407,11 @@ const WALLET_SELECT: PerDialect<&str> = dialect_sql!(
     "SELECT balance FROM pay_wallets WHERE tenant_id = " ? " AND user_id = " ?
 );
 
-/// The wallet's latest entries, newest first, bounded.
+/// The wallet's latest entries, newest first (by the wallet's version after each: entries
+/// older than that column, all 0, by time), bounded.
 const ENTRIES_SELECT: PerDialect<&str> = dialect_sql!(
     "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = " ?
-    " AND user_id = " ? " ORDER BY created_at DESC, entry_no DESC LIMIT 100"
+    " AND user_id = " ? " ORDER BY wallet_version DESC, created_at DESC, entry_no DESC LIMIT 100"
 );
 
 /// The wallet's balance (zero if it never existed) and its latest entries (at most 100,

@@ -22,7 +22,7 @@ pub struct Deduct<'a> {
 }
 
 impl Deduct<'_> {
-    fn entry(&self, balance_after: Balance) -> Entry<'_> {
+    fn entry(&self, balance_after: Balance, wallet_version: i64) -> Entry<'_> {
         Entry {
             entry_no: self.entry_no,
             tenant_id: self.tenant_id,
@@ -32,6 +32,7 @@ impl Deduct<'_> {
             reference: self.order_id,
             order_id: Some(self.order_id),
             balance_after,
+            wallet_version,
             now_ms: self.now_ms,
         }
     }
@@ -74,21 +75,22 @@ async fn deduct_locked<D: Dialect>(
         now_ms,
         ..
     } = *deduct;
-    let balance = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
+    let held = lock_wallet::<D>(connection, tenant_id, user_id, now_ms).await?;
     // Under the wallet lock no other deduct of this user runs, so an existing debit for the
     // order is final and a missing one cannot appear before ours.
     if let Some(existing) = find_debit::<D>(connection, tenant_id, user_id, order_id).await? {
         return Ok(DeductOutcome::AlreadyDeducted(existing));
     }
-    let after = match balance.debit(amount) {
+    let after = match held.balance.debit(amount) {
         Ok(after) => after,
         Err(_) => {
             return Ok(DeductOutcome::InsufficientFunds {
-                balance_fen: balance.fen(),
+                balance_fen: held.balance.fen(),
             });
         }
     };
-    if !insert_entry::<D>(connection, &deduct.entry(after)).await? {
+    let entry = deduct.entry(after, held.next_version()?);
+    if !insert_entry::<D>(connection, &entry).await? {
         return Err(StoreError::Conflict(
             "debit key taken under the wallet lock".to_owned(),
         ));
@@ -162,7 +164,8 @@ async fn deduct_optimistic<D: Dialect>(
             "the wallet changed since it was read".to_owned(),
         ));
     }
-    if !insert_entry::<D>(connection, &deduct.entry(after)).await? {
+    let entry = deduct.entry(after, next_version(version)?);
+    if !insert_entry::<D>(connection, &entry).await? {
         // A debit for the order committed since our read: the retry finds it.
         return Err(StoreError::Conflict(
             "a debit for the order appeared since it was looked for".to_owned(),
@@ -171,12 +174,12 @@ async fn deduct_optimistic<D: Dialect>(
     Ok(deduct.debited(after))
 }
 
-/// Takes `x` from the balance only if the balance covers it, returning the new balance where
-/// the database can (`RETURNING`); MySQL reads it back after.
+/// Takes `x` from the balance only if the balance covers it, returning the new balance and
+/// version where the database can (`RETURNING`); MySQL reads them back after.
 const WALLET_DEBIT_IF_COVERED: PerDialect<&str> = dialect_sql!(
     "UPDATE pay_wallets SET balance = balance - " ? ", version = version + 1, updated_at = " ?
     " WHERE tenant_id = " ? " AND user_id = " ? " AND balance >= " ?
-    { mysql: "", _: " RETURNING balance" }
+    { mysql: "", _: " RETURNING balance, version" }
 );
 
 /// Puts back an amount this transaction took (its row is still locked by it).
@@ -236,8 +239,12 @@ async fn deduct_conditional<D: Dialect>(
     let Some(after) = after else {
         return not_debited::<D>(connection, deduct).await;
     };
-    let after = stored_balance(after.int(0).map_err(read)?)?;
-    if insert_entry::<D>(connection, &deduct.entry(after)).await? {
+    let entry = deduct.entry(
+        stored_balance(after.int(0).map_err(read)?)?,
+        after.int(1).map_err(read)?,
+    );
+    let after = entry.balance_after;
+    if insert_entry::<D>(connection, &entry).await? {
         return Ok(deduct.debited(after));
     }
     debited_before::<D>(connection, deduct).await
@@ -330,9 +337,9 @@ const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
     "WITH ",
     mideng::postgres_claim_cte!(),
     ", debited AS (UPDATE pay_wallets SET balance = balance - $11, version = version + 1, updated_at = $7 \
-     WHERE tenant_id = $1 AND user_id = $9 AND balance >= $11 AND EXISTS (SELECT 1 FROM claim) RETURNING balance), \
-     entry AS (INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, created_at) \
-     SELECT $12, $1, $9, 'DEBIT', $11, $10, $10, balance, $7 FROM debited ON CONFLICT DO NOTHING RETURNING balance_after) \
+     WHERE tenant_id = $1 AND user_id = $9 AND balance >= $11 AND EXISTS (SELECT 1 FROM claim) RETURNING balance, version), \
+     entry AS (INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, wallet_version, created_at) \
+     SELECT $12, $1, $9, 'DEBIT', $11, $10, $10, balance, version, $7 FROM debited ON CONFLICT DO NOTHING RETURNING balance_after) \
      SELECT (SELECT COUNT(*) FROM claim), (SELECT balance FROM debited), (SELECT balance_after FROM entry)"
 );
 
