@@ -95,6 +95,11 @@ pub struct EntryFact {
     pub order_id: Option<String>,
     /// The credit's reference.
     pub reference: String,
+    /// The balance right after it.
+    pub balance_after: i64,
+    /// The wallet's version after it: its place in the wallet's ledger (0: written before the
+    /// service recorded it).
+    pub wallet_version: i64,
 }
 
 /// The service's database, read once.
@@ -313,6 +318,8 @@ pub struct ClientFacts {
     pub poisoned: BTreeSet<String>,
     /// Whether the parked events are the storm's to count (a deployment it started).
     pub parked_checked: bool,
+    /// Every keyed operation the clients invoked, with its attempts (the history check).
+    pub history: Vec<super::history::Operation>,
 }
 
 /// What the answers to one refund request key said.

@@ -3,7 +3,7 @@
 //! and trades, and what the storm's clients were answered. [`check`] is pure and only
 //! dispatches: each module owns its invariants and the rules that check them (`payments`,
 //! `grants`, `wallets`, `attacks`, `refunds` with the reversals, `ledger` with the refund cases
-//! and the parked events, `webhooks`, `bills`), on one shared index of the snapshot;
+//! and the parked events, `webhooks`, `bills`, [`history`]), on one shared index of the snapshot;
 //! [`snapshot`] is the only I/O.
 //!
 //! | invariant | from |
@@ -31,6 +31,7 @@
 //! | for every order, the channel's charges less its refunds equal the PAID payment and the refund cases less their refunds; every charge not kept is a case; every case refunded or open with its reason | ledger + database (`ledger`) |
 //! | nothing parked without being counted: every parked event is one the storm wrote for that | database + the storm's log |
 //! | every line of the channels' bills of the run's days matches ours, and every PAID payment and SUCCESS refund of those days is on its bill | the bills + database (the service's bill reconciliation) |
+//! | the history: an operation answered ok took effect once, one refused took none, one never answered at most one; each wallet's ledger order respects real time and every answer (`history`) | the clients' history of attempts + database |
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -40,6 +41,7 @@ mod attacks;
 mod bills;
 mod facts;
 mod grants;
+pub mod history;
 mod ledger;
 mod payments;
 mod refunds;
@@ -107,6 +109,8 @@ pub struct AuditFigures {
     pub cases_open: usize,
     /// Events a consumer parked.
     pub parked: usize,
+    /// The history check's counts, per kind of operation.
+    pub history: BTreeMap<String, history::HistoryCounts>,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -129,6 +133,7 @@ fn all_invariants() -> impl Iterator<Item = &'static str> {
         .chain(webhooks::INVARIANTS.iter())
         .chain(bills::INVARIANTS.iter())
         .chain(ledger::INVARIANTS.iter())
+        .chain(history::INVARIANTS.iter())
         .copied()
 }
 
@@ -246,6 +251,7 @@ pub fn check(
     check_reversals(snapshot, client, &mut violations, &mut figures);
     check_refunds(snapshot, channel, client, &mut violations, &mut figures);
     ledger::check_ledger(snapshot, channel, client, &mut violations, &mut figures);
+    figures.history = history::check(snapshot, &client.history, &mut violations);
 
     attacks::check(channel, client, &index, &mut violations);
 

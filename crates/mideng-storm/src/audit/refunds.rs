@@ -602,6 +602,8 @@ mod tests {
             amount,
             order_id: (kind == "DEBIT").then(|| "o1".to_owned()),
             reference: reference.to_owned(),
+            balance_after: 0,
+            wallet_version: 0,
         };
         let wallet = |balance| WalletFact {
             tenant_id: "t".to_owned(),

@@ -72,8 +72,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     }
     for row in connection
         .rows(
-            "SELECT tenant_id, user_id, kind, amount, order_id, reference, entry_no \
-             FROM pay_wallet_entries",
+            "SELECT tenant_id, user_id, kind, amount, order_id, reference, entry_no, \
+             balance_after, wallet_version FROM pay_wallet_entries",
             &[],
         )
         .await
@@ -87,6 +87,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             order_id: row.opt_text(4).map_err(read)?,
             reference: row.text(5).map_err(read)?,
             entry_no: row.text(6).map_err(read)?,
+            balance_after: row.int(7).map_err(read)?,
+            wallet_version: row.int(8).map_err(read)?,
         });
     }
     for row in connection

@@ -67,6 +67,8 @@ pub(crate) struct Log {
     /// Payments the buyer paid, waiting for the refund script (at most
     /// [`REFUND_CANDIDATES_MAX`]).
     pub(super) refund_candidates: VecDeque<RefundCandidate>,
+    /// Where each request label's operation is in `client.history`.
+    pub(super) history_index: HashMap<String, usize>,
 }
 
 /// A keyed request that had no final answer when its client gave up; quiescence finishes it.
@@ -116,6 +118,8 @@ impl PendingKind {
 pub(crate) struct Shared {
     /// Prefix of every id the storm makes (orders, users, keys), unique per run.
     pub(crate) run: String,
+    /// When the clients began: the history's times count from it.
+    pub(super) started: Instant,
     pub(super) http: reqwest::Client,
     pub(crate) bases: Vec<String>,
     pub(super) sim_base: String,
@@ -413,6 +417,7 @@ pub(super) async fn keyed_at(
         } else {
             Duration::from_secs(20)
         };
+        let invoked_ms = shared.elapsed_ms();
         let answer = shared
             .send(
                 instance,
@@ -424,6 +429,7 @@ pub(super) async fn keyed_at(
                 timeout,
             )
             .await;
+        shared.attempted(&pending, invoked_ms, answer.as_ref());
         match answer {
             Some(answer) if answer.is_final() => {
                 // Every final answer counts, not only the one the caller keeps: with a layer

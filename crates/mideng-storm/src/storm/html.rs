@@ -52,6 +52,7 @@ impl StormReport {
         body.push_str(&self.html_layers_over_time());
         body.push_str(&self.html_latencies());
         body.push_str(&self.html_attacks());
+        body.push_str(&self.html_history());
         body.push_str(&self.html_invariants());
         let verdict = if self.passed() {
             "every invariant held".to_owned()
@@ -414,6 +415,62 @@ impl StormReport {
         figure("attacks", "attacks", "The attacker's notifies", &content)
     }
 
+    fn html_history(&self) -> String {
+        if self.audit.history.is_empty() {
+            return String::new();
+        }
+        let rows: Vec<Row> = self
+            .audit
+            .history
+            .iter()
+            .map(|(kind, counts)| {
+                (
+                    None,
+                    vec![
+                        (kind.clone(), false),
+                        (counts.operations.to_string(), true),
+                        (counts.attempts.to_string(), true),
+                        (counts.unknown_attempts.to_string(), true),
+                        (counts.ok.to_string(), true),
+                        (counts.refused.to_string(), true),
+                        (counts.unknown.to_string(), true),
+                        (counts.unknown_applied.to_string(), true),
+                        (counts.unknown_not_applied.to_string(), true),
+                        (counts.settled_by_retry.to_string(), true),
+                    ],
+                )
+            })
+            .collect();
+        let mut content = String::from(
+            "<p class=\"note\">Every keyed operation the clients invoked, with each attempt's \
+             invocation and answer: ok, refused, or no definite answer (none, a 5xx, a 202). \
+             The history check holds each to the database: ok took effect once, refused took \
+             none, never answered at most one; each wallet's ledger order respects real time \
+             and every answer.</p>\n",
+        );
+        content.push_str(&table(
+            &[
+                ("operation", false),
+                ("operations", true),
+                ("attempts", true),
+                ("attempts without an answer", true),
+                ("ok", true),
+                ("refused", true),
+                ("never answered", true),
+                ("of which applied", true),
+                ("of which not applied", true),
+                ("ok after an attempt without an answer", true),
+            ],
+            &rows,
+        ));
+        figure(
+            "history",
+            "history",
+            "The clients' history: what each operation came to",
+            &content,
+        )
+    }
+
     fn html_invariants(&self) -> String {
         let rows: Vec<Row> = self
             .invariants
@@ -481,6 +538,7 @@ impl StormReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::history::HistoryCounts;
     use crate::audit::{AuditFigures, Violation, invariant_results};
     use crate::html::tests::{attribute, figure_of, number_attribute, tags};
     use crate::storm::{FaultWindow, LatencySummary, LayerSample, Timeline};
@@ -509,7 +567,23 @@ mod tests {
                 "key".to_owned(),
                 BTreeMap::from([("wallet.deduct:replayed".to_owned(), 30)]),
             )]),
-            audit: AuditFigures::default(),
+            audit: AuditFigures {
+                history: BTreeMap::from([(
+                    "deduct".to_owned(),
+                    HistoryCounts {
+                        operations: 40,
+                        attempts: 52,
+                        unknown_attempts: 9,
+                        ok: 35,
+                        refused: 3,
+                        unknown: 2,
+                        unknown_applied: 1,
+                        unknown_not_applied: 1,
+                        settled_by_retry: 6,
+                    },
+                )]),
+                ..AuditFigures::default()
+            },
             invariants: invariant_results(&violations, true, false, true),
             violations,
             broken_layer: None,
@@ -556,6 +630,7 @@ mod tests {
             "faults-by-kind",
             "layers-over-time",
             "latency-percentiles",
+            "history",
             "invariants",
         ] {
             let figure = figure_of(&page, chart);

@@ -72,6 +72,7 @@ mod checkout;
 mod clients;
 mod facts;
 mod faults;
+mod history;
 mod html;
 mod latency;
 mod merchant;
@@ -269,6 +270,7 @@ pub async fn run(
     };
     let shared = Arc::new(Shared {
         run: run_id,
+        started: Instant::now(),
         http: reqwest::Client::builder()
             .no_proxy()
             .pool_max_idle_per_host(64)

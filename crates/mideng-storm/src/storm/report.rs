@@ -248,6 +248,38 @@ impl StormReport {
             let total: u64 = outcomes.values().sum();
             let _ = writeln!(out, "{layer:<16} {total:>8}  {}", join(outcomes));
         }
+        if !self.audit.history.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "{:<10} {:>6} {:>8} {:>9} {:>6} {:>7} {:>7} {:>8} {:>9} {:>8}",
+                "history",
+                "ops",
+                "attempts",
+                "no answer",
+                "ok",
+                "refused",
+                "unknown",
+                "→applied",
+                "→nothing",
+                "by retry"
+            );
+            for (kind, counts) in &self.audit.history {
+                let _ = writeln!(
+                    out,
+                    "{kind:<10} {:>6} {:>8} {:>9} {:>6} {:>7} {:>7} {:>8} {:>9} {:>8}",
+                    counts.operations,
+                    counts.attempts,
+                    counts.unknown_attempts,
+                    counts.ok,
+                    counts.refused,
+                    counts.unknown,
+                    counts.unknown_applied,
+                    counts.unknown_not_applied,
+                    counts.settled_by_retry
+                );
+            }
+        }
         if let Some(attacks) = &self.attacks {
             let _ = writeln!(out);
             let _ = writeln!(
