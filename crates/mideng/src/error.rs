@@ -98,6 +98,12 @@ pub enum StoreError {
     /// The store holds data that breaks an invariant of the toolkit (a bug or manual edit).
     #[error("store data breaks an invariant: {0}")]
     Corrupt(String),
+    /// A transaction's COMMIT was sent and no answer came back (the connection broke after
+    /// it): the transaction may have committed or not. Not transient — the same call retried
+    /// unchanged could apply its effect twice. Ask again under the request's idempotency key
+    /// (whose record committed with the effect, or not at all) or read what is there.
+    #[error("commit outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// Any other failure of the store, with its source.
     #[error("store failure: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -317,6 +317,16 @@ impl From<StoreError> for ApiError {
                 )
                 .retry_after(1)
             }
+            // The database may have committed the request's work, record and answer with it,
+            // or not: the retry under the same key finds out (a replay, or the work done once).
+            StoreError::OutcomeUnknown(_) => {
+                tracing::warn!(%error, "the request's commit went unanswered");
+                ApiError::new(
+                    Code::DatabaseUnavailable,
+                    "the database did not answer the commit; retry with the same key",
+                )
+                .retry_after(1)
+            }
             StoreError::Invalid(invalid) => {
                 ApiError::new(Code::InvalidRequest, invalid.to_string())
             }

@@ -23,4 +23,4 @@ pub mod proxy;
 pub use self::deploy::{
     Blueprint, DeployError, RunningSimulator, TenantAccess, create_database, start_simulator,
 };
-pub use self::proxy::Proxy;
+pub use self::proxy::{LinkFault, Proxy};

@@ -11,6 +11,7 @@ mod inputs;
 mod instances;
 mod keys;
 mod lifecycle;
+mod links;
 mod pages;
 mod parked;
 mod payments;
@@ -163,6 +164,25 @@ mod edge {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn metrics_are_served_on_their_own_listener() {
         crate::transport::metrics_are_served_on_their_own_listener().await;
+    }
+}
+
+/// The database link: on the servers, the only backends with one.
+mod link {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_a_commit_whose_answer_is_lost_is_settled_by_the_retry() {
+        crate::links::a_commit_whose_answer_is_lost_is_settled_by_the_retry(
+            crate::harness::Backend::Postgres,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn mysql_a_commit_whose_answer_is_lost_is_settled_by_the_retry() {
+        crate::links::a_commit_whose_answer_is_lost_is_settled_by_the_retry(
+            crate::harness::Backend::Mysql,
+        )
+        .await;
     }
 }
 

@@ -271,7 +271,8 @@ fn is_length_limit(error: &axum::Error) -> bool {
 }
 
 fn store_problem(error: &StoreError) -> Problem {
-    if error.is_transient() {
+    // A commit without an answer: whatever it did, the retry under the same key finds it.
+    if error.is_transient() || matches!(error, StoreError::OutcomeUnknown(_)) {
         Problem::StoreUnavailable
     } else {
         tracing::error!(target: "mideng::idempotency", %error, "idempotency store failure");

@@ -273,6 +273,39 @@ pub fn store_error<D: Dialect>(error: sqlx::Error) -> StoreError {
     }
 }
 
+/// Commits `transaction`. A commit the database answered with an error is classified as any
+/// statement's; a connection that broke between sending COMMIT and reading its answer is
+/// [`StoreError::OutcomeUnknown`] — the transaction may have committed — logged and counted
+/// (`mideng_commit_outcome_unknown_total{backend}`), so that no caller takes it for "nothing
+/// was written".
+pub(crate) async fn commit<D: Dialect>(
+    transaction: Transaction<'_, D::Db>,
+) -> Result<(), StoreError> {
+    transaction.commit().await.map_err(|error| {
+        if lost_answer(&error) {
+            let backend = Backend::of_dialect(D::KIND).label();
+            tracing::warn!(target: "mideng::store", backend, %error, "commit outcome unknown: the connection broke before the database answered COMMIT");
+            metrics::counter!("mideng_commit_outcome_unknown_total", "backend" => backend)
+                .increment(1);
+            StoreError::OutcomeUnknown(error.to_string())
+        } else {
+            store_error::<D>(error)
+        }
+    })
+}
+
+/// Whether `error` is a connection that broke, with no answer from the database read: for a
+/// COMMIT, one that may have happened.
+fn lost_answer(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
 /// Classification shared by all drivers for errors that are not the database's own.
 pub(crate) fn classify_transport(error: &sqlx::Error) -> Option<Failure> {
     match error {
@@ -429,7 +462,7 @@ impl<D: Dialect> SqlStore<D> {
             let outcome = async {
                 let mut transaction: Transaction<'e, D::Db> = self.begin_write().await?;
                 let value = work(&mut transaction).await?;
-                transaction.commit().await.map_err(store_error::<D>)?;
+                commit::<D>(transaction).await?;
                 Ok(value)
             }
             .await;

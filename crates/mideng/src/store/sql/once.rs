@@ -10,7 +10,7 @@
 
 use sqlx::Transaction;
 
-use super::engine::{BoxFuture, Dialect, SqlStore, back_off, store_error};
+use super::engine::{BoxFuture, Dialect, SqlStore, back_off, commit, store_error};
 use crate::error::StoreError;
 use crate::key::{Fingerprint, IdempotencyKey, Scope};
 use crate::limits::CONFLICT_RETRIES_MAX;
@@ -93,7 +93,7 @@ impl<D: Dialect> SqlStore<D> {
                 if let Some(lease) = &lease {
                     self.complete_in(&mut transaction, lease, &response).await?;
                 }
-                transaction.commit().await.map_err(store_error::<D>)?;
+                commit::<D>(transaction).await?;
                 Ok(Once::Ran(value, response))
             }
             .await;
