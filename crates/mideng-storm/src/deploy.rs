@@ -36,7 +36,7 @@ use mideng_pay::api::generate_api_key;
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::state::AppState;
 pub use mideng_pay::testing::TenantAccess;
-use mideng_pay::testing::{Blueprint, Proxy, create_database, start_simulator};
+use mideng_pay::testing::{Blueprint, LinkFault, Proxy, create_database, start_simulator};
 use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::webhooks::WebhookSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
@@ -222,6 +222,8 @@ pub struct Deployment {
     instances: Vec<Instance>,
     redis: Option<Proxy>,
     broker: Option<Proxy>,
+    /// The instances' link to the database (servers stack): its faults are the storm's.
+    database: Option<Proxy>,
     /// The replicated stack's script, and what its failovers left to repair.
     replicated: Option<Replicated>,
     operator: AppState,
@@ -257,6 +259,7 @@ impl Deployment {
         };
         let mut replicated = None;
         let mut redis_cluster = Vec::new();
+        let mut database = None;
         let (database_url, redis, broker) = match &options.stack {
             Stack::Embedded { dir } => {
                 std::fs::create_dir_all(dir)
@@ -305,6 +308,17 @@ impl Deployment {
             let port = listener.local_addr()?.port();
             listeners.push((listener, port));
         }
+        // The servers stack's instances reach the database through a link the storm troubles;
+        // the audit and the operator's checks read it directly.
+        let mut instances_database_url = database_url.clone();
+        if matches!(options.stack, Stack::Servers { .. })
+            && let Some(address) = server_address(&database_url)
+        {
+            let proxy = Proxy::start(&address).await?;
+            instances_database_url =
+                with_address(&database_url, &format!("127.0.0.1:{}", proxy.port()));
+            database = Some(proxy);
+        }
         let blueprint = Blueprint {
             redis_url: redis
                 .as_ref()
@@ -319,7 +333,7 @@ impl Deployment {
                 broker.as_ref(),
                 replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
             ),
-            ..Blueprint::new(Arc::new(identity), &sim_base, &database_url)
+            ..Blueprint::new(Arc::new(identity), &sim_base, &instances_database_url)
         };
         if let Some(processes) = &options.processes {
             processes.write_keys(&blueprint)?;
@@ -341,6 +355,7 @@ impl Deployment {
             instances: Vec::new(),
             redis,
             broker,
+            database,
             replicated: replicated.map(|(servers, _)| servers),
             stop,
             http,
@@ -566,6 +581,20 @@ impl Deployment {
         if let Some(proxy) = &self.broker {
             proxy.restore();
         }
+    }
+
+    /// Troubles the instances' link to the database with `fault` ([`LinkFault::None`] heals
+    /// it); false when the stack has no such link (servers stack only).
+    pub fn trouble_database_link(&self, fault: LinkFault) -> bool {
+        self.database
+            .as_ref()
+            .map(|proxy| proxy.set_fault(fault))
+            .is_some()
+    }
+
+    /// Commits whose answer the database link swallowed so far.
+    pub fn commits_swallowed(&self) -> u64 {
+        self.database.as_ref().map_or(0, Proxy::commits_swallowed)
     }
 
     /// Terminates every server connection to the deployment's database but the caller's
@@ -862,5 +891,48 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
             endpoint_backoff_max: Duration::from_secs(1),
             ..WebhookSettings::default()
         }),
+    }
+}
+
+/// The `host:port` of a server URL (`scheme://user:password@host:port/database`).
+fn server_address(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
+    let (address, _) = rest.split_once('/')?;
+    address.contains(':').then(|| address.to_owned())
+}
+
+/// `url` with its `host:port` replaced by `address`.
+fn with_address(url: &str, address: &str) -> String {
+    let Some(old) = server_address(url) else {
+        return url.to_owned();
+    };
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    match rest.rsplit_once('@') {
+        Some((credentials, rest)) => format!(
+            "{scheme}://{credentials}@{}",
+            rest.replacen(&old, address, 1)
+        ),
+        None => format!("{scheme}://{}", rest.replacen(&old, address, 1)),
+    }
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::*;
+
+    #[test]
+    fn a_server_url_is_pointed_at_another_address_and_keeps_the_rest() {
+        let url = "postgres://mideng:p%40ss@127.0.0.1:5432/storm_1";
+        assert_eq!(server_address(url).as_deref(), Some("127.0.0.1:5432"));
+        assert_eq!(
+            with_address(url, "127.0.0.1:40000"),
+            "postgres://mideng:p%40ss@127.0.0.1:40000/storm_1"
+        );
+        assert_eq!(
+            with_address("mysql://127.0.0.1:3306/storm_2", "127.0.0.1:40001"),
+            "mysql://127.0.0.1:40001/storm_2"
+        );
+        assert_eq!(server_address("sqlite:///tmp/a.db"), None);
     }
 }

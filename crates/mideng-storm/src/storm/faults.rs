@@ -3,7 +3,11 @@
 //! A fault is held for a moment and then undone. The embedded stack has only the instance crash
 //! and the simulator's faults, armed together (a trade's creation and a refund applied with
 //! their answers lost, a WeChat Pay refund that ends CLOSED or ABNORMAL); the servers stack adds
-//! Redis and the broker cut off and every database connection terminated; the replicated stack
+//! Redis and the broker cut off, every database connection terminated, and the instances' link
+//! to the database troubled (`mideng_pay::testing::proxy`): slowed by 300 ms ± 200 ms,
+//! partitioned (nothing passes, nothing closes, everything flows again when it heals), and
+//! every COMMIT's answer lost (its connection closed a moment later: commit outcome unknown,
+//! settled by the client's retry under its key); the replicated stack
 //! has real failovers of its replicated servers instead of the cuts (the PostgreSQL primary
 //! killed and its synchronous standby promoted, a Redis Cluster master killed and its replica
 //! promoted, a NATS JetStream node killed and started again), each repaired before the next
@@ -32,6 +36,8 @@ use serde_json::json;
 use super::clients::Shared;
 use super::report::FaultWindow;
 use crate::deploy::{Deployment, ServerRestart};
+use mideng_pay::testing::LinkFault;
+use mideng_pay::testing::proxy::SWALLOWED_FOR;
 
 /// Time windows of active faults, each with its kind; a 5xx inside one (plus a grace) is
 /// excused, and the report shades them on its timeline.
@@ -98,16 +104,28 @@ pub(super) const FAULT_KINDS: u64 = 8;
 const EMBEDDED_KINDS: u64 = 2;
 
 /// Kinds the servers stack has ([`WINDOW_KINDS`]).
-const SERVERS_KINDS: u64 = 5;
+const SERVERS_KINDS: u64 = 8;
 
 /// What each kind's window is called on the report's timeline, in the schedule's order.
-const WINDOW_KINDS: [&str; 5] = [
+const WINDOW_KINDS: [&str; 8] = [
     "instance killed mid-request",
     "simulator's faults armed",
     "Redis cut off",
     "broker cut off",
     "database connections killed",
+    DB_LATENCY,
+    DB_PARTITION,
+    DB_COMMIT_LOST,
 ];
+
+/// The instances' database link slowed: every chunk each way 300 ms ± 200 ms later.
+const DB_LATENCY: &str = "database link: 300 ms latency, ±200 ms jitter";
+/// The instances' database link partitioned: nothing passes either way, no connection is
+/// closed, and everything flows again when it heals (as TCP retransmits).
+const DB_PARTITION: &str = "database link partitioned";
+/// Every connection that sends COMMIT hears nothing back and is closed a moment later: the
+/// transaction committed, and its client cannot know.
+const DB_COMMIT_LOST: &str = "database commit answers lost";
 
 /// The replicated stack's kinds, in the schedule's order: the crash and the simulator's faults,
 /// one failover of each replicated server, then each server crashed in place and restarted.
@@ -315,9 +333,32 @@ pub(super) async fn inject(
                 deployment.restore_broker();
                 &["broker cut off"]
             }
-            _ => {
+            4 => {
                 deployment.kill_database_connections().await?;
                 &["database connections killed"]
+            }
+            5 => {
+                deployment.trouble_database_link(LinkFault::Latency {
+                    latency: Duration::from_millis(300),
+                    jitter: Duration::from_millis(200),
+                });
+                tokio::time::sleep(hold * 2).await;
+                deployment.trouble_database_link(LinkFault::None);
+                &[DB_LATENCY]
+            }
+            6 => {
+                deployment.trouble_database_link(LinkFault::Held);
+                tokio::time::sleep(hold).await;
+                deployment.trouble_database_link(LinkFault::None);
+                &[DB_PARTITION]
+            }
+            _ => {
+                deployment.trouble_database_link(LinkFault::CommitAnswersLost);
+                tokio::time::sleep(hold).await;
+                deployment.trouble_database_link(LinkFault::None);
+                // The swallowed connections close within their own moment.
+                tokio::time::sleep(SWALLOWED_FOR).await;
+                &[DB_COMMIT_LOST]
             }
         })
     }

@@ -592,6 +592,9 @@ pub async fn run(
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),
         clock_refusals: shared.clock_refused.load(Ordering::Relaxed),
+        commit_answers_lost: deployment
+            .as_ref()
+            .map_or(0, crate::deploy::Deployment::commits_swallowed),
         duplicates,
         faults,
         layers: layers(&metrics),

@@ -141,6 +141,9 @@ pub struct StormReport {
     /// `503 clock-unsynchronised` answers of an instance whose clock the run skewed past the
     /// service's bound (its clock guard refusing, as it must).
     pub clock_refusals: u64,
+    /// Commits whose answer the database link swallowed (the fault `database commit answers
+    /// lost`): each a commit outcome the service could not know, for the key to settle.
+    pub commit_answers_lost: u64,
     /// Duplicates sent, by source.
     pub duplicates: BTreeMap<String, u64>,
     /// Faults injected, by kind.
@@ -203,6 +206,13 @@ impl StormReport {
                 String::new()
             }
         );
+        if self.commit_answers_lost > 0 {
+            let _ = writeln!(
+                out,
+                "commit answers lost on the database link {} (commit outcome unknown to the service; the history below says how each operation settled)",
+                self.commit_answers_lost
+            );
+        }
         let join = |map: &BTreeMap<String, u64>| {
             map.iter()
                 .map(|(name, count)| format!("{name} {count}"))
