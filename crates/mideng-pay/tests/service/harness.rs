@@ -481,6 +481,20 @@ impl Service {
         answer.json()
     }
 
+    /// The user's wallet balance and how many debits its statement shows.
+    pub(crate) async fn balance_and_debits(&self, user: &str) -> (i64, usize) {
+        let wallet = self.get(&format!("/v1/wallets/{user}")).await.json();
+        let debits = wallet["entries"]
+            .as_array()
+            .map_or(0, |entries| {
+                entries
+                    .iter()
+                    .filter(|entry| entry["kind"] == "DEBIT")
+                    .count()
+            });
+        (wallet["balance"].as_i64().unwrap_or(-1), debits)
+    }
+
     /// Scans and pays the trade at the simulator.
     pub(crate) async fn pay_at_channel(&self, payment_no: &str) -> Value {
         self.sim_post(&format!("/sim/trades/{payment_no}/pay"), json!({}))

@@ -81,13 +81,5 @@ pub(crate) async fn a_commit_whose_answer_is_lost_is_settled_by_the_retry(backen
     assert_eq!(retried.status, 200, "{}", retried.json());
     assert_eq!(retried.header("idempotent-replayed"), Some("true"));
     assert_eq!(retried.json()["balance_after"], 700);
-    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
-    assert_eq!(wallet["balance"], 700);
-    let debits = wallet["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter(|entry| entry["kind"] == "DEBIT")
-        .count();
-    assert_eq!(debits, 1, "{wallet}");
+    assert_eq!(service.balance_and_debits(&user).await, (700, 1));
 }

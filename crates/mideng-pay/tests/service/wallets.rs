@@ -79,15 +79,7 @@ pub(crate) async fn one_key_debits_once(backend: Backend) {
         assert_eq!(answer.header("original-request-id"), Some(debited_by));
         assert_ne!(answer.header("request-id"), Some(debited_by));
     }
-    let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
-    assert_eq!(wallet["balance"], 9_300);
-    let debits = wallet["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter(|entry| entry["kind"] == "DEBIT")
-        .count();
-    assert_eq!(debits, 1);
+    assert_eq!(service.balance_and_debits(&user).await, (9_300, 1));
 
     // The same order under another key: refused, naming the earlier deduction.
     let other = service
