@@ -18,7 +18,8 @@
 //! the same bill records nothing twice. "That day" is our record of the channel's time (the
 //! paid time the channel reported, or when we learnt of the refund): a movement within moments
 //! of midnight may be on the neighbouring day's bill and show as a case here, for a person to
-//! resolve.
+//! resolve. The bill of a day still running (a channel that publishes as the day runs) holds
+//! what happened before it was asked for: only our movements before then are looked for on it.
 
 use mideng_channel::ChannelKind;
 use mideng_channel::bill::{BillDate, BillEntry};

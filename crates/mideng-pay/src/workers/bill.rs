@@ -110,6 +110,9 @@ pub async fn reconcile_bill(
         date: date.to_string(),
         ..BillReport::default()
     };
+    // What the bill can hold: a day still running (a channel that publishes as the day runs)
+    // holds what happened before it was asked for, and nothing after.
+    let asked_at_ms = ports.clock.now_ms();
     let Some(bill) = adapter.bill(date).await? else {
         return Ok(report);
     };
@@ -130,7 +133,7 @@ pub async fn reconcile_bill(
             Err(_) => break None,
         }
     };
-    let outcome = match_bill(ports, channel, &bill, &mut report).await;
+    let outcome = match_bill(ports, channel, &bill, asked_at_ms, &mut report).await;
     if let Some(guard) = guard {
         let _ = ports.locks.release(&guard).await;
     }
@@ -147,6 +150,7 @@ async fn match_bill(
     ports: &Ports,
     channel: ChannelKind,
     bill: &Bill,
+    asked_at_ms: i64,
     report: &mut BillReport,
 ) -> Result<(), StoreError> {
     report.lines = u64::try_from(bill.entries.len()).unwrap_or(u64::MAX);
@@ -164,7 +168,7 @@ async fn match_bill(
             BillEntryKind::Refund => cases.refund(entry).await?,
         }
     }
-    cases.missing_from_bill(bill).await
+    cases.missing_from_bill(bill, asked_at_ms).await
 }
 
 /// One run's case keeping.
@@ -433,9 +437,11 @@ impl Cases<'_> {
     }
 
     /// The other direction: our PAID payments and successful refunds of the day that the bill
-    /// does not show.
-    async fn missing_from_bill(&mut self, bill: &Bill) -> Result<(), StoreError> {
-        let (from, to) = (self.date.start_ms(), self.date.end_ms());
+    /// does not show — of the day up to when the bill was asked for, for a day still running:
+    /// a refund made while this run goes on (an automatic refund of a case the run itself
+    /// found, say) is on a later bill, not missing from this one.
+    async fn missing_from_bill(&mut self, bill: &Bill, asked_at_ms: i64) -> Result<(), StoreError> {
+        let (from, to) = (self.date.start_ms(), self.date.end_ms().min(asked_at_ms));
         let channel = self.channel.as_str();
         let billed = |kind| -> HashSet<&str> {
             bill.entries
