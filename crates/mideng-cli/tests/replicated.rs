@@ -1,10 +1,12 @@
-//! `mideng storm --stack replicated --processes`, as a user runs it: the storm starts
-//! `scripts/replicated`'s servers (a PostgreSQL primary and its synchronous standby, a Redis
-//! Cluster of three masters and three replicas, a NATS JetStream cluster of three), the simulator
-//! and three service instances as `mideng` processes of their own, and while the workload runs
-//! it kills instances with SIGKILL and starts new ones, fails every replicated server over for
-//! real, and crashes each in place (the primary into crash recovery, Redis with its memory lost,
-//! the whole NATS cluster stopped), with instance 0's wall clock seven seconds ahead of the
+//! `mideng storm --stack ha --processes`, as a user runs it: the storm starts PostgreSQL under
+//! Patroni (`scripts/ha`: two nodes, etcd x3, HAProxy in front, the instances' only address)
+//! and `scripts/replicated`'s Redis Cluster of three masters and three replicas and NATS
+//! JetStream cluster of three, the simulator and three service instances as `mideng` processes
+//! of their own, and while the workload runs it kills instances with SIGKILL and starts new
+//! ones, kills the PostgreSQL primary's node and lets Patroni promote the standby (nothing tells
+//! Patroni to switch over), pauses the primary with SIGSTOP, fails Redis and NATS over for real
+//! and crashes them in place (Redis with its memory lost, the whole NATS cluster stopped), with
+//! instance 0's wall clock seven seconds ahead of the
 //! others' (libfaketime: leases, tokens and expiries judged by clocks that disagree). The audit
 //! must find nothing, and every kind of fault must be on the report's timeline. Then the toolkit's cluster store meets every Redis node
 //! restarted at once, and must issue tokens again by itself.
@@ -20,9 +22,9 @@ use mideng::Scope;
 use mideng::store::redis::RedisStore;
 use mideng::token::TokenStore;
 
-/// Stops and removes the script's servers when the test ends, passed or not: their ports are
+/// Stops and removes the scripts' servers when the test ends, passed or not: their ports are
 /// fixed, and a later run from another checkout must find them free.
-struct Teardown(PathBuf);
+struct Teardown(PathBuf, PathBuf);
 
 impl Drop for Teardown {
     fn drop(&mut self) {
@@ -42,17 +44,21 @@ impl Drop for Teardown {
         if !matches!(stopped, Ok(status) if status.success()) {
             eprintln!("scripts/replicated all clean failed: {stopped:?}");
         }
+        let stopped = Command::new(&self.1).arg("clean").status();
+        if !matches!(stopped, Ok(status) if status.success()) {
+            eprintln!("scripts/ha clean failed: {stopped:?}");
+        }
     }
 }
 
-/// Every kind of fault the replicated stack's schedule has, as the timeline names them.
+/// Every kind of fault the `ha` stack's schedule has, as the timeline names them.
 const FAULT_KINDS: [&str; 8] = [
     "service process killed (SIGKILL)",
     "simulator's faults armed",
-    "PostgreSQL primary killed, standby promoted",
+    "PostgreSQL primary's node killed, Patroni promoted the standby",
     "Redis master killed, replica promoted",
     "NATS node killed",
-    "PostgreSQL primary crashed and restarted",
+    "PostgreSQL primary paused (SIGSTOP), resumed",
     "Redis restarted, memory lost",
     "NATS cluster stopped and started",
 ];
@@ -61,33 +67,30 @@ const FAULT_KINDS: [&str; 8] = [
 fn processes_on_replicated_servers_survive_every_failover_and_crash() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = root.join("scripts/replicated");
-    let _teardown = Teardown(script.clone());
+    let ha = root.join("scripts/ha");
+    let _teardown = Teardown(script.clone(), ha.clone());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("storm-processes");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("the run's directory");
     let json = dir.join("report.json");
     let started = std::time::Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_mideng"))
-        .args([
-            "storm",
-            "--stack",
-            "replicated",
-            "--processes",
-            "--seed",
-            "4242",
-        ])
+        .args(["storm", "--stack", "ha", "--processes", "--seed", "4242"])
         .args(["--instances", "3", "--tenants", "2", "--concurrency", "6"])
         .args(["--clock-skew-secs", "7"])
         // Every kind in turn, one a second after the last was repaired: each at least once.
         // A Redis failover takes ~8 s and its repair as long, the NATS cluster's restart 12 to
-        // 22 s (seen: 21.7 s, when 70 s of workload left the last kind out).
-        .args(["--duration-secs", "100", "--fault-every-secs", "1"])
+        // 22 s (seen: 21.7 s, when 70 s of workload left the last kind out), Patroni's
+        // failover 12 s and the old primary's return as the standby 10 s.
+        .args(["--duration-secs", "110", "--fault-every-secs", "1"])
         .arg("--dir")
         .arg(&dir)
         .arg("--data-dir")
         .arg(dir.join("data"))
         .arg("--replicated-script")
         .arg(&script)
+        .arg("--ha-script")
+        .arg(&ha)
         .arg("--json")
         .arg(&json)
         .output()

@@ -76,6 +76,10 @@ pub enum Stack {
         script: PathBuf,
         /// Its `--dir` (`None`: the script's default, `target/replicated`).
         dir: Option<PathBuf>,
+        /// `scripts/ha`, when PostgreSQL runs under Patroni (etcd x3, HAProxy in front)
+        /// instead of `scripts/replicated`'s primary and standby: Patroni, not the storm,
+        /// decides each failover, which a fault causes (the primary's node killed).
+        patroni: Option<PathBuf>,
     },
 }
 
@@ -88,6 +92,12 @@ impl Stack {
                 "MySQL / MariaDB + Redis + RabbitMQ"
             }
             Stack::Servers { .. } => "PostgreSQL + Redis + RabbitMQ",
+            Stack::Replicated {
+                patroni: Some(_), ..
+            } => {
+                "replicated, PostgreSQL under Patroni: Patroni x2 + etcd x3 + HAProxy, \
+                 synchronous standby; Redis Cluster 3+3, NATS JetStream x3"
+            }
             Stack::Replicated { .. } => {
                 "replicated: PostgreSQL primary + synchronous standby, Redis Cluster 3+3, \
                  NATS JetStream x3"
@@ -106,6 +116,10 @@ pub enum StackKind {
     /// `scripts/replicated`'s servers, started by the run: PostgreSQL primary + synchronous
     /// standby, Redis Cluster, NATS JetStream cluster; the faults fail them over.
     Replicated,
+    /// The replicated stack with PostgreSQL under Patroni (`scripts/ha`: etcd x3, HAProxy in
+    /// front): its failovers are Patroni's, caused by faults (the primary's node killed, its
+    /// PostgreSQL paused).
+    Ha,
 }
 
 /// Where the servers stack finds its servers: `--database`, `--redis`, `--rabbitmq`.
@@ -133,6 +147,9 @@ pub struct ServerArgs {
     /// `target/replicated`; its ports are fixed either way).
     #[arg(long)]
     pub replicated_dir: Option<PathBuf>,
+    /// The `ha` stack's PostgreSQL script (Patroni, etcd, HAProxy).
+    #[arg(long, default_value = "scripts/ha")]
+    pub ha_script: PathBuf,
 }
 
 impl Default for ServerArgs {
@@ -143,6 +160,7 @@ impl Default for ServerArgs {
             rabbitmq: "127.0.0.1:5672".to_owned(),
             replicated_script: PathBuf::from("scripts/replicated"),
             replicated_dir: None,
+            ha_script: PathBuf::from("scripts/ha"),
         }
     }
 }
@@ -162,6 +180,12 @@ impl StackKind {
             StackKind::Replicated => Stack::Replicated {
                 script: servers.replicated_script.clone(),
                 dir: servers.replicated_dir.clone(),
+                patroni: None,
+            },
+            StackKind::Ha => Stack::Replicated {
+                script: servers.replicated_script.clone(),
+                dir: servers.replicated_dir.clone(),
+                patroni: Some(servers.ha_script.clone()),
             },
         }
     }
@@ -267,8 +291,12 @@ impl Deployment {
                 let path = dir.join(format!("{}.db", options.run_id));
                 (format!("sqlite://{}", path.display()), None, None)
             }
-            Stack::Replicated { script, dir } => {
-                let servers = Replicated::new(script, dir.as_deref());
+            Stack::Replicated {
+                script,
+                dir,
+                patroni,
+            } => {
+                let servers = Replicated::new(script, dir.as_deref(), patroni.as_deref());
                 let urls = servers.up().await?;
                 let database =
                     create_run_database(&urls.postgres, &format!("storm_{}", options.run_id))
@@ -645,11 +673,21 @@ impl Deployment {
     /// primary's port.
     pub async fn pg_failover(&mut self, hold: Duration) -> anyhow::Result<String> {
         let servers = self.replicated_servers()?;
+        if servers.patroni.is_some() {
+            return servers.patroni_failover().await;
+        }
         servers.run(&["pg", "kill-primary"]).await?;
         servers.pg_degraded = true;
         tokio::time::sleep(hold).await;
         let port = servers.run(&["pg", "promote"]).await?;
         Ok(port.trim().to_owned())
+    }
+
+    /// Whether PostgreSQL runs under Patroni (the `ha` stack).
+    pub fn has_patroni(&self) -> bool {
+        self.replicated
+            .as_ref()
+            .is_some_and(|servers| servers.patroni.is_some())
     }
 
     /// Kills -9 the Redis master of slot range `index` (0 to 2) and waits until a replica
@@ -685,11 +723,14 @@ impl Deployment {
         hold: Duration,
     ) -> anyhow::Result<String> {
         let servers = self.replicated_servers()?;
-        let hold = format!("{:.1}", hold.as_secs_f64());
+        let seconds = format!("{:.1}", hold.as_secs_f64());
         let printed = match server {
-            ServerRestart::Postgres => servers.run(&["pg", "restart-primary", &hold]).await?,
-            ServerRestart::Redis => servers.run(&["redis", "restart-all", &hold]).await?,
-            ServerRestart::Nats => servers.run(&["nats", "restart-all", &hold]).await?,
+            ServerRestart::Postgres if servers.patroni.is_some() => {
+                servers.patroni_pause(hold).await?
+            }
+            ServerRestart::Postgres => servers.run(&["pg", "restart-primary", &seconds]).await?,
+            ServerRestart::Redis => servers.run(&["redis", "restart-all", &seconds]).await?,
+            ServerRestart::Nats => servers.run(&["nats", "restart-all", &seconds]).await?,
         };
         Ok(printed.trim().to_owned())
     }
@@ -705,7 +746,7 @@ impl Deployment {
         };
         if servers.pg_degraded {
             let started = std::time::Instant::now();
-            servers.run(&["pg", "up"]).await?;
+            servers.pg_up().await?;
             servers.pg_degraded = false;
             repaired.push(("PostgreSQL standby rebuilt", started.elapsed()));
         }
@@ -722,7 +763,7 @@ impl Deployment {
     /// fault left behind; nothing is left to repair after it.
     pub async fn restore_replicated(&mut self) -> anyhow::Result<()> {
         let servers = self.replicated_servers()?;
-        servers.run(&["all", "up"]).await?;
+        servers.up().await?;
         servers.pg_degraded = false;
         servers.redis_degraded = false;
         Ok(())

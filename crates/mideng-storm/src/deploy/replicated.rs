@@ -76,6 +76,8 @@ async fn hold_ports() -> anyhow::Result<std::fs::File> {
 pub(super) struct Replicated {
     pub(super) script: PathBuf,
     pub(super) dir: Option<PathBuf>,
+    /// `scripts/ha`, when PostgreSQL runs under Patroni (in its own default directory).
+    pub(super) patroni: Option<PathBuf>,
     /// A primary was killed and its standby promoted: the old one is to be rebuilt.
     pub(super) pg_degraded: bool,
     /// A master was killed: it is to be brought back as a replica.
@@ -85,10 +87,11 @@ pub(super) struct Replicated {
 }
 
 impl Replicated {
-    pub(super) fn new(script: &Path, dir: Option<&Path>) -> Self {
+    pub(super) fn new(script: &Path, dir: Option<&Path>, patroni: Option<&Path>) -> Self {
         Self {
             script: script.to_path_buf(),
             dir: dir.map(Path::to_path_buf),
+            patroni: patroni.map(Path::to_path_buf),
             pg_degraded: false,
             redis_degraded: false,
             ports: std::sync::OnceLock::new(),
@@ -98,15 +101,34 @@ impl Replicated {
     /// Runs the script with `args` (after `--dir`), bounded by [`SCRIPT_TIMEOUT`]; its stdout.
     /// A failure or a timeout is an error naming the command and the end of its stderr.
     pub(super) async fn run(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut command = tokio::process::Command::new(&self.script);
-        if let Some(dir) = &self.dir {
+        self.run_script(&self.script, self.dir.as_deref(), args)
+            .await
+    }
+
+    /// Runs `scripts/ha` with `args`, as [`Replicated::run`] does the other.
+    pub(super) async fn run_ha(&self, args: &[&str]) -> anyhow::Result<String> {
+        let script = self
+            .patroni
+            .as_deref()
+            .context("not the ha stack: PostgreSQL is not under Patroni")?;
+        self.run_script(script, None, args).await
+    }
+
+    async fn run_script(
+        &self,
+        script: &Path,
+        dir: Option<&Path>,
+        args: &[&str],
+    ) -> anyhow::Result<String> {
+        let mut command = tokio::process::Command::new(script);
+        if let Some(dir) = dir {
             command.arg("--dir").arg(dir);
         }
         command
             .args(args)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
-        let what = format!("{} {}", self.script.display(), args.join(" "));
+        let what = format!("{} {}", script.display(), args.join(" "));
         let started = std::time::Instant::now();
         let output = tokio::time::timeout(SCRIPT_TIMEOUT, command.output())
             .await
@@ -133,18 +155,33 @@ impl Replicated {
     }
 
     /// `all up`: every server up and replicated (repairing what an earlier run left); the
-    /// URLs it prints.
+    /// URLs it prints. With Patroni, `redis up` and `nats up` of this script and `up` of
+    /// `scripts/ha`, whose HAProxy front is the PostgreSQL URL.
     pub(super) async fn up(&self) -> anyhow::Result<ReplicatedUrls> {
         if self.ports.get().is_none() {
             let _ = self.ports.set(hold_ports().await?);
         }
-        let printed = self.run(&["all", "up"]).await?;
+        let printed = if self.patroni.is_some() {
+            self.run(&["redis", "up"]).await?;
+            self.run(&["nats", "up"]).await?;
+            self.run_ha(&["up"]).await?;
+            format!(
+                "{}\n{}",
+                self.run(&["env"]).await?,
+                self.run_ha(&["env"]).await?
+            )
+        } else {
+            self.run(&["all", "up"]).await?
+        };
+        // The last line naming each: `scripts/ha env`'s PostgreSQL URL wins over this
+        // script's own.
         let value = |name: &str| {
             printed
                 .lines()
+                .rev()
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
                 .map(str::to_owned)
-                .with_context(|| format!("scripts/replicated all up printed no {name}"))
+                .with_context(|| format!("the replicated stack's scripts printed no {name}"))
         };
         Ok(ReplicatedUrls {
             postgres: value("MIDENG_TEST_POSTGRES_URL")?,
@@ -156,3 +193,62 @@ impl Replicated {
         })
     }
 }
+
+/// How long Patroni may take to promote the standby after the primary's node died (its
+/// leader key's ttl is 10 s; the drill sees about 10 s).
+const PROMOTION_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Replicated {
+    /// The PostgreSQL primary and standby up and synchronous again: `pg up`, or with Patroni
+    /// `scripts/ha up` (a killed node's Patroni started again, which rejoins as the standby).
+    pub(super) async fn pg_up(&self) -> anyhow::Result<()> {
+        if self.patroni.is_some() {
+            self.run_ha(&["up"]).await?;
+        } else {
+            self.run(&["pg", "up"]).await?;
+        }
+        Ok(())
+    }
+
+    /// Kills the primary's node (its Patroni and its PostgreSQL, -9) and waits until Patroni
+    /// has promoted the other and HAProxy routes writes to it: nothing here tells Patroni what
+    /// to do. The new primary's port.
+    pub(super) async fn patroni_failover(&mut self) -> anyhow::Result<String> {
+        let before = self.run_ha(&["primary"]).await?.trim().to_owned();
+        self.run_ha(&["kill-primary"]).await?;
+        self.pg_degraded = true;
+        let deadline = tokio::time::Instant::now() + PROMOTION_BOUND;
+        loop {
+            if let Ok(port) = self.run_ha(&["primary"]).await {
+                let port = port.trim().to_owned();
+                if !port.is_empty() && port != before {
+                    // HAProxy checks every 500 ms: two checks, and it routes there.
+                    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+                    return Ok(port);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!("Patroni promoted no standby within {PROMOTION_BOUND:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Pauses the primary's PostgreSQL (SIGSTOP: a disk that hangs) for `hold`, shorter than
+    /// Patroni's ttl, and resumes it: a stall every connection waits out, no failover.
+    pub(super) async fn patroni_pause(&self, hold: std::time::Duration) -> anyhow::Result<String> {
+        let index = self.run_ha(&["stop-primary"]).await?;
+        tokio::time::sleep(hold.min(PAUSE_MAX)).await;
+        self.run_ha(&["cont"]).await?;
+        Ok(format!(
+            "p{} paused for {:?}",
+            index.trim(),
+            hold.min(PAUSE_MAX)
+        ))
+    }
+}
+
+/// The longest pause of the primary: well inside Patroni's 10 s ttl. A longer one lets the
+/// standby be promoted while the old primary is frozen; when that one resumes, its Patroni
+/// finds the leader key taken — the hazard `docs/scaling.md` describes.
+const PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(4);

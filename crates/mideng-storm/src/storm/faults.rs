@@ -140,6 +140,26 @@ const REPLICATED_WINDOW_KINDS: [&str; 8] = [
     NATS_RESTART,
 ];
 
+/// The `ha` stack's kinds: the replicated stack's, with PostgreSQL's failover and crash left to
+/// Patroni.
+const HA_WINDOW_KINDS: [&str; 8] = [
+    "instance killed mid-request",
+    "simulator's faults armed",
+    PG_PATRONI_FAILOVER,
+    REDIS_FAILOVER,
+    NATS_OUTAGE,
+    PG_PAUSE,
+    REDIS_RESTART,
+    NATS_RESTART,
+];
+
+/// The primary's node killed (its Patroni and PostgreSQL, -9); Patroni promotes the
+/// synchronous standby when the leader key expires, and HAProxy follows its health checks.
+const PG_PATRONI_FAILOVER: &str = "PostgreSQL primary's node killed, Patroni promoted the standby";
+/// The primary's PostgreSQL stopped (SIGSTOP) for a few seconds, inside Patroni's ttl, and
+/// resumed: every connection waits it out.
+const PG_PAUSE: &str = "PostgreSQL primary paused (SIGSTOP), resumed";
+
 /// A replicated stack's fault whose script failed (the servers were then brought back whole
 /// with `all up` and the run went on); the log has the script's error.
 const FAULT_FAILED: &str = "fault not injected: its script failed (servers brought back)";
@@ -377,7 +397,13 @@ async fn inject_replicated(
     kind: u64,
     hold: Duration,
 ) -> anyhow::Result<&'static [&'static str]> {
-    let name = window_kind(deployment, &REPLICATED_WINDOW_KINDS, kind);
+    let patroni = deployment.has_patroni();
+    let kinds = if patroni {
+        &HA_WINDOW_KINDS
+    } else {
+        &REPLICATED_WINDOW_KINDS
+    };
+    let name = window_kind(deployment, kinds, kind);
     let window = shared.faults.open(name);
     let started = Instant::now();
     let done: anyhow::Result<&'static [&'static str]> = async {
@@ -388,8 +414,12 @@ async fn inject_replicated(
                     .pg_failover(hold)
                     .await
                     .context("the PostgreSQL failover")?;
-                tracing::info!(took = ?started.elapsed(), port, "replicated: {PG_FAILOVER}");
-                &[PG_FAILOVER]
+                tracing::info!(took = ?started.elapsed(), port, "replicated: {name}");
+                if patroni {
+                    &[PG_PATRONI_FAILOVER]
+                } else {
+                    &[PG_FAILOVER]
+                }
             }
             3 => {
                 let master = deployment
@@ -409,10 +439,10 @@ async fn inject_replicated(
                 &[NATS_OUTAGE]
             }
             _ => {
-                let (server, name) = match kind {
-                    5 => (ServerRestart::Postgres, PG_RESTART),
-                    6 => (ServerRestart::Redis, REDIS_RESTART),
-                    _ => (ServerRestart::Nats, NATS_RESTART),
+                let server = match kind {
+                    5 => ServerRestart::Postgres,
+                    6 => ServerRestart::Redis,
+                    _ => ServerRestart::Nats,
                 };
                 let printed = deployment
                     .server_restart(server, hold)
@@ -423,6 +453,7 @@ async fn inject_replicated(
                     tokens_issued_again(deployment, shared, name).await;
                 }
                 match server {
+                    ServerRestart::Postgres if patroni => &[PG_PAUSE],
                     ServerRestart::Postgres => &[PG_RESTART],
                     ServerRestart::Redis => &[REDIS_RESTART],
                     ServerRestart::Nats => &[NATS_RESTART],
