@@ -484,14 +484,12 @@ impl Service {
     /// The user's wallet balance and how many debits its statement shows.
     pub(crate) async fn balance_and_debits(&self, user: &str) -> (i64, usize) {
         let wallet = self.get(&format!("/v1/wallets/{user}")).await.json();
-        let debits = wallet["entries"]
-            .as_array()
-            .map_or(0, |entries| {
-                entries
-                    .iter()
-                    .filter(|entry| entry["kind"] == "DEBIT")
-                    .count()
-            });
+        let debits = wallet["entries"].as_array().map_or(0, |entries| {
+            entries
+                .iter()
+                .filter(|entry| entry["kind"] == "DEBIT")
+                .count()
+        });
         (wallet["balance"].as_i64().unwrap_or(-1), debits)
     }
 
