@@ -252,3 +252,127 @@ impl Replicated {
 /// standby be promoted while the old primary is frozen; when that one resumes, its Patroni
 /// finds the leader key taken — the hazard `docs/scaling.md` describes.
 const PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The replicated stacks' faults, on the deployment: failovers, crashes in place, and their
+/// repair.
+impl super::Deployment {
+    fn replicated_servers(&mut self) -> anyhow::Result<&mut Replicated> {
+        self.replicated
+            .as_mut()
+            .context("not the replicated stack: no primary, master or node to fail over")
+    }
+
+    /// Kills the PostgreSQL primary (`pg kill-primary`), waits `hold`, and promotes its
+    /// synchronous standby (`pg promote`, which re-points the front). A standby left down by
+    /// an earlier failover is rebuilt first (`pg up`): the caller runs
+    /// [`Deployment::repair_replicated`](super::Deployment::repair_replicated) outside the fault's window for that. The new
+    /// primary's port.
+    pub async fn pg_failover(&mut self, hold: Duration) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        if servers.patroni.is_some() {
+            return servers.patroni_failover().await;
+        }
+        servers.run(&["pg", "kill-primary"]).await?;
+        servers.pg_degraded = true;
+        tokio::time::sleep(hold).await;
+        let port = servers.run(&["pg", "promote"]).await?;
+        Ok(port.trim().to_owned())
+    }
+
+    /// Whether PostgreSQL runs under Patroni (the `ha` stack).
+    pub fn has_patroni(&self) -> bool {
+        self.replicated
+            .as_ref()
+            .is_some_and(|servers| servers.patroni.is_some())
+    }
+
+    /// Kills -9 the Redis master of slot range `index` (0 to 2) and waits until a replica
+    /// holds its slots and the cluster is ok (`redis kill-master N`); the new master.
+    pub async fn redis_failover(&mut self, index: usize) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        servers.redis_degraded = true;
+        let master = servers
+            .run(&["redis", "kill-master", &index.to_string()])
+            .await?;
+        Ok(master.trim().to_owned())
+    }
+
+    /// Kills -9 NATS node `index` (0 to 2), waits `hold`, starts it again and waits until
+    /// JetStream is current on it (`nats kill-node N`, `nats start-node N`).
+    pub async fn nats_outage(&mut self, index: usize, hold: Duration) -> anyhow::Result<()> {
+        let servers = self.replicated_servers()?;
+        let index = index.to_string();
+        servers.run(&["nats", "kill-node", &index]).await?;
+        tokio::time::sleep(hold).await;
+        servers.run(&["nats", "start-node", &index]).await?;
+        Ok(())
+    }
+
+    /// Crashes a replicated server in place and starts it again, held down for `hold`: the
+    /// PostgreSQL primary stopped with `-m immediate` and restarted into crash recovery (no
+    /// promotion: `pg restart-primary`), every Redis node killed and restarted with its memory
+    /// lost (no persistence: every token and lock gone, `redis restart-all`), or the whole NATS
+    /// cluster stopped and started (`nats restart-all`). What the script printed.
+    pub async fn server_restart(
+        &mut self,
+        server: ServerRestart,
+        hold: Duration,
+    ) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        let seconds = format!("{:.1}", hold.as_secs_f64());
+        let printed = match server {
+            ServerRestart::Postgres if servers.patroni.is_some() => {
+                servers.patroni_pause(hold).await?
+            }
+            ServerRestart::Postgres => servers.run(&["pg", "restart-primary", &seconds]).await?,
+            ServerRestart::Redis => servers.run(&["redis", "restart-all", &seconds]).await?,
+            ServerRestart::Nats => servers.run(&["nats", "restart-all", &seconds]).await?,
+        };
+        Ok(printed.trim().to_owned())
+    }
+
+    /// Brings back what the failovers left down, so that the next one has a standby or a
+    /// replica to promote: the old PostgreSQL primary rebuilt as the synchronous standby of
+    /// the new one (`pg up`), the old Redis master back as a replica (`redis up`). What it
+    /// repaired, with how long each took. A no-op on other stacks or when nothing is down.
+    pub async fn repair_replicated(&mut self) -> anyhow::Result<Vec<(&'static str, Duration)>> {
+        let mut repaired = Vec::new();
+        let Some(servers) = self.replicated.as_mut() else {
+            return Ok(repaired);
+        };
+        if servers.pg_degraded {
+            let started = std::time::Instant::now();
+            servers.pg_up().await?;
+            servers.pg_degraded = false;
+            repaired.push(("PostgreSQL standby rebuilt", started.elapsed()));
+        }
+        if servers.redis_degraded {
+            let started = std::time::Instant::now();
+            servers.run(&["redis", "up"]).await?;
+            servers.redis_degraded = false;
+            repaired.push(("Redis master back as a replica", started.elapsed()));
+        }
+        Ok(repaired)
+    }
+
+    /// Brings every replicated server back up and replicated (`all up`), whatever a failed
+    /// fault left behind; nothing is left to repair after it.
+    pub async fn restore_replicated(&mut self) -> anyhow::Result<()> {
+        let servers = self.replicated_servers()?;
+        servers.up().await?;
+        servers.pg_degraded = false;
+        servers.redis_degraded = false;
+        Ok(())
+    }
+}
+
+/// A replicated server [`Deployment::server_restart`](super::Deployment::server_restart) crashes in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerRestart {
+    /// The PostgreSQL primary, into crash recovery.
+    Postgres,
+    /// Every Redis node, memory lost.
+    Redis,
+    /// Every NATS node.
+    Nats,
+}
