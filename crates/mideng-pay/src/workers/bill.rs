@@ -45,6 +45,12 @@ const LOCK_TTL: Duration = Duration::from_secs(600);
 /// How long a run waits for another run of the same bill to end.
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 
+/// On a day still running, how long before the bill was asked for a movement must have been
+/// stamped to be expected on it: the channels' stamps are whole seconds (a refund made 0.9 s
+/// after the ask is stamped before it), and their clock and ours may differ by a little more.
+/// A complete day's bill, asked for after the day, is not affected.
+const ASK_MARGIN_MS: i64 = 3_000;
+
 /// What one channel's bill of one day came to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct BillReport {
@@ -439,9 +445,13 @@ impl Cases<'_> {
     /// The other direction: our PAID payments and successful refunds of the day that the bill
     /// does not show — of the day up to when the bill was asked for, for a day still running:
     /// a refund made while this run goes on (an automatic refund of a case the run itself
-    /// found, say) is on a later bill, not missing from this one.
+    /// found, say) is on a later bill, not missing from this one. The channels stamp their
+    /// movements to the second (Alipay's `gmt_refund_pay`, WeChat Pay's `success_time`), and
+    /// their clock is not ours: what they stamped within [`ASK_MARGIN_MS`] of the ask may have
+    /// happened after it, and waits for the complete day's bill too.
     async fn missing_from_bill(&mut self, bill: &Bill, asked_at_ms: i64) -> Result<(), StoreError> {
-        let (from, to) = (self.date.start_ms(), self.date.end_ms().min(asked_at_ms));
+        let before_the_ask = asked_at_ms.saturating_sub(ASK_MARGIN_MS);
+        let (from, to) = (self.date.start_ms(), self.date.end_ms().min(before_the_ask));
         let channel = self.channel.as_str();
         let billed = |kind| -> HashSet<&str> {
             bill.entries

@@ -71,10 +71,57 @@ pub(super) fn check(
             violations.push(violation(
                 "every paid entitlement granted exactly once",
                 format!(
-                    "{}: {granted} grants, expected {expected}",
-                    payment.payment_no
+                    "{}: {granted} grants, expected {expected} ({})",
+                    payment.payment_no,
+                    event_trail(snapshot, &payment.payment_no)
                 ),
             ));
         }
     }
+}
+
+/// Where a payment's `payment.succeeded` went, for a grant count that is off: whether the
+/// outbox holds the event, how its webhook deliveries ended (the same event, another path),
+/// and what the consumers recorded of failing on it. Tells a lost message from an event never
+/// written or one a consumer acknowledged without its effect.
+fn event_trail(snapshot: &Snapshot, payment_no: &str) -> String {
+    let events: Vec<&str> = snapshot
+        .events
+        .iter()
+        .filter(|event| event.topic == "payment.succeeded" && event.key == payment_no)
+        .map(|event| event.id.as_str())
+        .collect();
+    if events.is_empty() {
+        return "no payment.succeeded event in the outbox".to_owned();
+    }
+    let trail: Vec<String> = events
+        .iter()
+        .map(|id| {
+            let deliveries: Vec<&str> = snapshot
+                .deliveries
+                .iter()
+                .filter(|delivery| delivery.event_id == *id)
+                .map(|delivery| delivery.status.as_str())
+                .collect();
+            let failures: Vec<String> = snapshot
+                .failures
+                .iter()
+                .filter(|failure| failure.message_id == *id)
+                .map(|failure| {
+                    format!(
+                        "{} {} after {} attempts",
+                        failure.consumer, failure.status, failure.attempts
+                    )
+                })
+                .collect();
+            let parked = snapshot.parked_outbox.iter().any(|parked| parked == id);
+            format!(
+                "event {id}: {}webhook deliveries [{}], consumer failures [{}]",
+                if parked { "parked in the outbox, " } else { "" },
+                deliveries.join(", "),
+                failures.join(", ")
+            )
+        })
+        .collect();
+    trail.join("; ")
 }

@@ -217,6 +217,12 @@ impl Replicated {
         let before = self.run_ha(&["primary"]).await?.trim().to_owned();
         self.run_ha(&["kill-primary"]).await?;
         self.pg_degraded = true;
+        self.promoted_after(&before).await
+    }
+
+    /// Waits until Patroni calls a node other than the one on port `before` the primary, and
+    /// HAProxy has had time to follow; the new primary's port.
+    async fn promoted_after(&self, before: &str) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + PROMOTION_BOUND;
         loop {
             if let Ok(port) = self.run_ha(&["primary"]).await {
@@ -232,6 +238,51 @@ impl Replicated {
             }
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
+    }
+
+    /// Cuts the primary's node off from etcd and the standby (`fault`: both ways, or only what
+    /// it sends), waits until Patroni has promoted the other node and HAProxy follows, and heals
+    /// the network. Nothing tells the old primary it was deposed: its Patroni finds out from
+    /// etcd once it hears it again, and rejoins as the standby (with pg_rewind), which the
+    /// repair outside the window waits for.
+    pub(super) async fn patroni_partition(&mut self, fault: PgNetFault) -> anyhow::Result<String> {
+        let before = self.run_ha(&["primary"]).await?.trim().to_owned();
+        let command = match fault {
+            PgNetFault::Isolated => "isolate-primary",
+            PgNetFault::Muted => "mute-primary",
+            PgNetFault::Lossy { .. } => anyhow::bail!("{fault:?} is not a partition"),
+        };
+        let index = self.run_ha(&[command]).await?;
+        self.pg_degraded = true;
+        let promoted = self.promoted_after(&before).await;
+        // Healed whatever happened: a partition left in place would outlive its window.
+        let healed = self.run_ha(&["heal"]).await;
+        let port = promoted?;
+        healed?;
+        Ok(format!(
+            "p{} on {before} cut off ({command}), the standby on {port} promoted",
+            index.trim()
+        ))
+    }
+
+    /// Drops `percent` % of the primary's node's packets each way for `hold`, then heals. A
+    /// failover is not expected, but is not excluded either: the repair outside the window
+    /// checks for a synchronous standby all the same.
+    pub(super) async fn patroni_loss(
+        &mut self,
+        percent: u8,
+        hold: std::time::Duration,
+    ) -> anyhow::Result<String> {
+        let index = self
+            .run_ha(&["lossy-primary", &percent.to_string()])
+            .await?;
+        self.pg_degraded = true;
+        tokio::time::sleep(hold).await;
+        self.run_ha(&["heal"]).await?;
+        Ok(format!(
+            "p{} lost {percent} % of its packets for {hold:?}",
+            index.trim()
+        ))
     }
 
     /// Pauses the primary's PostgreSQL (SIGSTOP: a disk that hangs) for `hold`, shorter than
@@ -284,6 +335,24 @@ impl super::Deployment {
         self.replicated
             .as_ref()
             .is_some_and(|servers| servers.patroni.is_some())
+    }
+
+    /// A network fault on the PostgreSQL primary's node under Patroni (the `ha` stack), held
+    /// for `hold` when it is not a partition (a partition lasts until Patroni has promoted the
+    /// standby). What happened.
+    pub async fn pg_network_fault(
+        &mut self,
+        fault: PgNetFault,
+        hold: Duration,
+    ) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        if servers.patroni.is_none() {
+            anyhow::bail!("network faults on a PostgreSQL node need the ha stack");
+        }
+        match fault {
+            PgNetFault::Lossy { percent } => servers.patroni_loss(percent, hold).await,
+            _ => servers.patroni_partition(fault).await,
+        }
     }
 
     /// Kills -9 the Redis master of slot range `index` (0 to 2) and waits until a replica
@@ -364,6 +433,21 @@ impl super::Deployment {
         servers.redis_degraded = false;
         Ok(())
     }
+}
+
+/// A network fault of the PostgreSQL primary's node, as nftables rules inside its network
+/// namespace (`scripts/ha`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgNetFault {
+    /// Cut off from etcd and from the standby, both ways; the clients (HAProxy) still reach it.
+    Isolated,
+    /// What it sends to etcd and to the standby is dropped; what they send reaches it.
+    Muted,
+    /// `percent` % of its packets dropped each way, to everyone, at random.
+    Lossy {
+        /// From 1 to 99.
+        percent: u8,
+    },
 }
 
 /// A replicated server [`Deployment::server_restart`](super::Deployment::server_restart) crashes in place.

@@ -35,7 +35,7 @@ use serde_json::json;
 
 use super::clients::Shared;
 use super::report::FaultWindow;
-use crate::deploy::{Deployment, ServerRestart};
+use crate::deploy::{Deployment, PgNetFault, ServerRestart};
 use mideng_pay::testing::LinkFault;
 use mideng_pay::testing::proxy::SWALLOWED_FOR;
 
@@ -97,7 +97,8 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Kinds of fault in the schedule, all stacks together; it starts at a seeded one of them.
+/// The schedule starts at a seeded one of the first this many kinds (every stack has them; the
+/// `ha` stack has three more, which the cycle reaches in turn).
 pub(super) const FAULT_KINDS: u64 = 8;
 
 /// Kinds the embedded stack has (the first ones): the crash and the simulator's faults.
@@ -141,8 +142,8 @@ const REPLICATED_WINDOW_KINDS: [&str; 8] = [
 ];
 
 /// The `ha` stack's kinds: the replicated stack's, with PostgreSQL's failover and crash left to
-/// Patroni.
-const HA_WINDOW_KINDS: [&str; 8] = [
+/// Patroni, then the primary's node partitioned both ways and one way, and its link lossy.
+const HA_WINDOW_KINDS: [&str; 11] = [
     "instance killed mid-request",
     "simulator's faults armed",
     PG_PATRONI_FAILOVER,
@@ -151,7 +152,21 @@ const HA_WINDOW_KINDS: [&str; 8] = [
     PG_PAUSE,
     REDIS_RESTART,
     NATS_RESTART,
+    PG_ISOLATED,
+    PG_MUTED,
+    PG_LOSSY,
 ];
+
+/// The primary's node cut off from etcd and from the standby, both ways, while HAProxy (the
+/// clients) still reaches it; healed once Patroni has promoted the standby.
+const PG_ISOLATED: &str =
+    "PostgreSQL primary cut off from etcd and the standby (clients still reach it)";
+/// What the primary's node sends to etcd and to the standby dropped; what they send arrives.
+const PG_MUTED: &str = "PostgreSQL primary unheard by etcd and the standby (one-way drop)";
+/// How many of the primary's packets [`PG_LOSSY`] drops, in percent.
+const LOSS_PERCENT: u8 = 5;
+/// The primary's node drops [`LOSS_PERCENT`] % of its packets each way, clients' too.
+const PG_LOSSY: &str = "PostgreSQL primary's link: 5 % of packets lost each way";
 
 /// The primary's node killed (its Patroni and PostgreSQL, -9); Patroni promotes the
 /// synchronous standby when the leader key expires, and HAProxy follows its health checks.
@@ -301,7 +316,9 @@ pub(super) async fn inject(
         return Ok(&SIMULATOR_FAULTS);
     };
     let replicated = deployment.is_replicated();
-    let kinds = if replicated {
+    let kinds = if replicated && deployment.has_patroni() {
+        HA_WINDOW_KINDS.len() as u64
+    } else if replicated {
         REPLICATED_WINDOW_KINDS.len() as u64
     } else if deployment.has_servers() {
         SERVERS_KINDS
@@ -398,7 +415,7 @@ async fn inject_replicated(
     hold: Duration,
 ) -> anyhow::Result<&'static [&'static str]> {
     let patroni = deployment.has_patroni();
-    let kinds = if patroni {
+    let kinds: &[&'static str] = if patroni {
         &HA_WINDOW_KINDS
     } else {
         &REPLICATED_WINDOW_KINDS
@@ -437,6 +454,28 @@ async fn inject_replicated(
                     .context("the NATS node's outage")?;
                 tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
                 &[NATS_OUTAGE]
+            }
+            8..=10 => {
+                let (fault, done) = match kind {
+                    8 => (PgNetFault::Isolated, PG_ISOLATED),
+                    9 => (PgNetFault::Muted, PG_MUTED),
+                    _ => (
+                        PgNetFault::Lossy {
+                            percent: LOSS_PERCENT,
+                        },
+                        PG_LOSSY,
+                    ),
+                };
+                let printed = deployment
+                    .pg_network_fault(fault, hold * 2)
+                    .await
+                    .context(done)?;
+                tracing::info!(took = ?started.elapsed(), printed, "replicated: {done}");
+                match fault {
+                    PgNetFault::Isolated => &[PG_ISOLATED],
+                    PgNetFault::Muted => &[PG_MUTED],
+                    PgNetFault::Lossy { .. } => &[PG_LOSSY],
+                }
             }
             _ => {
                 let server = match kind {
