@@ -41,6 +41,7 @@ pub async fn create(ports: &Ports, order: &Order) -> Result<OrderCreated, StoreE
             OrderCreated::Created
         }
         OrderInsert::Existing(existing) if existing.fingerprint == order.fingerprint => {
+            ports.store.backend.fence().await?;
             decision(
                 "business-key",
                 operation::ORDER_CREATE,

@@ -60,6 +60,9 @@ pub async fn credit(
     let Answered::Ran(outcome, _) = &answered else {
         return Ok(answered);
     };
+    if matches!(outcome, CreditOutcome::AlreadyCredited(_)) {
+        ports.store.backend.fence().await?;
+    }
     let label = match outcome {
         CreditOutcome::Credited(_) => "credited",
         CreditOutcome::AlreadyCredited(_) => "already_credited",
@@ -101,6 +104,9 @@ pub async fn deduct(
     let Answered::Ran(outcome, _) = &answered else {
         return Ok(answered);
     };
+    if matches!(outcome, DeductOutcome::AlreadyDeducted(_)) {
+        ports.store.backend.fence().await?;
+    }
     let label = match outcome {
         DeductOutcome::Debited(_) => "debited",
         DeductOutcome::AlreadyDeducted(_) => "already_deducted",
@@ -130,6 +136,9 @@ pub async fn reverse(
         .wallets
         .reverse(tenant, user_id.as_str(), deduction_no, &entry_no)
         .await?;
+    if matches!(outcome, ReverseOutcome::AlreadyReversed(_)) {
+        ports.store.backend.fence().await?;
+    }
     let label = match &outcome {
         ReverseOutcome::Reversed(_) => "reversed",
         ReverseOutcome::AlreadyReversed(_) => "already_reversed",

@@ -110,6 +110,11 @@ pub trait Backend: Send + Sync {
     /// ([`crate::domain::clock::ClockReading`]). On SQLite, whose "server" is this process, it
     /// is this machine's clock.
     async fn database_time_ms(&self) -> Result<i64, StoreError>;
+    /// Returns once whatever this instance read is as durable as its own commits: before an
+    /// answer that says "done already" on the word of a row another transaction wrote
+    /// ([`mideng::store::sql::SqlStore::fence`]: on PostgreSQL, a commit that waits for the
+    /// synchronous standby; elsewhere nothing).
+    async fn fence(&self) -> Result<(), StoreError>;
 }
 
 /// The database server's clock in Unix milliseconds, read at the statement's execution
@@ -138,6 +143,11 @@ impl<D: Dialect> Backend for SqlPay<D> {
             .await
             .map_err(store_error::<D>)
             .map(|_| ())
+    }
+
+    async fn fence(&self) -> Result<(), StoreError> {
+        let _timer = self.timer("backend.fence");
+        self.store.fence().await
     }
 
     async fn database_time_ms(&self) -> Result<i64, StoreError> {

@@ -298,13 +298,25 @@ impl<D: Dialect> EventFailures for SqlPay<D> {
     async fn failed_event(&self, message_id: &str) -> Result<Option<FailedEvent>, StoreError> {
         let _timer = self.timer("event_failures.failed_event");
         let mut connection = self.connection().await?;
-        connection
+        let failed = connection
             .row(FAILURE_SELECT.get::<D>(), &[Arg::Text(message_id)])
             .await
             .map_err(store_error::<D>)?
             .as_ref()
             .map(decode)
-            .transpose()
+            .transpose()?;
+        drop(connection);
+        // A parked event's copy is acknowledged without its effect: the parking must survive
+        // a failover first (it may be a commit still waiting for the standby).
+        if failed.as_ref().is_some_and(|failed| {
+            matches!(
+                failed.status,
+                FailureStatus::Parked | FailureStatus::Discarded
+            )
+        }) {
+            self.store.fence().await?;
+        }
+        Ok(failed)
     }
 
     async fn parked(&self, limit: u32) -> Result<Vec<FailedEvent>, StoreError> {

@@ -476,6 +476,33 @@ impl<D: Dialect> SqlStore<D> {
         }
     }
 
+    /// Returns once every commit a read on this store could have seen is as durable as a
+    /// commit of its own. A transaction whose commit waits for the synchronous standby is
+    /// already visible to other sessions on the primary; if a failover then loses it, an
+    /// answer built on reading it (a stored response replayed, "done already", an event
+    /// acknowledged without its effect) outlives what it stood on. On PostgreSQL this commits
+    /// a transaction whose only write is a transactional logical-decoding message (a WAL record
+    /// no table sees; a transaction id alone writes no WAL and would not wait): its commit
+    /// waits for the synchronous standby like any other (`synchronous_commit`), and the standby
+    /// confirms WAL in order, so every commit before it is covered. On a node in recovery (a
+    /// demoted primary a proxy still routes to) it fails, as it should. Without a synchronous
+    /// standby it costs one short commit. On SQLite there is no standby; MySQL and MariaDB answer at once
+    /// (their semi-synchronous replication has a setting for it, `AFTER_SYNC`: see
+    /// `docs/toolkit.md`). An error means nothing is known: decide nothing on the read.
+    pub async fn fence(&self) -> Result<(), StoreError> {
+        if D::KIND != SqlDialect::Postgres {
+            return Ok(());
+        }
+        metrics::counter!("mideng_durability_fences_total", "backend" => Backend::of_dialect(D::KIND).label())
+            .increment(1);
+        self.run_once(
+            "SELECT pg_logical_emit_message(true, 'mideng.fence', '')",
+            &[],
+        )
+        .await
+        .map(drop)
+    }
+
     /// Runs one autocommit statement, retrying transient conflicts.
     pub(crate) async fn run_once(
         &self,

@@ -84,6 +84,11 @@ impl<D: Dialect> SqlStore<D> {
                             Decision::Proceed(lease) => Some(lease),
                             decided => {
                                 transaction.rollback().await.map_err(store_error::<D>)?;
+                                // A replay answers with what another transaction stored: it
+                                // must survive a failover first (a rollback waits for nothing).
+                                if matches!(decided, Decision::Replay(_)) {
+                                    self.fence().await?;
+                                }
                                 return Ok(Once::Decided(decided));
                             }
                         }

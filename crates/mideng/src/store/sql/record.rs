@@ -429,6 +429,8 @@ impl<D: Dialect> RecordStore for SqlStore<D> {
                 return Ok(Decision::Mismatch);
             }
             if let Some(response) = existing.response {
+                // What the replay stands on must survive a failover first.
+                self.fence().await?;
                 return Ok(Decision::Replay(response));
             }
         }
