@@ -337,12 +337,16 @@ impl Deployment {
             let port = listener.local_addr()?.port();
             listeners.push((listener, port));
         }
-        // The servers stack's instances reach the database through a link the storm troubles;
-        // the audit and the operator's checks read it directly.
+        // The servers stack's instances, and the `ha` stack's, reach the database through a
+        // link the storm troubles (on the `ha` stack, in front of HAProxy); the audit and the
+        // operator's checks read it directly.
         let mut instances_database_url = database_url.clone();
-        if matches!(options.stack, Stack::Servers { .. })
-            && let Some(address) = server_address(&database_url)
-        {
+        let troubled_link = match &options.stack {
+            Stack::Servers { .. } => true,
+            Stack::Replicated { patroni, .. } => patroni.is_some(),
+            Stack::Embedded { .. } => false,
+        };
+        if troubled_link && let Some(address) = server_address(&database_url) {
             let proxy = Proxy::start(&address).await?;
             instances_database_url =
                 with_address(&database_url, &format!("127.0.0.1:{}", proxy.port()));

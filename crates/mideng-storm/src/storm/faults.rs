@@ -142,8 +142,9 @@ const REPLICATED_WINDOW_KINDS: [&str; 8] = [
 ];
 
 /// The `ha` stack's kinds: the replicated stack's, with PostgreSQL's failover and crash left to
-/// Patroni, then the primary's node partitioned both ways and one way, and its link lossy.
-const HA_WINDOW_KINDS: [&str; 11] = [
+/// Patroni, then the primary's node partitioned both ways and one way, its link lossy, and the
+/// instances' link to HAProxy slowed and losing COMMIT's answers.
+const HA_WINDOW_KINDS: [&str; 13] = [
     "instance killed mid-request",
     "simulator's faults armed",
     PG_PATRONI_FAILOVER,
@@ -155,6 +156,8 @@ const HA_WINDOW_KINDS: [&str; 11] = [
     PG_ISOLATED,
     PG_MUTED,
     PG_LOSSY,
+    DB_LATENCY,
+    DB_COMMIT_LOST,
 ];
 
 /// The primary's node cut off from etcd and from the standby, both ways, while HAProxy (the
@@ -374,35 +377,49 @@ pub(super) async fn inject(
                 deployment.kill_database_connections().await?;
                 &["database connections killed"]
             }
-            5 => {
-                deployment.trouble_database_link(LinkFault::Latency {
-                    latency: Duration::from_millis(300),
-                    jitter: Duration::from_millis(200),
-                });
-                tokio::time::sleep(hold * 2).await;
-                deployment.trouble_database_link(LinkFault::None);
-                &[DB_LATENCY]
-            }
-            6 => {
-                deployment.trouble_database_link(LinkFault::Held);
-                tokio::time::sleep(hold).await;
-                deployment.trouble_database_link(LinkFault::None);
-                &[DB_PARTITION]
-            }
-            _ => {
-                deployment.trouble_database_link(LinkFault::CommitAnswersLost);
-                tokio::time::sleep(hold).await;
-                deployment.trouble_database_link(LinkFault::None);
-                // The swallowed connections close within their own moment.
-                tokio::time::sleep(SWALLOWED_FOR).await;
-                &[DB_COMMIT_LOST]
-            }
+            5 => database_link_fault(deployment, DB_LATENCY, hold).await,
+            6 => database_link_fault(deployment, DB_PARTITION, hold).await,
+            _ => database_link_fault(deployment, DB_COMMIT_LOST, hold).await,
         })
     }
     .await;
     // Closed whatever happened: a window left open would excuse every later 5xx.
     shared.faults.close(window);
     done
+}
+
+/// Troubles the instances' database link as `kind` says ([`DB_LATENCY`], [`DB_PARTITION`] or
+/// [`DB_COMMIT_LOST`]) for about `hold`, and clears it.
+async fn database_link_fault(
+    deployment: &Deployment,
+    kind: &'static str,
+    hold: Duration,
+) -> &'static [&'static str] {
+    match kind {
+        DB_LATENCY => {
+            deployment.trouble_database_link(LinkFault::Latency {
+                latency: Duration::from_millis(300),
+                jitter: Duration::from_millis(200),
+            });
+            tokio::time::sleep(hold * 2).await;
+            deployment.trouble_database_link(LinkFault::None);
+            &[DB_LATENCY]
+        }
+        DB_PARTITION => {
+            deployment.trouble_database_link(LinkFault::Held);
+            tokio::time::sleep(hold).await;
+            deployment.trouble_database_link(LinkFault::None);
+            &[DB_PARTITION]
+        }
+        _ => {
+            deployment.trouble_database_link(LinkFault::CommitAnswersLost);
+            tokio::time::sleep(hold).await;
+            deployment.trouble_database_link(LinkFault::None);
+            // The swallowed connections close within their own moment.
+            tokio::time::sleep(SWALLOWED_FOR).await;
+            &[DB_COMMIT_LOST]
+        }
+    }
 }
 
 /// One fault of the replicated stack's schedule (`kind` below [`FAULT_KINDS`]): the crash, the
@@ -455,6 +472,8 @@ async fn inject_replicated(
                 tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
                 &[NATS_OUTAGE]
             }
+            11 => database_link_fault(deployment, DB_LATENCY, hold).await,
+            12 => database_link_fault(deployment, DB_COMMIT_LOST, hold).await,
             8..=10 => {
                 let (fault, done) = match kind {
                     8 => (PgNetFault::Isolated, PG_ISOLATED),

@@ -157,7 +157,7 @@ impl StormReport {
                 .collect();
             format!(
                 "{}<p class=\"note\">Each kind's windows: when the first began, how long they \
-                 lasted, and what each layer caught in the sampling intervals they touched.</p>\n{}",
+                 lasted, and what each layer caught in the sampling intervals they touched.</p>\n{}{}",
                 bar_chart(&count_bars(&self.faults), Scale::Linear, "faults injected"),
                 table(
                     &[
@@ -169,7 +169,8 @@ impl StormReport {
                         ("caught around them", false),
                     ],
                     &rows,
-                )
+                ),
+                self.html_availability()
             )
         };
         figure(
@@ -177,6 +178,52 @@ impl StormReport {
             "faults-by-kind",
             "Faults, by kind",
             &content,
+        )
+    }
+
+    /// What each kind of fault did to the clients, from their history.
+    fn html_availability(&self) -> String {
+        if self.availability.is_empty() {
+            return String::new();
+        }
+        let rows: Vec<Row> = self
+            .availability
+            .iter()
+            .map(|kind| {
+                (
+                    None,
+                    vec![
+                        (kind.kind.clone(), false),
+                        (kind.attempts.to_string(), true),
+                        (kind.unanswered.to_string(), true),
+                        (format!("{:.1}", seconds(kind.without_ok_median_ms)), true),
+                        (format!("{:.1}", seconds(kind.without_ok_max_ms)), true),
+                        (kind.settled_ok.to_string(), true),
+                        (kind.settled_refused.to_string(), true),
+                        (kind.never_answered.to_string(), true),
+                    ],
+                )
+            })
+            .collect();
+        format!(
+            "<p class=\"note\">What each kind did to the clients: attempts sent inside its \
+             windows and those without a definite answer; the longest stretch without an ok \
+             answer to any client, from a window's start to {} s after its end; and how the \
+             operations left without an answer there ended.</p>\n{}",
+            super::availability::AFTER_WINDOW_MS / 1000,
+            table(
+                &[
+                    ("window", false),
+                    ("attempts", true),
+                    ("unanswered", true),
+                    ("no ok, median (s)", true),
+                    ("no ok, longest (s)", true),
+                    ("ok on a retry", true),
+                    ("refused on a retry", true),
+                    ("never answered", true),
+                ],
+                &rows,
+            )
         )
     }
 
@@ -541,7 +588,7 @@ mod tests {
     use crate::audit::history::HistoryCounts;
     use crate::audit::{AuditFigures, Violation, invariant_results};
     use crate::html::tests::{attribute, figure_of, number_attribute, tags};
-    use crate::storm::{FaultWindow, LatencySummary, LayerSample, Timeline};
+    use crate::storm::{FaultAvailability, FaultWindow, LatencySummary, LayerSample, Timeline};
 
     fn report() -> StormReport {
         let violations = vec![Violation {
@@ -609,6 +656,18 @@ mod tests {
                     to_ms: 6_000,
                 }],
             },
+            availability: vec![FaultAvailability {
+                kind: "instance killed mid-request".to_owned(),
+                windows: 1,
+                attempts: 120,
+                unanswered: 7,
+                without_ok_median_ms: 1_500,
+                without_ok_max_ms: 1_500,
+                unanswered_operations: 6,
+                settled_ok: 5,
+                settled_refused: 1,
+                never_answered: 0,
+            }],
             latencies: BTreeMap::from([(
                 "POST /v1/orders".to_owned(),
                 LatencySummary {

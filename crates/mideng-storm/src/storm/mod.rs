@@ -68,6 +68,7 @@
 
 mod args;
 pub mod attacker;
+pub mod availability;
 mod checkout;
 mod clients;
 mod facts;
@@ -102,7 +103,9 @@ pub(crate) use self::clients::{Pending, PendingKind, Shared, keyed};
 use self::facts::{audit_now, layers};
 use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
-pub use self::report::{FaultWindow, LatencySummary, LayerSample, StormReport, Timeline};
+pub use self::report::{
+    FaultAvailability, FaultWindow, LatencySummary, LayerSample, StormReport, Timeline,
+};
 use self::sampler::{Metrics, Sampler};
 pub use crate::deploy::StackKind;
 use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, TenantAccess};
@@ -572,6 +575,8 @@ pub async fn run(
         bill_reports.is_some(),
     );
     let duplicates = shared.log().duplicates.clone();
+    let availability =
+        availability::availability(&shared.log().client.history, &timeline.fault_windows);
     let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     // A killed process's counters died with it; what it had counted up to just before.
     for text in shared
@@ -612,6 +617,7 @@ pub async fn run(
             report
         }),
         timeline,
+        availability,
         latencies,
         invariants,
     };

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::args::BreakLayer;
 use super::attacker::AttackReport;
+pub use super::availability::FaultAvailability;
 pub use super::latency::LatencySummary;
 use crate::audit::{AuditFigures, InvariantResult, Violation};
 
@@ -163,6 +164,9 @@ pub struct StormReport {
     pub attacks: Option<AttackReport>,
     /// What each layer caught over time, and the fault windows.
     pub timeline: Timeline,
+    /// What each kind of fault did to the clients: unanswered attempts, stretches without an
+    /// ok answer, how the operations left without an answer ended.
+    pub availability: Vec<FaultAvailability>,
     /// The latencies the clients saw, by operation (`POST /v1/orders/{id}/payments`, …).
     pub latencies: BTreeMap<String, LatencySummary>,
     /// Every invariant of the audit, with its number of violations.
@@ -249,6 +253,29 @@ impl StormReport {
                     } else {
                         join(&kind.caught)
                     }
+                );
+            }
+        }
+        if !self.availability.is_empty() {
+            let _ = writeln!(
+                out,
+                "what each fault did to the clients (attempts sent inside its windows; the longest stretch without an ok answer to any client, from a window's start to {} s after its end; the operations left without an answer there, and how they ended):",
+                super::availability::AFTER_WINDOW_MS / 1000
+            );
+            for kind in &self.availability {
+                let _ = writeln!(
+                    out,
+                    "  {} · {} window(s) · {} attempts, {} unanswered · no ok answer for {:.1} s median, {:.1} s longest · {} operations unanswered: {} ok on a retry, {} refused on a retry, {} never answered",
+                    kind.kind,
+                    kind.windows,
+                    kind.attempts,
+                    kind.unanswered,
+                    kind.without_ok_median_ms as f64 / 1000.0,
+                    kind.without_ok_max_ms as f64 / 1000.0,
+                    kind.unanswered_operations,
+                    kind.settled_ok,
+                    kind.settled_refused,
+                    kind.never_answered
                 );
             }
         }
