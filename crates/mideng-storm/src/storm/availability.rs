@@ -113,14 +113,6 @@ mod tests {
     use super::*;
     use crate::audit::history::{Attempt, OpKind};
 
-    fn window(kind: &str, from_ms: u64, to_ms: u64) -> FaultWindow {
-        FaultWindow {
-            kind: kind.to_owned(),
-            from_ms,
-            to_ms,
-        }
-    }
-
     fn ok() -> Outcome {
         Outcome::Ok {
             number: Some("D1".to_owned()),
@@ -165,8 +157,8 @@ mod tests {
             operation(&[(30_100, 30_200, Outcome::Unknown)]),
         ];
         let windows = [
-            window("PostgreSQL primary cut off", 2_000, 14_000),
-            window("database commit answers lost", 30_000, 31_000),
+            FaultWindow::of("PostgreSQL primary cut off", 2_000, 14_000),
+            FaultWindow::of("database commit answers lost", 30_000, 31_000),
         ];
         let figures = availability(&history, &windows);
         assert_eq!(figures.len(), 2);

@@ -441,15 +441,23 @@ pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn window(kind: &str, from_ms: u64, to_ms: u64) -> FaultWindow {
-        FaultWindow {
+impl FaultWindow {
+    /// A window of `kind`, for tests.
+    pub(crate) fn of(kind: &str, from_ms: u64, to_ms: u64) -> Self {
+        Self {
             kind: kind.to_owned(),
             from_ms,
             to_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(kind: &str, from_ms: u64, to_ms: u64) -> FaultWindow {
+        FaultWindow::of(kind, from_ms, to_ms)
     }
 
     fn sample(from_ms: u64, caught: &[(&str, u64)]) -> LayerSample {
