@@ -61,7 +61,7 @@ pub async fn credit(
         return Ok(answered);
     };
     if matches!(outcome, CreditOutcome::AlreadyCredited(_)) {
-        ports.store.backend.fence().await?;
+        durable_without_record(ports, record).await?;
     }
     let label = match outcome {
         CreditOutcome::Credited(_) => "credited",
@@ -105,7 +105,7 @@ pub async fn deduct(
         return Ok(answered);
     };
     if matches!(outcome, DeductOutcome::AlreadyDeducted(_)) {
-        ports.store.backend.fence().await?;
+        durable_without_record(ports, record).await?;
     }
     let label = match outcome {
         DeductOutcome::Debited(_) => "debited",
@@ -120,6 +120,16 @@ pub async fn deduct(
         label,
     );
     Ok(answered)
+}
+
+/// Before "done already" on the word of another transaction's row: with a record, the
+/// operation's own commit stored it and waited for the standby, which covers what it read;
+/// without one, nothing was committed, so the store's fence waits instead.
+async fn durable_without_record(ports: &Ports, record: WalletRecord<'_>) -> Result<(), StoreError> {
+    match record {
+        WalletRecord::Claim(_) => Ok(()),
+        WalletRecord::Unrecorded { .. } => ports.store.backend.fence().await,
+    }
 }
 
 /// Puts a deduction back into the wallet at most once (one reversal per deduction, held by a

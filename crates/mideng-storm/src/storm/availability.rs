@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::report::FaultWindow;
+use super::report::{FaultWindow, by_kind};
 use crate::audit::history::{Operation, Outcome};
 
 /// How long after a window ends its stretch without an ok answer may still run: the proxy
@@ -48,14 +48,7 @@ pub fn availability(history: &[Operation], windows: &[FaultWindow]) -> Vec<Fault
         .map(|attempt| attempt.completed_ms)
         .collect();
     ok_times.sort_unstable();
-    let mut kinds: Vec<(&str, Vec<&FaultWindow>)> = Vec::new();
-    for window in windows {
-        match kinds.iter_mut().find(|(kind, _)| *kind == window.kind) {
-            Some((_, same)) => same.push(window),
-            None => kinds.push((window.kind.as_str(), vec![window])),
-        }
-    }
-    kinds
+    by_kind(windows)
         .into_iter()
         .map(|(kind, windows)| {
             let inside = |at: u64| windows.iter().any(|w| w.from_ms <= at && at <= w.to_ms);

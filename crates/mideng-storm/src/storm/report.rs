@@ -79,14 +79,7 @@ pub struct FaultKindSummary {
 impl Timeline {
     /// Every kind of fault on the timeline, in the order they first struck.
     pub fn fault_kinds(&self) -> Vec<FaultKindSummary> {
-        let mut kinds: Vec<(String, Vec<&FaultWindow>)> = Vec::new();
-        for window in &self.fault_windows {
-            match kinds.iter_mut().find(|(kind, _)| *kind == window.kind) {
-                Some((_, windows)) => windows.push(window),
-                None => kinds.push((window.kind.clone(), vec![window])),
-            }
-        }
-        kinds
+        by_kind(&self.fault_windows)
             .into_iter()
             .map(|(kind, windows)| {
                 let mut lengths: Vec<u64> = windows
@@ -106,7 +99,7 @@ impl Timeline {
                     }
                 }
                 FaultKindSummary {
-                    kind,
+                    kind: kind.to_owned(),
                     count: windows.len(),
                     first_ms: windows
                         .iter()
@@ -120,6 +113,18 @@ impl Timeline {
             })
             .collect()
     }
+}
+
+/// Fault windows grouped by kind, the kinds in the order they first struck.
+pub(crate) fn by_kind(windows: &[FaultWindow]) -> Vec<(&str, Vec<&FaultWindow>)> {
+    let mut kinds: Vec<(&str, Vec<&FaultWindow>)> = Vec::new();
+    for window in windows {
+        match kinds.iter_mut().find(|(kind, _)| *kind == window.kind) {
+            Some((_, same)) => same.push(window),
+            None => kinds.push((window.kind.as_str(), vec![window])),
+        }
+    }
+    kinds
 }
 
 /// What the storm did and found.

@@ -486,9 +486,9 @@ impl<D: Dialect> SqlStore<D> {
     /// waits for the synchronous standby like any other (`synchronous_commit`), and the standby
     /// confirms WAL in order, so every commit before it is covered. On a node in recovery (a
     /// demoted primary a proxy still routes to) it fails, as it should. Without a synchronous
-    /// standby it costs one short commit. On SQLite there is no standby; MySQL and MariaDB answer at once
-    /// (their semi-synchronous replication has a setting for it, `AFTER_SYNC`: see
-    /// `docs/toolkit.md`). An error means nothing is known: decide nothing on the read.
+    /// standby it costs one short commit. On SQLite there is no standby; MySQL and MariaDB
+    /// answer at once (their semi-synchronous replication has a setting for it, `AFTER_SYNC`:
+    /// see `docs/toolkit.md`). An error means nothing is known: decide nothing on the read.
     pub async fn fence(&self) -> Result<(), StoreError> {
         if D::KIND != SqlDialect::Postgres {
             return Ok(());
