@@ -261,16 +261,15 @@ pub(crate) async fn events(
     overrides: Overrides,
     action: EventsAction,
 ) -> anyhow::Result<()> {
-    use mideng_pay::workers::consumer::{self, ConsumerPorts, Replayed};
+    use mideng_pay::flows::operator::{self, ParkedSettled};
     let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
     let mut settings = settings(&config, None, None, None);
     settings.tenants.clear();
     let state = mideng_pay::app::connect(&settings).await?;
-    let store = &state.ports.store;
     let mut out = std::io::stdout().lock();
-    match action {
+    let (message_id, reason, replaying) = match action {
         EventsAction::List => {
-            let parked = store.event_failures.parked(1_000).await?;
+            let (parked, rows) = operator::parked(&state.ports, 1_000).await?;
             for event in &parked {
                 writeln!(
                     out,
@@ -279,7 +278,6 @@ pub(crate) async fn events(
                 )?;
             }
             writeln!(out, "{} parked event(s)", parked.len())?;
-            let rows = store.events.parked_outbox(1_000).await?;
             for row in &rows {
                 writeln!(
                     out,
@@ -288,36 +286,25 @@ pub(crate) async fn events(
                 )?;
             }
             writeln!(out, "{} parked outbox row(s)", rows.len())?;
+            out.flush()?;
+            return Ok(());
         }
-        EventsAction::Replay { message_id, reason } => {
-            let reason = checked_reason(&reason)?;
-            let ports = ConsumerPorts {
-                grants: store.grants.clone(),
-                failures: store.event_failures.clone(),
-            };
-            let consumer_settings = config.event_settings().consumer.unwrap_or_default();
-            match consumer::replay(&ports, &message_id, reason, &consumer_settings).await? {
-                Replayed::Processed => writeln!(out, "{message_id} replayed")?,
-                Replayed::FailedAgain => {
-                    anyhow::bail!("{message_id} failed again and stays parked")
-                }
-                Replayed::NotParked => {
-                    anyhow::ensure!(
-                        store.events.replay_outbox(&message_id, reason).await?,
-                        "{message_id} is not parked"
-                    );
-                    writeln!(out, "{message_id} put back in the outbox")?;
-                }
-            }
+        EventsAction::Replay { message_id, reason } => (message_id, reason, true),
+        EventsAction::Discard { message_id, reason } => (message_id, reason, false),
+    };
+    let reason = checked_reason(&reason)?;
+    let dedup = config.event_settings().consumer.unwrap_or_default().dedup;
+    match operator::settle_parked(&state.ports, &message_id, reason, replaying, dedup).await? {
+        ParkedSettled::Event(_) if replaying => writeln!(out, "{message_id} replayed")?,
+        ParkedSettled::Outbox(_) if replaying => {
+            writeln!(out, "{message_id} put back in the outbox")?
         }
-        EventsAction::Discard { message_id, reason } => {
-            let reason = checked_reason(&reason)?;
-            anyhow::ensure!(
-                consumer::discard(store.event_failures.as_ref(), &message_id, reason).await?
-                    || store.events.discard_outbox(&message_id, reason).await?,
-                "{message_id} is not parked"
-            );
-            writeln!(out, "{message_id} discarded")?;
+        ParkedSettled::Event(_) | ParkedSettled::Outbox(_) => {
+            writeln!(out, "{message_id} discarded")?
+        }
+        ParkedSettled::FailedAgain => anyhow::bail!("{message_id} failed again and stays parked"),
+        ParkedSettled::NotFound | ParkedSettled::NotParked => {
+            anyhow::bail!("{message_id} is not parked")
         }
     }
     out.flush()?;

@@ -61,12 +61,7 @@ pub(super) async fn list(
         }
         (None, KeyKind::Secret) => {}
     }
-    let grants = state
-        .ports
-        .store
-        .grants
-        .grants(&tenant, user_id.as_str())
-        .await?;
+    let grants = crate::flows::grant::grants(&state.ports, &tenant, &user_id).await?;
     Ok(axum::Json(EntitlementsView {
         grants: grants
             .iter()

@@ -29,11 +29,7 @@ pub(super) async fn visible_order(
     kind: KeyKind,
     order_id: &OrderId,
 ) -> Result<(Order, Vec<Payment>), ApiError> {
-    state
-        .ports
-        .store
-        .orders
-        .order(tenant, order_id.as_str())
+    crate::flows::order::show(&state.ports, tenant, order_id)
         .await?
         .filter(|(order, _)| kind == KeyKind::Secret || order.publishable)
         .ok_or_else(|| ApiError::not_found("order"))

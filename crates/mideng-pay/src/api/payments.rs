@@ -145,29 +145,13 @@ pub(super) async fn show(
     Path(payment_no): Path<String>,
 ) -> Result<axum::Json<PaymentView>, ApiError> {
     let payment_no = PaymentNo::parse(&payment_no).map_err(|_| ApiError::not_found("payment"))?;
-    let payment = payment::close::own_payment(&state.ports, &tenant, &payment_no)
+    let shown = payment::show(&state.ports, &tenant, &payment_no)
         .await?
         .ok_or_else(|| ApiError::not_found("payment"))?;
-    let refunds = state
-        .ports
-        .store
-        .refunds
-        .refunds_of(&payment.payment_no)
-        .await?;
-    let held = refunds
-        .iter()
-        .filter(|refund| refund.status.holds_amount())
-        .try_fold(0_i64, |sum, refund| sum.checked_add(refund.amount_fen))
-        .unwrap_or(i64::MAX);
-    let refundable = if payment.status == crate::domain::payment::PaymentStatus::Paid {
-        payment.amount.fen().saturating_sub(held).max(0)
-    } else {
-        0
-    };
     Ok(axum::Json(PaymentView {
-        refundable: Some(refundable),
-        refunds: Some(refunds.iter().map(RefundView::of).collect()),
-        ..PaymentView::of(&payment)
+        refundable: Some(shown.refundable_fen),
+        refunds: Some(shown.refunds.iter().map(RefundView::of).collect()),
+        ..PaymentView::of(&shown.payment)
     }))
 }
 

@@ -125,12 +125,7 @@ pub(super) async fn list(
 ) -> Result<axum::Json<CasesView>, ApiError> {
     let Query(query) = query?;
     let (status, limit) = parse_query(&query)?;
-    let cases = state
-        .ports
-        .store
-        .bill_cases
-        .cases(Some(&tenant), status, limit)
-        .await?;
+    let cases = crate::flows::operator::cases(&state.ports, Some(&tenant), status, limit).await?;
     Ok(axum::Json(CasesView {
         cases: cases.iter().map(CaseView::of).collect(),
     }))

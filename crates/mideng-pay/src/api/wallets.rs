@@ -346,12 +346,7 @@ pub(super) async fn show(
     Path(user_id): Path<String>,
 ) -> Result<axum::Json<WalletView>, ApiError> {
     let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("wallet"))?;
-    let wallet = state
-        .ports
-        .store
-        .wallets
-        .wallet(&tenant, user_id.as_str())
-        .await?;
+    let wallet = crate::flows::wallet::statement(&state.ports, &tenant, &user_id).await?;
     Ok(axum::Json(WalletView {
         user_id: user_id.as_str().to_owned(),
         balance: wallet.balance_fen,

@@ -136,6 +136,20 @@ pub fn left_to_refund(amount_fen: i64, refunded_fen: i64) -> i64 {
     amount_fen.saturating_sub(refunded_fen).max(0)
 }
 
+/// What a payment can still be refunded: nothing unless it is `paid`, else its amount less every
+/// refund that holds an amount (a sum past `i64` leaves nothing).
+pub fn refundable(paid: bool, amount_fen: i64, refunds: &[Refund]) -> i64 {
+    if !paid {
+        return 0;
+    }
+    let held = refunds
+        .iter()
+        .filter(|refund| refund.status.holds_amount())
+        .try_fold(0_i64, |sum, refund| sum.checked_add(refund.amount_fen))
+        .unwrap_or(i64::MAX);
+    left_to_refund(amount_fen, held)
+}
+
 /// A payment is refunded in full when nothing is left to refund and none of its refunds is
 /// still open (PROCESSING, or ABNORMAL and waiting for a person): only then does its order
 /// move to REFUNDED.
@@ -250,6 +264,29 @@ mod tests {
             "an open refund may still close and give money back"
         );
         assert!(!refunded_in_full(1, 0));
+    }
+
+    #[test]
+    fn only_a_paid_payment_is_refundable_and_closed_refunds_give_their_amount_back() {
+        let with = |status, amount_fen| Refund {
+            status,
+            ..processing(amount_fen)
+        };
+        let refunds = [
+            with(RefundStatus::Success, 300),
+            with(RefundStatus::Closed, 500),
+            with(RefundStatus::Abnormal, 100),
+            with(RefundStatus::Processing, 50),
+        ];
+        assert_eq!(refundable(true, 1_000, &refunds), 550);
+        assert_eq!(refundable(false, 1_000, &refunds), 0);
+        assert_eq!(refundable(true, 1_000, &[]), 1_000);
+        // A sum past i64 leaves nothing, not a wrapped amount.
+        let huge = [
+            with(RefundStatus::Success, i64::MAX),
+            with(RefundStatus::Success, 1),
+        ];
+        assert_eq!(refundable(true, 1_000, &huge), 0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The service's use cases, one module each, as a request travels: plain async functions over
 //! small ports ([`Ports`]: storage, channels, locks, clock, settings) that return a domain
-//! outcome. The API parses, calls a flow and renders its outcome; the workers call the same
-//! flows with their own ports, never the API.
+//! outcome. The API and the pages parse, call a flow and render its outcome, and never a
+//! storage port; the workers call the same flows with their own ports, never the API.
 //!
 //! | flow | what it decides |
 //! |---|---|
@@ -9,15 +9,18 @@
 //! | [`payment::create`](mod@payment::create) | open one pending payment per order under the order lock, create its trade at the channel |
 //! | [`payment::close`](mod@payment::close) | close at the channel first, then here; a buyer who paid first wins |
 //! | [`payment::settle`](mod@payment::settle) | the one table "the channel says X → do Y", used by creation, close and reconciliation |
+//! | [`payment::show`](mod@payment::show) | one payment with its refunds and what is left to refund; whether the demo checkout may pay it |
 //! | [`refund`] | one refund per request key, within the paid amount, asked of the channel under its own number |
 //! | [`notify`] | verify a channel notify, then apply it once per notify id |
 //! | [`webhook`] | register a merchant endpoint (checked URL, fresh secret), show deliveries, redeliver by hand |
 //! | [`wallet`] | credit and deduct, each with its stored answer in one transaction; a deduction put back once |
+//! | [`grant`] | the entitlement consumer's effect (one grant per paid order, a revocation per full refund); a parked event replayed or discarded |
+//! | [`operator`] | what a person settles by hand: reconciliation cases, parked events; the overview they decide from |
 //!
 //! The use cases that run beside the API call the same flows and ports from `workers/`:
 //! reconcile ([`crate::workers::reconcile`], which applies the channel's word through
 //! [`payment::settle`](mod@payment::settle)), deliver a webhook ([`crate::workers::webhooks`]),
-//! grant and revoke entitlements ([`crate::workers::consumer`]) and match the daily bills
+//! grant and revoke entitlements ([`crate::workers::consumer`], through [`grant`]) and match the daily bills
 //! ([`crate::workers::bill`]).
 //!
 //! A flow reads what it needs through the ports and never writes SQL: what several tables do
@@ -28,7 +31,9 @@
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
 
 pub mod clock_guard;
+pub mod grant;
 pub mod notify;
+pub mod operator;
 pub mod order;
 pub mod order_lock;
 pub mod payment;

@@ -6,6 +6,7 @@
 
 use mideng::StoreError;
 
+use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::Payment;
 use crate::flows::{Ports, decision, operation};
@@ -23,6 +24,15 @@ pub enum OrderCreated {
     /// The order vanished between the conflict and the read (it cannot be deleted, so only a
     /// corrupt store gets here).
     Vanished,
+}
+
+/// The tenant's order `order_id` and its payments, if it exists.
+pub async fn show(
+    ports: &Ports,
+    tenant: &str,
+    order_id: &OrderId,
+) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
+    ports.store.orders.order(tenant, order_id.as_str()).await
 }
 
 /// Creates `order` unless its id exists in its tenant.

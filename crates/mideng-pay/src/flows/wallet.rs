@@ -10,7 +10,7 @@ use mideng::StoreError;
 
 use crate::domain::ids::{OrderId, Reference, UserId, new_number};
 use crate::domain::money::Amount;
-use crate::domain::wallet::{CreditOutcome, DeductOutcome};
+use crate::domain::wallet::{CreditOutcome, DeductOutcome, WalletStatement};
 use crate::flows::{Ports, decision, operation};
 pub use crate::store::{Answered, Render, ReverseOutcome, WalletRecord};
 
@@ -163,4 +163,14 @@ pub async fn reverse(
         label,
     );
     Ok(outcome)
+}
+
+/// The tenant's wallet of `user_id`: its balance and its ledger (an empty one when the user
+/// has none yet).
+pub async fn statement(
+    ports: &Ports,
+    tenant: &str,
+    user_id: &UserId,
+) -> Result<WalletStatement, StoreError> {
+    ports.store.wallets.wallet(tenant, user_id.as_str()).await
 }

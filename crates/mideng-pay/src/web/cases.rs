@@ -13,6 +13,7 @@ use crate::api::reconciliation::CaseView;
 use crate::api::{ApiError, Code};
 use crate::domain::bill::BillCaseStatus;
 use crate::domain::refund::checked_reason;
+use crate::flows::operator::{self, CaseResolution};
 use crate::state::AppState;
 
 /// Most open cases the console shows.
@@ -28,15 +29,14 @@ pub(super) struct Resolve {
 
 /// The open cases, newest first.
 pub(super) async fn open_cases(state: &AppState) -> Result<Vec<CaseView>, ApiError> {
-    Ok(state
-        .ports
-        .store
-        .bill_cases
-        .cases(None, Some(BillCaseStatus::Open), CONSOLE_CASES_MAX)
-        .await?
-        .iter()
-        .map(CaseView::of)
-        .collect())
+    let cases = operator::cases(
+        &state.ports,
+        None,
+        Some(BillCaseStatus::Open),
+        CONSOLE_CASES_MAX,
+    )
+    .await?;
+    Ok(cases.iter().map(CaseView::of).collect())
 }
 
 /// `POST /console/cases/resolve`.
@@ -88,21 +88,9 @@ async fn resolved(
     operator(state, headers)?;
     let axum::Json(resolve) = body?;
     let reason = reason(&resolve.reason)?;
-    let cases = &state.ports.store.bill_cases;
-    if cases.case(&resolve.case_id).await?.is_none() {
-        return Err(ApiError::not_found("case"));
+    match operator::resolve_case(&state.ports, &resolve.case_id, reason).await? {
+        CaseResolution::Resolved(case) => Ok(CaseView::of(&case)),
+        CaseResolution::NotFound => Err(ApiError::not_found("case")),
+        CaseResolution::NotOpen => Err(ApiError::new(Code::CaseNotOpen, "the case is not open")),
     }
-    let resolution = format!("resolved by an operator: {reason}");
-    if !cases
-        .settle(&resolve.case_id, BillCaseStatus::Resolved, &resolution)
-        .await?
-    {
-        return Err(ApiError::new(Code::CaseNotOpen, "the case is not open"));
-    }
-    tracing::info!(case_id = %resolve.case_id, "reconciliation case resolved by an operator");
-    let case = cases
-        .case(&resolve.case_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("case"))?;
-    Ok(CaseView::of(&case))
 }

@@ -24,7 +24,8 @@ use serde::Deserialize;
 
 use super::{escape_html, harden, html};
 use crate::api::{ApiError, Code};
-use crate::domain::payment::PaymentStatus;
+use crate::domain::ids::PaymentNo;
+use crate::flows::payment::{self, Payable};
 use crate::limits::QR_TEXT_BYTES_MAX;
 use crate::state::AppState;
 use mideng::state::StateMachine;
@@ -152,31 +153,17 @@ async fn pay_in_simulator(
             "payment_no must be 1 to 64 letters, digits, _ or -",
         ));
     }
-    let payment = state
-        .ports
-        .store
-        .payments
-        .payment(&payment_no)
-        .await?
-        .filter(|payment| payment.tenant_id == checkout.tenant_id)
-        .ok_or_else(|| ApiError::not_found("payment"))?;
-    // The publishable key pays only for the orders a publishable key made, as on the API.
-    let publishable_order = state
-        .ports
-        .store
-        .orders
-        .order(&payment.tenant_id, &payment.order_id)
-        .await?
-        .is_some_and(|(order, _)| order.publishable);
-    if !publishable_order {
-        return Err(ApiError::not_found("payment"));
-    }
-    if payment.status != PaymentStatus::Pending {
-        return Err(ApiError::new(
-            Code::PaymentNotPending,
-            format!("the payment is {}", payment.status.as_str()),
-        ));
-    }
+    let payment_no = PaymentNo::parse(&payment_no).map_err(|_| ApiError::not_found("payment"))?;
+    let payment = match payment::payable(&state.ports, &checkout.tenant_id, &payment_no).await? {
+        Payable::Pending(payment) => payment,
+        Payable::NotFound => return Err(ApiError::not_found("payment")),
+        Payable::Settled(status) => {
+            return Err(ApiError::new(
+                Code::PaymentNotPending,
+                format!("the payment is {}", status.as_str()),
+            ));
+        }
+    };
     let url = format!(
         "{}/sim/trades/{}/pay",
         simulator.trim_end_matches('/'),

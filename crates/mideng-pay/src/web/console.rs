@@ -19,9 +19,9 @@ use sha2::{Digest, Sha256};
 use super::html;
 use super::journal::Snapshot;
 use crate::api::{ApiError, Code};
+use crate::flows::operator::{self, Overview};
 use crate::limits::CONSOLE_OVERVIEW_TTL;
 use crate::state::AppState;
-use crate::store::Overview;
 
 /// `GET /console`.
 pub(super) async fn page() -> Response {
@@ -88,7 +88,7 @@ async fn view(state: &AppState, headers: &HeaderMap) -> Result<ConsoleView, ApiE
     let (store_read_at_ms, store) = match fresh {
         Some((read_at_ms, overview)) => (*read_at_ms, overview.clone()),
         None => {
-            let overview = state.ports.store.overviews.overview(now_ms).await?;
+            let overview = operator::overview(&state.ports, now_ms).await?;
             *last = Some((now_ms, overview.clone()));
             (now_ms, overview)
         }

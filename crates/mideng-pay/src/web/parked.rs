@@ -12,10 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::cases::operator;
 use crate::api::{ApiError, Code};
 use crate::domain::rfc3339;
+use crate::flows::operator::{self, FailedEvent, ParkedSettled};
 use crate::state::AppState;
-use crate::store::FailedEvent;
 use crate::workers::ConsumerSettings;
-use crate::workers::consumer::{self, ConsumerPorts, Replayed};
 
 /// Most parked events the console shows.
 pub(super) const CONSOLE_PARKED_MAX: u32 = 50;
@@ -82,60 +81,12 @@ pub(super) struct Act {
 
 /// The parked events, oldest first, then the parked outbox rows, oldest first.
 pub(super) async fn parked(state: &AppState) -> Result<Vec<ParkedView>, ApiError> {
-    let store = &state.ports.store;
-    let mut shown: Vec<ParkedView> = store
-        .event_failures
-        .parked(CONSOLE_PARKED_MAX)
-        .await?
+    let (events, rows) = operator::parked(&state.ports, CONSOLE_PARKED_MAX).await?;
+    Ok(events
         .iter()
         .map(ParkedView::of)
-        .collect();
-    shown.extend(
-        store
-            .events
-            .parked_outbox(CONSOLE_PARKED_MAX)
-            .await?
-            .iter()
-            .map(ParkedView::of_row),
-    );
-    Ok(shown)
-}
-
-/// An operator's act on a parked outbox row: the row as it is now, or not found.
-async fn act_on_outbox(
-    state: &AppState,
-    act: &Act,
-    reason: &str,
-    replaying: bool,
-) -> Result<ParkedView, ApiError> {
-    let events = &state.ports.store.events;
-    let Some(row) = events
-        .parked_outbox(mideng::limits::OUTBOX_BATCH_MAX)
-        .await?
-        .into_iter()
-        .find(|row| row.id == act.message_id)
-    else {
-        return Err(ApiError::not_found("event"));
-    };
-    let done = if replaying {
-        events.replay_outbox(&row.id, reason).await?
-    } else {
-        events.discard_outbox(&row.id, reason).await?
-    };
-    if !done {
-        return Err(ApiError::new(
-            Code::EventNotParked,
-            "the event is not parked",
-        ));
-    }
-    tracing::info!(message_id = %row.id, replaying, "parked outbox row settled by an operator");
-    let action = if replaying { "replayed" } else { "discarded" };
-    Ok(ParkedView {
-        status: action.to_ascii_uppercase(),
-        resolution: Some(format!("{action}: {reason}")),
-        updated_at: rfc3339(state.ports.clock.now_ms()),
-        ..ParkedView::of_row(&row)
-    })
+        .chain(rows.iter().map(ParkedView::of_row))
+        .collect())
 }
 
 /// `POST /console/events/replay`.
@@ -172,47 +123,24 @@ async fn act(
     operator(state, headers)?;
     let axum::Json(act) = body?;
     let reason = super::cases::reason(&act.reason)?;
-    let failures = state.ports.store.event_failures.clone();
-    if failures.failed_event(&act.message_id).await?.is_none() {
-        return act_on_outbox(state, &act, reason, replaying).await;
-    }
-    if replaying {
-        let ports = ConsumerPorts {
-            grants: state.ports.store.grants.clone(),
-            failures: failures.clone(),
-        };
-        match consumer::replay(
-            &ports,
-            &act.message_id,
-            reason,
-            &ConsumerSettings::default(),
-        )
-        .await?
-        {
-            Replayed::Processed => {}
-            Replayed::FailedAgain => {
-                return Err(ApiError::new(
-                    Code::EventNotParked,
-                    "the replay failed again: the event stays parked with the new error",
-                ));
-            }
-            Replayed::NotParked => {
-                return Err(ApiError::new(
-                    Code::EventNotParked,
-                    "the event is not parked",
-                ));
-            }
+    let dedup = ConsumerSettings::default().dedup;
+    let not_parked = || ApiError::new(Code::EventNotParked, "the event is not parked");
+    match operator::settle_parked(&state.ports, &act.message_id, reason, replaying, dedup).await? {
+        ParkedSettled::Event(event) => Ok(ParkedView::of(&event)),
+        ParkedSettled::Outbox(row) => {
+            let action = if replaying { "replayed" } else { "discarded" };
+            Ok(ParkedView {
+                status: action.to_ascii_uppercase(),
+                resolution: Some(format!("{action}: {reason}")),
+                updated_at: rfc3339(state.ports.clock.now_ms()),
+                ..ParkedView::of_row(&row)
+            })
         }
-    } else if !consumer::discard(failures.as_ref(), &act.message_id, reason).await? {
-        return Err(ApiError::new(
+        ParkedSettled::NotFound => Err(ApiError::not_found("event")),
+        ParkedSettled::NotParked => Err(not_parked()),
+        ParkedSettled::FailedAgain => Err(ApiError::new(
             Code::EventNotParked,
-            "the event is not parked",
-        ));
+            "the replay failed again: the event stays parked with the new error",
+        )),
     }
-    tracing::info!(message_id = %act.message_id, replaying, "parked event settled by an operator");
-    let event = failures
-        .failed_event(&act.message_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("event"))?;
-    Ok(ParkedView::of(&event))
 }

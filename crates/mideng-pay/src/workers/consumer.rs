@@ -16,9 +16,8 @@
 //! nobody can read — the event is **parked** with its payload and last error and acknowledged,
 //! so that the broker stops sending it for ever and a person sees it (the console, `mideng
 //! events`, `mideng_events_parked_total`); a copy of it the broker still delivers is
-//! acknowledged without effect, as is one of a discarded event. [`replay`] runs a parked event through the same
-//! effect (its dedup record makes a replay of an event applied meanwhile harmless) and
-//! [`discard`] drops it, each with a recorded reason.
+//! acknowledged without effect, as is one of a discarded event. A person replays a parked event
+//! through the same effect or discards it ([`crate::flows::grant`]).
 //!
 //! Beside it, when [`ConsumerSettings::revoke_on_refund`] is on, the revocation consumer of
 //! `refund.succeeded` ([`run_revocations`]) revokes the grant of a payment refunded in full,
@@ -30,11 +29,9 @@ use std::time::Duration;
 
 use mideng::outbox::{Delivery, Subscriber};
 
-use mideng::StoreError;
-
-use crate::domain::events::{GRANT_KIND, PaymentSucceeded, REVOKE_KIND, RefundSucceeded};
+use crate::domain::events::{GRANT_KIND, REVOKE_KIND};
 use crate::flows::decision;
-use crate::store::RevokeOutcome;
+use crate::flows::grant::{About, Effect, apply};
 use crate::store::{EventFailures, FailureStatus, GrantOutcome, Grants};
 use crate::workers::{ConsumerSettings, pause_or_stop};
 
@@ -62,71 +59,6 @@ pub struct ConsumerPorts {
     pub grants: Arc<dyn Grants>,
     /// Failed and parked events.
     pub failures: Arc<dyn EventFailures>,
-}
-
-/// The effect of one event, or why there is none now.
-enum Effect {
-    /// Applied (or a duplicate): this label for the decision log.
-    Done(GrantOutcome, &'static str, &'static str),
-    /// Another consumer holds the event's dedup claim: ask again, not a failure.
-    Busy,
-    /// Failed: counted, parked after too many.
-    Failed(String),
-}
-
-/// The tenant and the business number an event is about, for the decision log.
-struct About {
-    tenant: String,
-    subject: String,
-}
-
-/// Applies `payload` as `kind` (the grant of `payment.succeeded`, the revocation of
-/// `refund.succeeded`); an unreadable payload is `None`.
-async fn apply(
-    grants: &dyn Grants,
-    kind: &'static str,
-    payload: &[u8],
-    settings: &ConsumerSettings,
-) -> Option<(About, Effect)> {
-    if kind == REVOKE_KIND {
-        let event: RefundSucceeded = serde_json::from_slice(payload).ok()?;
-        let about = About {
-            tenant: event.tenant_id.clone(),
-            subject: event.refund_no.clone(),
-        };
-        let effect = match grants.revoke(&event).await {
-            Ok(RevokeOutcome::Revoked) => {
-                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "revoked")
-            }
-            Ok(RevokeOutcome::NothingToRevoke) => {
-                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "nothing_to_revoke")
-            }
-            Ok(RevokeOutcome::Duplicate) => {
-                Effect::Done(GrantOutcome::NothingToGrant, "dedup", "duplicate")
-            }
-            Ok(RevokeOutcome::Busy) => Effect::Busy,
-            Err(error) => Effect::Failed(error.to_string()),
-        };
-        return Some((about, effect));
-    }
-    let event: PaymentSucceeded = serde_json::from_slice(payload).ok()?;
-    let about = About {
-        tenant: event.tenant_id.clone(),
-        subject: event.payment_no.clone(),
-    };
-    let effect = match grants.grant(&event, settings.dedup).await {
-        Ok(GrantOutcome::Busy) => Effect::Busy,
-        Ok(outcome @ GrantOutcome::Granted) => Effect::Done(outcome, "dedup", "granted"),
-        Ok(outcome @ GrantOutcome::NothingToGrant) => {
-            Effect::Done(outcome, "dedup", "nothing_to_grant")
-        }
-        Ok(outcome @ GrantOutcome::Duplicate) => Effect::Done(outcome, "dedup", "duplicate"),
-        Ok(outcome @ GrantOutcome::ConstraintHeld) => {
-            Effect::Done(outcome, "constraint", "grant_exists")
-        }
-        Err(error) => Effect::Failed(error.to_string()),
-    };
-    Some((about, effect))
 }
 
 /// Handles one delivery of `payment.succeeded` ([`GRANT_KIND`]) or `refund.succeeded`
@@ -165,7 +97,13 @@ pub async fn handle(
             return Handled::Retried;
         }
     }
-    let applied = apply(ports.grants.as_ref(), kind, &message.payload, settings).await;
+    let applied = apply(
+        ports.grants.as_ref(),
+        kind,
+        &message.payload,
+        settings.dedup,
+    )
+    .await;
     let (about, error, unreadable) = match applied {
         None => (
             About {
@@ -239,90 +177,6 @@ pub fn backoff(settings: &ConsumerSettings, attempts: u32) -> Duration {
         .retry_after
         .saturating_mul(1_u32 << doublings)
         .min(settings.retry_cap)
-}
-
-/// What a replay came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replayed {
-    /// Processed now (or found applied already: the dedup record answered).
-    Processed,
-    /// Failed again: still parked, with the new error.
-    FailedAgain,
-    /// No parked event has this id.
-    NotParked,
-}
-
-/// Replays a parked event through the same effect as a delivery, with `reason` recorded.
-pub async fn replay(
-    ports: &ConsumerPorts,
-    message_id: &str,
-    reason: &str,
-    settings: &ConsumerSettings,
-) -> Result<Replayed, StoreError> {
-    let Some(event) = ports.failures.failed_event(message_id).await? else {
-        return Ok(Replayed::NotParked);
-    };
-    if event.status != FailureStatus::Parked {
-        return Ok(Replayed::NotParked);
-    }
-    let kind = if event.consumer == REVOKE_KIND {
-        REVOKE_KIND
-    } else {
-        GRANT_KIND
-    };
-    let resolution = format!("replayed: {reason}");
-    match apply(ports.grants.as_ref(), kind, &event.payload, settings).await {
-        Some((about, Effect::Done(_, layer, label))) => {
-            decision(layer, kind, &about.tenant, &about.subject, label);
-            let settled = ports
-                .failures
-                .settle(
-                    message_id,
-                    FailureStatus::Replayed,
-                    Some(&resolution),
-                    &event.last_error,
-                )
-                .await?;
-            Ok(if settled {
-                Replayed::Processed
-            } else {
-                Replayed::NotParked
-            })
-        }
-        other => {
-            let error = match other {
-                None => "unreadable payload".to_owned(),
-                Some((_, Effect::Busy)) => "busy: another consumer holds it".to_owned(),
-                Some((_, Effect::Failed(error))) => error,
-                Some((_, Effect::Done(..))) => String::new(),
-            };
-            ports
-                .failures
-                .settle(message_id, FailureStatus::Parked, None, &error)
-                .await?;
-            Ok(Replayed::FailedAgain)
-        }
-    }
-}
-
-/// Discards a parked event, with `reason` recorded; false when none is parked under the id.
-pub async fn discard(
-    failures: &dyn EventFailures,
-    message_id: &str,
-    reason: &str,
-) -> Result<bool, StoreError> {
-    let Some(event) = failures.failed_event(message_id).await? else {
-        return Ok(false);
-    };
-    let resolution = format!("discarded: {reason}");
-    failures
-        .settle(
-            message_id,
-            FailureStatus::Discarded,
-            Some(&resolution),
-            &event.last_error,
-        )
-        .await
 }
 
 /// Consumes `payment.succeeded` from `subscriber` until `stop` turns true.

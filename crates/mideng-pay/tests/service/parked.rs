@@ -11,10 +11,11 @@ use mideng::StoreError;
 use mideng::outbox::{Acker, BrokerError, Delivery, Message};
 use mideng_pay::domain::events::Grant;
 use mideng_pay::domain::events::{GRANT_KIND, GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
+use mideng_pay::flows::grant::{self, Replayed};
 use mideng_pay::store::RevokeOutcome;
 use mideng_pay::store::{FailureStatus, GrantOutcome, Grants};
 use mideng_pay::workers::ConsumerSettings;
-use mideng_pay::workers::consumer::{self, ConsumerPorts, Handled, Replayed};
+use mideng_pay::workers::consumer::{self, ConsumerPorts, Handled};
 
 use mideng_pay::api::api_key_hash;
 use mideng_pay::web::journal::Journal;
@@ -261,13 +262,18 @@ pub(crate) async fn a_failing_event_is_parked_and_replayed_once(backend: Backend
         failures: store.event_failures.clone(),
     };
     assert_eq!(
-        consumer::replay(&real, &parked.id, "database back", &settings)
-            .await
-            .expect("replayed"),
+        grant::replay(
+            &service.state.ports,
+            &parked.id,
+            "database back",
+            settings.dedup
+        )
+        .await
+        .expect("replayed"),
         Replayed::Processed
     );
     assert_eq!(
-        consumer::replay(&real, &parked.id, "again", &settings)
+        grant::replay(&service.state.ports, &parked.id, "again", settings.dedup)
             .await
             .expect("answered"),
         Replayed::NotParked
@@ -297,7 +303,7 @@ pub(crate) async fn a_failing_event_is_parked_and_replayed_once(backend: Backend
 
     // The unreadable one fails its replay again, stays parked, and is discarded.
     assert_eq!(
-        consumer::replay(&real, &garbage.id, "try", &settings)
+        grant::replay(&service.state.ports, &garbage.id, "try", settings.dedup)
             .await
             .expect("answered"),
         Replayed::FailedAgain

@@ -1,0 +1,76 @@
+//! Reading one payment attempt: as its tenant sees it (with its refunds and what is left to
+//! refund), and as the demo checkout page may pay it.
+
+use mideng::StoreError;
+
+use crate::domain::ids::PaymentNo;
+use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::refund::{Refund, refundable};
+use crate::flows::Ports;
+
+/// A payment with what its refunds leave of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shown {
+    /// The payment.
+    pub payment: Payment,
+    /// Its refunds, oldest first.
+    pub refunds: Vec<Refund>,
+    /// What can still be refunded, in fen (zero unless PAID).
+    pub refundable_fen: i64,
+}
+
+/// The tenant's payment `payment_no` with its refunds, if it exists.
+pub async fn show(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Option<Shown>, StoreError> {
+    let Some(payment) = super::close::own_payment(ports, tenant, payment_no).await? else {
+        return Ok(None);
+    };
+    let refunds = ports.store.refunds.refunds_of(&payment.payment_no).await?;
+    let refundable_fen = refundable(
+        payment.status == PaymentStatus::Paid,
+        payment.amount.fen(),
+        &refunds,
+    );
+    Ok(Some(Shown {
+        payment,
+        refunds,
+        refundable_fen,
+    }))
+}
+
+/// What the checkout page may do with a payment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payable {
+    /// Pending, of an order a publishable key made: the page may pay it.
+    Pending(Payment),
+    /// No such payment in the tenant, or one whose order a secret key made (the page's
+    /// publishable key pays only what a publishable key ordered, as on the API).
+    NotFound,
+    /// Not pending any more.
+    Settled(PaymentStatus),
+}
+
+/// Whether the tenant's publishable checkout may pay `payment_no`.
+pub async fn payable(
+    ports: &Ports,
+    tenant: &str,
+    payment_no: &PaymentNo,
+) -> Result<Payable, StoreError> {
+    let Some(payment) = super::close::own_payment(ports, tenant, payment_no).await? else {
+        return Ok(Payable::NotFound);
+    };
+    let publishable_order = ports
+        .store
+        .orders
+        .order(tenant, &payment.order_id)
+        .await?
+        .is_some_and(|(order, _)| order.publishable);
+    Ok(match (publishable_order, payment.status) {
+        (false, _) => Payable::NotFound,
+        (true, PaymentStatus::Pending) => Payable::Pending(payment),
+        (true, status) => Payable::Settled(status),
+    })
+}
