@@ -55,7 +55,7 @@ impl Drop for Teardown {
 }
 
 /// Every kind of fault the `ha` stack's schedule has, as the timeline names them.
-const FAULT_KINDS: [&str; 13] = [
+const FAULT_KINDS: [&str; 15] = [
     "service process killed (SIGKILL)",
     "simulator's faults armed",
     "PostgreSQL primary's node killed, Patroni promoted the standby",
@@ -69,6 +69,8 @@ const FAULT_KINDS: [&str; 13] = [
     "PostgreSQL primary's link: 5 % of packets lost each way",
     "database link: 300 ms latency, ±200 ms jitter",
     "database commit answers lost",
+    "Redis master cut off from everything, replica promoted",
+    "Redis master cut off from its peers (clients still reach it): split brain",
 ];
 
 #[test]
@@ -91,9 +93,10 @@ fn processes_on_replicated_servers_survive_every_failover_and_crash() {
         // 22 s (seen: 21.7 s, when 70 s of workload left the last kind out), Patroni's
         // failover 12 s and the old primary's return as the standby 10 s, and each partition
         // of the primary as long as a failover (Patroni promotes the standby once the leader
-        // key expires) and a rejoin of 8 s. The thirteenth kind first struck at 114.7-117.1 s
-        // here, and later on a loaded CI machine (135 s of workload left it out): 170 s.
-        .args(["--duration-secs", "170", "--fault-every-secs", "1"])
+        // key expires) and a rejoin of 8 s, each Redis partition 7 s. The thirteenth kind
+        // first struck at 114.7-117.1 s here, and later on a loaded CI machine (135 s of
+        // workload left it out); two Redis partitions follow it: 200 s.
+        .args(["--duration-secs", "200", "--fault-every-secs", "1"])
         .arg("--dir")
         .arg(&dir)
         .arg("--data-dir")

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 
 pub use self::processes::{CLOCK_SKEW_SECS_MAX, Processes};
 use self::replicated::Replicated;
-pub use self::replicated::{PgNetFault, ServerRestart};
+pub use self::replicated::{PgNetFault, RedisPartition, ServerRestart};
 
 /// What the deployment runs on.
 #[derive(Clone, Debug)]

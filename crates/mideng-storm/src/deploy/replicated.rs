@@ -366,6 +366,24 @@ impl super::Deployment {
         Ok(master.trim().to_owned())
     }
 
+    /// Cuts the Redis master of slot range `index` (0 to 2) off as `partition` says, holds the
+    /// cut until a replica took its slots over, heals it and waits until the old master is a
+    /// synced replica again (`redis isolate-master N` / `redis split-master N`); the new
+    /// master. Nothing is left to repair.
+    pub async fn redis_partition(
+        &mut self,
+        partition: RedisPartition,
+        index: usize,
+    ) -> anyhow::Result<String> {
+        let servers = self.replicated_servers()?;
+        let command = match partition {
+            RedisPartition::Isolated => "isolate-master",
+            RedisPartition::Split => "split-master",
+        };
+        let master = servers.run(&["redis", command, &index.to_string()]).await?;
+        Ok(master.trim().to_owned())
+    }
+
     /// Kills -9 NATS node `index` (0 to 2), waits `hold`, starts it again and waits until
     /// JetStream is current on it (`nats kill-node N`, `nats start-node N`).
     pub async fn nats_outage(&mut self, index: usize, hold: Duration) -> anyhow::Result<()> {
@@ -433,6 +451,17 @@ impl super::Deployment {
         servers.redis_degraded = false;
         Ok(())
     }
+}
+
+/// A partition of a Redis Cluster master, as nftables rules on the nodes' own loopback
+/// addresses (`scripts/replicated`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisPartition {
+    /// Cut off from everything: the other nodes, its replica, the clients.
+    Isolated,
+    /// Cut off from the other nodes and its replica while the clients still reach it: the
+    /// split brain, where what it acknowledges until it notices is lost when it rejoins.
+    Split,
 }
 
 /// A network fault of the PostgreSQL primary's node, as nftables rules inside its network

@@ -15,7 +15,10 @@
 //! replica), so that every failover has a standby or replica to promote, and the same servers
 //! crashed in place and restarted (the primary stopped with `-m immediate` into crash recovery,
 //! every Redis node restarted with its memory lost, the whole NATS cluster stopped and started);
-//! a deployment the storm did not start gets the simulator's faults only.
+//! the `ha` stack leaves PostgreSQL's failovers to Patroni and adds partitions: of the primary's
+//! node (both ways, one way, a lossy link), of the instances' link to HAProxy (latency, COMMIT
+//! answers lost), and of a Redis master (from everything, and from its peers only: the split
+//! brain); a deployment the storm did not start gets the simulator's faults only.
 //!
 //! A Redis fault's window (a master failed over, every node restarted) closes when every
 //! running instance issues a token again (`POST /v1/tokens`, the one request that needs Redis
@@ -35,7 +38,7 @@ use serde_json::json;
 
 use super::clients::Shared;
 use super::report::FaultWindow;
-use crate::deploy::{Deployment, PgNetFault, ServerRestart};
+use crate::deploy::{Deployment, PgNetFault, RedisPartition, ServerRestart};
 use mideng_pay::testing::LinkFault;
 use mideng_pay::testing::proxy::SWALLOWED_FOR;
 
@@ -98,7 +101,7 @@ pub(super) fn millis(duration: Duration) -> u64 {
 }
 
 /// The schedule starts at a seeded one of the first this many kinds (every stack has them; the
-/// `ha` stack has three more, which the cycle reaches in turn).
+/// `ha` stack has seven more, which the cycle reaches in turn).
 pub(super) const FAULT_KINDS: u64 = 8;
 
 /// Kinds the embedded stack has (the first ones): the crash and the simulator's faults.
@@ -143,8 +146,9 @@ const REPLICATED_WINDOW_KINDS: [&str; 8] = [
 
 /// The `ha` stack's kinds: the replicated stack's, with PostgreSQL's failover and crash left to
 /// Patroni, then the primary's node partitioned both ways and one way, its link lossy, and the
-/// instances' link to HAProxy slowed and losing COMMIT's answers.
-const HA_WINDOW_KINDS: [&str; 13] = [
+/// instances' link to HAProxy slowed and losing COMMIT's answers, and a Redis master
+/// partitioned from everything and from its peers only.
+const HA_WINDOW_KINDS: [&str; 15] = [
     "instance killed mid-request",
     "simulator's faults armed",
     PG_PATRONI_FAILOVER,
@@ -158,7 +162,18 @@ const HA_WINDOW_KINDS: [&str; 13] = [
     PG_LOSSY,
     DB_LATENCY,
     DB_COMMIT_LOST,
+    REDIS_ISOLATED,
+    REDIS_SPLIT,
 ];
+
+/// A Redis master cut off from every other node, its replica and the clients, until its
+/// replica took over; then healed, and it rejoins as a replica.
+const REDIS_ISOLATED: &str = "Redis master cut off from everything, replica promoted";
+/// A Redis master cut off from the other nodes and its replica but not from the clients, until
+/// its replica took over: it acknowledges writes until it notices (cluster-node-timeout), and
+/// they are lost when it rejoins as a replica.
+const REDIS_SPLIT: &str =
+    "Redis master cut off from its peers (clients still reach it): split brain";
 
 /// The primary's node cut off from etcd and from the standby, both ways, while HAProxy (the
 /// clients) still reaches it; healed once Patroni has promoted the standby.
@@ -471,6 +486,24 @@ async fn inject_replicated(
                     .context("the NATS node's outage")?;
                 tracing::info!(took = ?started.elapsed(), "replicated: {NATS_OUTAGE}");
                 &[NATS_OUTAGE]
+            }
+            13 | 14 => {
+                let (partition, done) = if kind == 13 {
+                    (RedisPartition::Isolated, REDIS_ISOLATED)
+                } else {
+                    (RedisPartition::Split, REDIS_SPLIT)
+                };
+                let master = deployment
+                    .redis_partition(partition, rng.usize(..3))
+                    .await
+                    .context(done)?;
+                tracing::info!(took = ?started.elapsed(), master, "replicated: {done}");
+                tokens_issued_again(deployment, shared, done).await;
+                if partition == RedisPartition::Isolated {
+                    &[REDIS_ISOLATED]
+                } else {
+                    &[REDIS_SPLIT]
+                }
             }
             11 => database_link_fault(deployment, DB_LATENCY, hold).await,
             12 => database_link_fault(deployment, DB_COMMIT_LOST, hold).await,
