@@ -212,6 +212,11 @@ pub struct DeployOptions {
     /// Run the simulator and the instances as processes of the `mideng` executable; `None`:
     /// in this process, each instance on a runtime of its own.
     pub processes: Option<Processes>,
+    /// On the servers stack (and the database link of the `ha` stack): the instances reach
+    /// the database, Redis and RabbitMQ through in-process TCP proxies that the storm's faults
+    /// cut and trouble. Off, they connect directly, as in production: the bench measures the
+    /// service, not the proxies (which cost a socket hop each way and the CPU that pumps it).
+    pub fault_links: bool,
 }
 
 struct Instance {
@@ -318,9 +323,35 @@ impl Deployment {
                         "the run's database (scripts/services up; the PostgreSQL role needs \
                          CREATEDB, the MySQL user privileges on storm_%)",
                     )?,
-                Some(Proxy::start(redis).await?),
-                Some(Proxy::start(rabbitmq).await?),
+                if options.fault_links {
+                    Some(Proxy::start(redis).await?)
+                } else {
+                    None
+                },
+                if options.fault_links {
+                    Some(Proxy::start(rabbitmq).await?)
+                } else {
+                    None
+                },
             ),
+        };
+        // Where the instances find Redis and RabbitMQ: through the proxies, or directly.
+        let (redis_address, broker_address) = match &options.stack {
+            Stack::Servers {
+                redis: direct_redis,
+                rabbitmq: direct_broker,
+                ..
+            } => (
+                Some(redis.as_ref().map_or_else(
+                    || direct_redis.clone(),
+                    |proxy| format!("127.0.0.1:{}", proxy.port()),
+                )),
+                Some(broker.as_ref().map_or_else(
+                    || direct_broker.clone(),
+                    |proxy| format!("127.0.0.1:{}", proxy.port()),
+                )),
+            ),
+            _ => (None, None),
         };
         let tenants: Vec<TenantAccess> = (0..options.tenants.max(1))
             .map(|index| {
@@ -341,11 +372,12 @@ impl Deployment {
         // link the storm troubles (on the `ha` stack, in front of HAProxy); the audit and the
         // operator's checks read it directly.
         let mut instances_database_url = database_url.clone();
-        let troubled_link = match &options.stack {
-            Stack::Servers { .. } => true,
-            Stack::Replicated { patroni, .. } => patroni.is_some(),
-            Stack::Embedded { .. } => false,
-        };
+        let troubled_link = options.fault_links
+            && match &options.stack {
+                Stack::Servers { .. } => true,
+                Stack::Replicated { patroni, .. } => patroni.is_some(),
+                Stack::Embedded { .. } => false,
+            };
         if troubled_link && let Some(address) = server_address(&database_url) {
             let proxy = Proxy::start(&address).await?;
             instances_database_url =
@@ -353,9 +385,9 @@ impl Deployment {
             database = Some(proxy);
         }
         let blueprint = Blueprint {
-            redis_url: redis
+            redis_url: redis_address
                 .as_ref()
-                .map(|proxy| format!("redis://127.0.0.1:{}/", proxy.port())),
+                .map(|address| format!("redis://{address}/")),
             redis_cluster,
             redis_prefix: Some(options.run_id.clone()),
             tenants: tenants.clone(),
@@ -363,7 +395,7 @@ impl Deployment {
             reconcile: options.reconcile.clone(),
             events: events(
                 &options,
-                broker.as_ref(),
+                broker_address.as_deref(),
                 replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
             ),
             ..Blueprint::new(Arc::new(identity), &sim_base, &instances_database_url)
@@ -444,10 +476,11 @@ impl Deployment {
         let (crash, crashed) = tokio::sync::oneshot::channel::<()>();
         let mut stopped = self.stop.subscribe();
         std::thread::Builder::new()
-            .name(format!("mideng-instance-{port}"))
+            .name(format!("{}-{port}", crate::bench::cpu::SERVICE_THREAD))
             .spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
+                    .thread_name(crate::bench::cpu::SERVICE_THREAD)
                     .enable_all()
                     .build()
                 {
@@ -752,11 +785,11 @@ pub async fn drop_run_database(server_url: &str, url: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// The event side of every instance: RabbitMQ through its proxy on the servers stack, NATS
+/// The event side of every instance: RabbitMQ (through its proxy, or directly) on the servers stack, NATS
 /// JetStream on the replicated one (every server's URL, a stream of three replicas), the
 /// in-database queue on the embedded one; a fast relay and the entitlement consumer when the
 /// run wants events.
-fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -> EventSettings {
+fn events(options: &DeployOptions, broker: Option<&str>, nats: Option<&str>) -> EventSettings {
     let fast = RelayWorkerSettings {
         relay: RelaySettings {
             batch: 50,
@@ -781,8 +814,8 @@ fn events(options: &DeployOptions, broker: Option<&Proxy>, nats: Option<&str>) -
         ..ConsumerSettings::default()
     };
     let broker = match (&options.stack, broker, nats) {
-        (Stack::Servers { .. }, Some(proxy), _) => Broker::RabbitMq(RabbitSettings {
-            url: format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port()).into(),
+        (Stack::Servers { .. }, Some(address), _) => Broker::RabbitMq(RabbitSettings {
+            url: format!("amqp://guest:guest@{address}/%2f").into(),
             queue_prefix: options.run_id.clone(),
             confirm_timeout: Duration::from_secs(2),
             ..RabbitSettings::default()

@@ -35,6 +35,14 @@ fn assert_every_scenario_ran(run: &BenchRun, table: &str) {
             figures.errors, 0,
             "{operation:?} {machinery:?} {path:?}\n{table}"
         );
+        // Every request went through the service's threads, and the kernel counted it there.
+        let cpu = figures.cpu.unwrap_or_else(|| {
+            panic!("no CPU figures: {operation:?} {machinery:?} {path:?}\n{table}")
+        });
+        assert!(
+            cpu.service_us > 0.0 && cpu.client_us > 0.0,
+            "{operation:?} {machinery:?} {path:?}: {cpu:?}\n{table}"
+        );
         match (machinery, path) {
             // Every replay was answered from the record and said so.
             (Machinery::On, PathKind::Replay) => {
@@ -120,11 +128,14 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench");
     let json = dir.join("report.json");
     std::fs::create_dir_all(&dir).expect("dir");
+    let flamegraphs = dir.join("flamegraphs");
+    let _ = std::fs::remove_dir_all(&flamegraphs);
     let args = BenchArgs {
         concurrency: vec![2],
         duration_secs: 1,
         dir: dir.clone(),
         json: Some(json.clone()),
+        profile: Some(flamegraphs.clone()),
         ..BenchArgs::default()
     };
     let report = mideng_storm::bench::run(args, support::identity(), false)
@@ -168,6 +179,20 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
         "{table}"
     );
     assert!(table.contains("goals at 2 concurrent clients"), "{table}");
+    assert!(table.contains("CPU µs per request"), "{table}");
+
+    // --profile: a flamegraph of each scenario, with the service's tower in it.
+    let svgs: Vec<String> = std::fs::read_dir(&flamegraphs)
+        .expect("the flamegraphs' directory")
+        .filter_map(Result::ok)
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .collect();
+    assert_eq!(svgs.len(), run.scenarios.len(), "{table}");
+    assert!(
+        svgs.iter()
+            .all(|svg| svg.contains("<svg") && svg.contains("<title>service (")),
+        "every flamegraph shows the service's tower"
+    );
 
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
@@ -227,6 +252,16 @@ async fn postgres_bench_has_pgbench_figures_beside_the_same_drivers() {
     let run = only_run(&report, 2);
 
     assert_every_scenario_ran(run, &table);
+    // PostgreSQL's own processes worked for the deducts, and the kernel counted it.
+    let deduct = run
+        .scenario(
+            Operation::DeductDistinctWallets,
+            Machinery::On,
+            PathKind::FirstTime,
+        )
+        .and_then(|scenario| scenario.figures.cpu)
+        .expect("CPU figures");
+    assert!(deduct.database_us > 0.0, "{deduct:?}\n{table}");
     for kind in [
         LimitKind::OneRowInsert,
         LimitKind::HotRowUpdate,

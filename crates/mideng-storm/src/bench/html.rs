@@ -82,6 +82,22 @@ fn figures_cells(figures: &super::report::Figures) -> Vec<(String, bool)> {
         (format!("{:.1}", figures.per_second), true),
         (format!("{:.2}", figures.p50_ms), true),
         (format!("{:.2}", figures.p99_ms), true),
+        (
+            figures.cpu.map_or_else(
+                || "-".to_owned(),
+                |cpu| {
+                    format!(
+                        "{:.0}: {:.0} / {:.0} / {:.0} / {:.0}",
+                        cpu.total_us(),
+                        cpu.service_us,
+                        cpu.client_us,
+                        cpu.database_us,
+                        cpu.redis_us
+                    )
+                },
+            ),
+            true,
+        ),
     ]
 }
 
@@ -181,6 +197,7 @@ fn throughput(run: &BenchRun) -> String {
         ("per s", true),
         ("p50 ms", true),
         ("p99 ms", true),
+        ("CPU µs/req: service / client / database / redis", true),
     ];
     let mut content = format!(
         "<p class=\"note\">Answers per second of wall time, the clients and the service on the \
@@ -369,6 +386,7 @@ mod tests {
             per_second,
             p50_ms: 1.0,
             p99_ms: 2.0,
+            cpu: None,
         }
     }
 

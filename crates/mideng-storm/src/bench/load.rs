@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cpu::{CpuPerRequest, CpuSample};
 use super::report::Figures;
 
 /// How one request went, judged by the scenario.
@@ -31,6 +32,8 @@ pub(super) struct Tally {
     pub(super) first_failure: Option<String>,
     latencies: Vec<Duration>,
     pub(super) elapsed: Duration,
+    /// CPU time per request answered, once the run is over.
+    pub(super) cpu: Option<CpuPerRequest>,
 }
 
 impl Tally {
@@ -93,6 +96,7 @@ impl Tally {
             },
             p50_ms,
             p99_ms,
+            cpu: self.cpu,
         }
     }
 }
@@ -125,6 +129,7 @@ where
     F: Future<Output = Option<Outcome>> + Send + 'static,
 {
     let step = Arc::new(step);
+    let cpu_before = CpuSample::now();
     let started = Instant::now();
     let deadline = started + duration;
     let clients: Vec<_> = (0..concurrency.max(1))
@@ -153,6 +158,7 @@ where
         }
     }
     total.elapsed = started.elapsed();
+    total.cpu = cpu_before.per_request(&CpuSample::now(), total.requests());
     total
 }
 

@@ -62,8 +62,8 @@
 //!   and the transaction's round trips cost. When pgbench is missing or fails, its figures are
 //!   left out with a note, and the goals use the same driver's instead (their detail says so).
 //! - **Redis** round trips on the servers stack (alternating `SET NX PX` and `GET`) through the
-//!   same multiplexed client as the service, to Redis directly (the service itself goes through
-//!   the deployment's in-process proxy).
+//!   same multiplexed client as the service, to Redis directly, as the service connects
+//!   (the bench's deployments skip the storm's fault proxies).
 //!
 //! Choices worth knowing:
 //! - **No one-time tokens.** Payment creation runs with `token_required = false` and sends no
@@ -106,6 +106,11 @@
 //!   its commit rate does not grow with concurrency.
 //! - **Driver and pool** (same driver / pgbench, per limit): what our side of the connection
 //!   costs on the same statement.
+//! - **CPU µs per request** ([`cpu`]): the kernel's count of the time the service's threads,
+//!   the bench's clients, the database's processes and Redis spent, divided by the requests
+//!   answered, and the throughput the cores would allow at that cost. Where the sum is near
+//!   the measured rate, the scenario is CPU-bound and only less work per request helps;
+//!   `--profile DIR` writes a flamegraph per scenario that says which work.
 //! - **Goals** (issue 15's table), each on its own line with its target and whether this run
 //!   met it, and in the detail what was divided by what: the first-time deduct (distinct
 //!   wallets, machinery on) over the same deduct by SQL alone (≥ 0.8), over one-row-insert
@@ -118,10 +123,12 @@
 /// this kind of machine (about 5 000 first-time requests a second for 5 s per scenario).
 const REPLAY_CACHE_ENTRIES: usize = 200_000;
 
+pub mod cpu;
 mod html;
 mod limits;
 mod load;
 mod pgbench;
+mod profile;
 mod report;
 mod rounds;
 mod scenarios;
@@ -207,6 +214,11 @@ pub struct BenchArgs {
     /// bar and the report.
     #[arg(long)]
     pub log_file: Option<PathBuf>,
+    /// Also sample the process while each scenario runs and write its flamegraph (SVG) here,
+    /// one file per scenario and concurrency; the service's threads are the "service" tower.
+    /// Sampling costs a few per cent of the throughput: compare figures of runs without it.
+    #[arg(long, value_name = "DIR")]
+    pub profile: Option<PathBuf>,
 }
 
 impl Default for BenchArgs {
@@ -221,6 +233,7 @@ impl Default for BenchArgs {
             json: None,
             html: None,
             log_file: None,
+            profile: None,
         }
     }
 }
@@ -402,6 +415,9 @@ fn options(
         events: false,
         run_id,
         processes: None,
+        // The instances connect to the servers directly: the storm's fault proxies would be
+        // measured with them (a profile showed their pumps on the same two cores).
+        fault_links: false,
     }
 }
 
@@ -456,6 +472,17 @@ async fn run_at(
         swept?;
     }
     bench.run.compute();
+    if let Some(mut profiler) = bench.profiler.take() {
+        profiler.finish()?;
+        if let Some(first) = profiler.written.first() {
+            let dir = first.parent().unwrap_or(first);
+            bench.run.notes.push(format!(
+                "{} flamegraphs of the scenarios in {}",
+                profiler.written.len(),
+                dir.display()
+            ));
+        }
+    }
     Ok(bench.run)
 }
 
@@ -467,6 +494,8 @@ struct Bench {
     run: report::BenchRun,
     /// The progress bar: one position per timed step done.
     bar: indicatif::ProgressBar,
+    /// `--profile`: the scenarios' flamegraphs.
+    profiler: Option<profile::Profiler>,
 }
 
 impl Bench {
@@ -486,6 +515,11 @@ impl Bench {
                 .build()?,
             run: BenchRun::new(concurrency),
             bar,
+            profiler: args
+                .profile
+                .as_deref()
+                .map(profile::Profiler::new)
+                .transpose()?,
         })
     }
 
@@ -511,13 +545,21 @@ impl Bench {
         ))
     }
 
-    fn announce(&self, operation: Operation, machinery: Machinery, path: PathKind) {
-        self.step(&format!(
+    fn announce(&mut self, operation: Operation, machinery: Machinery, path: PathKind) {
+        let scenario = format!(
             "{} · machinery {} · {}",
             operation.label(),
             machinery.label(),
             path.label()
-        ));
+        );
+        self.step(&scenario);
+        if let Some(profiler) = &mut self.profiler {
+            let stem = profile::file_stem(self.run.concurrency, &scenario);
+            if let Err(error) = profiler.start(stem) {
+                let note = format!("no flamegraph for {scenario}: {error:#}");
+                self.run.notes.push(note);
+            }
+        }
         tracing::info!(
             scenario = operation.label(),
             machinery = ?machinery,
@@ -527,6 +569,16 @@ impl Bench {
     }
 
     fn push(&mut self, operation: Operation, machinery: Machinery, path: PathKind, tally: Tally) {
+        if let Some(profiler) = &mut self.profiler {
+            match profiler.finish() {
+                Ok(Some(written)) => tracing::info!(path = %written.display(), "bench: flamegraph"),
+                Ok(None) => {}
+                Err(error) => self
+                    .run
+                    .notes
+                    .push(format!("a flamegraph was lost: {error:#}")),
+            }
+        }
         self.run
             .scenarios
             .push(scenario_result(operation, machinery, path, tally));

@@ -9,6 +9,7 @@
 //! failing pgbench is an `Err` with the reason, which the bench reports as a note, never a
 //! failed bench.
 
+use super::cpu::CpuSample;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use std::time::Duration;
 use super::load::percentiles_ms;
 use super::report::Figures;
 
+/// How long after pgbench ended its backends' time is read: the postmaster reaps them a
+/// moment after they exit, and only then is their time its children's.
+const REAP_WAIT: Duration = Duration::from_millis(300);
 /// pgbench's worker threads: the machine's cores are shared with the rest of the run, and two
 /// are enough to keep up with a database on the same machine.
 const THREADS_MAX: usize = 2;
@@ -74,6 +78,7 @@ pub(super) async fn run(
     if let Some(password) = password {
         command.env("PGPASSWORD", password);
     }
+    let cpu_before = CpuSample::now();
     let output = tokio::time::timeout(duration + GRACE, command.output())
         .await
         .map_err(|_| {
@@ -93,6 +98,10 @@ pub(super) async fn run(
         return Err(format!("pgbench {}: {stderr}", output.status));
     }
     let summary = Summary::parse(&stdout)?;
+    // pgbench is waited for (its time is this process's children's); its connections' backends
+    // end with it, and the postmaster reaps them a moment later.
+    tokio::time::sleep(REAP_WAIT).await;
+    let cpu = cpu_before.per_request(&CpuSample::now(), summary.processed + summary.failed);
     let latencies = read_latencies(workdir, &format!("{name}-log"));
     let (p50_ms, p99_ms) = percentiles_ms(latencies);
     Ok(Figures {
@@ -106,6 +115,7 @@ pub(super) async fn run(
         per_second: summary.tps,
         p50_ms,
         p99_ms,
+        cpu,
     })
 }
 

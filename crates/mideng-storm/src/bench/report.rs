@@ -22,6 +22,10 @@ pub struct Figures {
     pub p50_ms: f64,
     /// 99th percentile latency, milliseconds.
     pub p99_ms: f64,
+    /// CPU time per request of the service, the bench's clients (for pgbench's figures,
+    /// pgbench), the database and Redis ([`super::cpu`]); none where the kernel's accounting
+    /// is unreadable.
+    pub cpu: Option<super::cpu::CpuPerRequest>,
 }
 
 /// An operation of the service.

@@ -252,6 +252,7 @@ pub async fn run(
                 events: true,
                 run_id: run_id.clone(),
                 processes,
+                fault_links: true,
             },
         )
         .await?;

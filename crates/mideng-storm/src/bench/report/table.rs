@@ -1,5 +1,6 @@
 //! The report as a plain-text table: a section per concurrency, then the notes.
 
+use crate::bench::cpu::CpuPerRequest;
 use std::fmt::Write as _;
 
 use super::*;
@@ -80,6 +81,7 @@ impl BenchRun {
         }
         self.write_limits(out);
         self.write_strategies(out);
+        self.write_cpu(out);
         let _ = writeln!(out);
         let _ = writeln!(out, "ratios");
         for ratio in &self.ratios {
@@ -145,6 +147,64 @@ impl BenchRun {
                 figures.per_second,
                 figures.p50_ms,
                 figures.p99_ms
+            );
+        }
+    }
+
+    /// CPU time per request, per scenario and limit that has it: where the machine's time
+    /// goes, and the throughput the cores would allow if they did nothing else.
+    fn write_cpu(&self, out: &mut String) {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let rows: Vec<(String, CpuPerRequest)> = self
+            .scenarios
+            .iter()
+            .filter_map(|scenario| {
+                let name = format!(
+                    "{} {} {}",
+                    scenario.operation.label(),
+                    scenario.machinery.label(),
+                    scenario.path.label()
+                );
+                scenario.figures.cpu.map(|cpu| (name, cpu))
+            })
+            .chain(
+                self.limits
+                    .iter()
+                    .filter_map(|limit| limit.figures.cpu.map(|cpu| (limit.name.clone(), cpu))),
+            )
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let width = rows
+            .iter()
+            .map(|(name, _)| name.len())
+            .max()
+            .unwrap_or(0)
+            .max("CPU µs per request".len());
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<width$} {:>8} {:>8} {:>9} {:>8} {:>8} {:>13}",
+            "CPU µs per request",
+            "service",
+            "client",
+            "database",
+            "redis",
+            "total",
+            format!("ceiling/s ({cores} cores)")
+        );
+        for (name, cpu) in rows {
+            let _ = writeln!(
+                out,
+                "{:<width$} {:>8.1} {:>8.1} {:>9.1} {:>8.1} {:>8.1} {:>13.0}",
+                name,
+                cpu.service_us,
+                cpu.client_us,
+                cpu.database_us,
+                cpu.redis_us,
+                cpu.total_us(),
+                cpu.ceiling_per_second(cores).unwrap_or(0.0)
             );
         }
     }

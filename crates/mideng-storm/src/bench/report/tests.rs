@@ -8,6 +8,7 @@ fn figures(per_second: f64) -> Figures {
         per_second,
         p50_ms: 1.0,
         p99_ms: 2.0,
+        cpu: None,
     }
 }
 
