@@ -239,6 +239,75 @@ async fn write_once_runs_the_effect_once_with_its_answer<D: Dialect>(store: SqlS
 
 /// Relay rounds until a row is parked: the parked rows, and how many the rounds parked.
 #[cfg(feature = "nats")]
+/// A record written once, completed, after the caller's act: the first write stores the
+/// answer that every later `begin` replays; a second write of the key writes nothing and says
+/// so, and a rolled-back one leaves no record.
+async fn a_record_written_completed_replays_its_answer<D: Dialect>(store: SqlStore<D>) {
+    use mideng::store::sql::FirstClaim;
+    let scope = Scope::new(&unique("tenant"), "wallet.deduct").expect("scope");
+    let key = IdempotencyKey::parse(&unique("key")).expect("key");
+    let fingerprint = Fingerprint::of_parts(&[b"deduct 100"]);
+    let first = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+
+    // Rolled back: nothing is left.
+    let mut transaction = store.begin_write().await.expect("begin");
+    assert!(
+        store
+            .insert_completed_in(&mut transaction, &first, &answer())
+            .await
+            .expect("written")
+    );
+    transaction.rollback().await.expect("rollback");
+    assert!(matches!(
+        store
+            .begin(&scope, &key, &fingerprint, &policy())
+            .await
+            .expect("begin"),
+        Decision::Proceed(_)
+    ));
+    // That begin left a record in progress: a new key for the committed case.
+    let key = IdempotencyKey::parse(&unique("key")).expect("key");
+    let first = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+    let mut transaction = store.begin_write().await.expect("begin");
+    assert!(
+        store
+            .insert_completed_in(&mut transaction, &first, &answer())
+            .await
+            .expect("written")
+    );
+    transaction.commit().await.expect("commit");
+    // A second writer of the key (a duplicate that acted meanwhile) writes nothing.
+    let again = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+    let mut transaction = store.begin_write().await.expect("begin");
+    assert!(
+        !store
+            .insert_completed_in(&mut transaction, &again, &answer())
+            .await
+            .expect("answered")
+    );
+    transaction.rollback().await.expect("rollback");
+    match store
+        .begin(&scope, &key, &fingerprint, &policy())
+        .await
+        .expect("begin")
+    {
+        Decision::Replay(stored) => assert_eq!(stored, answer()),
+        other => panic!("the completed record replays its answer, not {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .begin(
+                &scope,
+                &key,
+                &Fingerprint::of_parts(&[b"deduct 200"]),
+                &policy()
+            )
+            .await
+            .expect("begin"),
+        Decision::Mismatch
+    ));
+}
+
 async fn until_parked<D: Dialect>(
     relay: &mideng::outbox::sql::Relay<D>,
     store: &SqlStore<D>,
@@ -417,6 +486,10 @@ macro_rules! dialect_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_concurrent_begin_waits_for_the_open_transaction() {
                 super::a_concurrent_begin_waits_for_the_open_transaction($make().await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_record_written_completed_replays_its_answer() {
+                super::a_record_written_completed_replays_its_answer($make().await).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn write_once_runs_the_effect_once_with_its_answer() {

@@ -69,6 +69,7 @@ backend_suite!(
     crate::webhooks::a_stalled_endpoint_delays_only_its_own_deliveries => a_stalled_endpoint_delays_only_its_own_deliveries,
     crate::webhooks::a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held => a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held,
     crate::wallets::one_key_debits_once => one_key_debits_once,
+    crate::wallets::one_key_sent_with_different_deducts_at_once_debits_once => one_key_sent_with_different_deducts_at_once_debits_once,
     crate::wallets::identical_concurrent_credits_credit_once_and_answer_alike => identical_concurrent_credits_credit_once_and_answer_alike,
     crate::wallets::one_reference_credits_once_whatever_the_key => one_reference_credits_once_whatever_the_key,
     crate::wallets::distinct_keys_never_overdraw => distinct_keys_never_overdraw,

@@ -111,6 +111,46 @@ pub(crate) async fn one_key_debits_once(backend: Backend) {
     );
 }
 
+/// One key sent at once with forty different deducts (each another order): one of them debits
+/// and the others are refused as the key's reuse, whichever wrote the key's record first; the
+/// wallet holds exactly one debit. On PostgreSQL each deduct debits before it writes the
+/// record, so the losers' debits are rolled back when they meet the winner's record.
+pub(crate) async fn one_key_sent_with_different_deducts_at_once_debits_once(backend: Backend) {
+    let service = Arc::new(Service::start(backend).await);
+    let user = unique("u");
+    credit(&service, &user, 10_000).await;
+    let key = unique("deduct");
+    let answers = race(40, |index| {
+        let (service, user, key) = (service.clone(), user.clone(), key.clone());
+        async move {
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/deduct"),
+                    json!({"order_id": format!("o-{index}"), "amount": 100}),
+                    &[("Idempotency-Key", &key)],
+                )
+                .await
+        }
+    })
+    .await;
+    let executed: Vec<_> = answers
+        .iter()
+        .filter(|answer| answer.status == 200 && answer.header("idempotent-replayed").is_none())
+        .collect();
+    assert_eq!(executed.len(), 1, "one deduct ran under the key");
+    for answer in &answers {
+        assert!(
+            answer.status == 200
+                || (answer.status == 422 && answer.code() == "idempotency-key-reused")
+                || (answer.status == 409 && answer.code() == "in-progress"),
+            "{} {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    assert_eq!(service.balance_and_debits(&user).await, (9_900, 1));
+}
+
 pub(crate) async fn identical_concurrent_credits_credit_once_and_answer_alike(backend: Backend) {
     let service = Arc::new(Service::start(backend).await);
     let user = unique("u");

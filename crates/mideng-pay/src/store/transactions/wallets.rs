@@ -154,8 +154,11 @@ impl<D: Dialect> Wallets for SqlPay<D> {
             WalletRecord::Claim(claim),
         ) = (D::KIND, strategy, record)
         {
-            // One round trip for the claim and the money; a key taken before (nothing written)
-            // goes the usual way below.
+            // One round trip for the money, acting only if no record holds the key, and one
+            // more for the record, written once with its answer. A key taken before (nothing
+            // written) goes the usual way below; so does a duplicate that wrote the record
+            // while this one worked: this transaction's debit is rolled back (the conflict
+            // makes `write` try again, and the second try finds the record).
             let fast = self
                 .store
                 .write(|transaction| {
@@ -180,9 +183,15 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                             return Ok(None);
                         };
                         let response = render(&outcome);
-                        self.store
-                            .complete_in(transaction, first.lease(), &response)
-                            .await?;
+                        if !self
+                            .store
+                            .insert_completed_in(transaction, &first, &response)
+                            .await?
+                        {
+                            return Err(StoreError::Conflict(
+                                "a duplicate wrote the key's record meanwhile".to_owned(),
+                            ));
+                        }
                         Ok(Some(Once::Ran(outcome, response)))
                     })
                 })

@@ -50,6 +50,14 @@ const INSERT: PerDialect<&str> = crate::dialect_sql!(
         _: " ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING"
     }
 );
+const INSERT_COMPLETED: PerDialect<&str> = crate::dialect_sql!(
+    "INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at, response_status, response_headers, response_body) \
+     VALUES (" ? ", " ? ", " ? ", " ? ", 'completed', 1, " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")"
+    {
+        mysql: " ON DUPLICATE KEY UPDATE fence = fence",
+        _: " ON CONFLICT (tenant, operation, idempotency_key) DO NOTHING"
+    }
+);
 const SELECT_LOCKED: PerDialect<&str> = crate::dialect_sql!(
     "SELECT " record_columns!() " FROM mideng_records WHERE tenant = " ? " AND operation = " ?
     " AND idempotency_key = " ? for_update
@@ -167,7 +175,90 @@ impl FirstClaim {
     }
 }
 
+/// A `WITH` item named `claim`, for PostgreSQL statements that act only for a key no record
+/// holds yet, and write the key's record afterwards, completed with its answer, by
+/// [`SqlStore::insert_completed_in`] in the same transaction: the record is written once,
+/// where [`postgres_claim_cte!`](crate::postgres_claim_cte) inserts it in progress and
+/// `complete_in` writes it a second time. It returns one row when no record of the key is
+/// visible to the statement. Its parameters are [`FirstClaim::args`] in order (it reads `$1` …
+/// `$3`; the others are typed by the driver and may go unused); the caller's items number theirs
+/// from `$9` and act only `WHERE EXISTS (SELECT 1 FROM claim)`.
+///
+/// A duplicate running at the same moment does not see the other's record either: both act,
+/// and the second's `insert_completed_in` meets the first's record and answers false. The
+/// caller then rolls its transaction back, which undoes its act, and goes the way of
+/// `begin_in`, which judges the record the first one wrote. So the act must be one that a
+/// rollback undoes whole (no call outside the database), and should meet the same constraint
+/// a duplicate's act would (a business key), so that duplicates wait for each other instead of
+/// both doing work that one of them throws away.
+#[macro_export]
+macro_rules! postgres_unrecorded_cte {
+    () => {
+        "claim AS (SELECT 1 AS fence WHERE NOT EXISTS (SELECT 1 FROM mideng_records \
+         WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3))"
+    };
+}
+
 impl<D: Dialect> SqlStore<D> {
+    /// Writes the record of `first`'s key completed with `response`, in the caller's
+    /// transaction, unless a record of the key exists (committed, or written by a transaction
+    /// this one then waited for): whether it wrote it. After `false` the caller must roll back
+    /// what it did in the transaction and take the way of `begin_in`
+    /// ([`postgres_unrecorded_cte!`](crate::postgres_unrecorded_cte)).
+    pub async fn insert_completed_in(
+        &self,
+        connection: &mut <D::Db as Database>::Connection,
+        first: &FirstClaim,
+        response: &StoredResponse,
+    ) -> Result<bool, StoreError> {
+        let _timer = timer::<D>(op::RECORD_COMPLETE);
+        response.validate()?;
+        let headers = response.headers_json();
+        let [
+            tenant,
+            operation,
+            key,
+            fingerprint,
+            owner,
+            lease_until,
+            now,
+            expires,
+        ] = first.args();
+        let changed = connection
+            .run(
+                INSERT_COMPLETED.get::<D>(),
+                &[
+                    tenant,
+                    operation,
+                    key,
+                    fingerprint,
+                    owner,
+                    lease_until,
+                    now,
+                    expires,
+                    Arg::OptInt(Some(i64::from(response.status))),
+                    Arg::OptText(Some(&headers)),
+                    Arg::OptBytes(Some(&response.body)),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?;
+        if D::KIND != SqlDialect::MySql {
+            // PostgreSQL and SQLite count only the rows an `ON CONFLICT DO NOTHING` inserted.
+            return Ok(changed == 1);
+        }
+        // MySQL's count does not tell an insert from a duplicate its ON DUPLICATE KEY clause
+        // left alone (the driver asks for rows found): the row's owner nonce does.
+        let [tenant, operation, key] = record_key_args(&first.lease.scope, &first.lease.key);
+        let row = connection
+            .row(SELECT_LOCKED.get::<D>(), &[tenant, operation, key])
+            .await
+            .map_err(store_error::<D>)?
+            .ok_or_else(|| StoreError::Conflict("record vanished during its write".to_owned()))?;
+        let written = decode_record(&row, &first.lease.scope, &first.lease.key)?;
+        Ok(written.owner == first.lease.owner)
+    }
+
     /// [`RecordStore::begin`] inside the caller's transaction, so that the record commits or
     /// rolls back with the business write. On PostgreSQL and MySQL the record's row stays
     /// locked until the caller's transaction ends: a concurrent `begin` on the same key waits

@@ -328,14 +328,17 @@ async fn debited_before<D: Dialect>(
     }
 }
 
-/// The whole first-time `conditional-update` deduct on PostgreSQL as one statement: the
-/// record claimed (the toolkit's `claim` item, `$1` … `$8`), the balance debited if it covers
-/// the amount, the ledger entry inserted unless the order was debited before. It answers
-/// whether the claim inserted the record, the balance after the debit (if any) and the
-/// entry's balance (if inserted). `$9` user, `$10` order, `$11` amount, `$12` entry number.
+/// The whole first-time `conditional-update` deduct on PostgreSQL as one statement: only if
+/// no record holds the key (the toolkit's `claim` item, `$1` … `$8`: the record is written
+/// after it, completed with the answer, by `insert_completed_in`), the balance debited if it
+/// covers the amount, the ledger entry inserted unless the order was debited before. It
+/// answers whether the key was free, the balance after the debit (if any) and the entry's
+/// balance (if inserted). `$9` user, `$10` order, `$11` amount, `$12` entry number. A
+/// duplicate of the same order meets the ledger's one-debit-per-order index and waits for this
+/// transaction.
 const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
     "WITH ",
-    mideng::postgres_claim_cte!(),
+    mideng::postgres_unrecorded_cte!(),
     ", debited AS (UPDATE pay_wallets SET balance = balance - $11, version = version + 1, updated_at = $7 \
      WHERE tenant_id = $1 AND user_id = $9 AND balance >= $11 AND EXISTS (SELECT 1 FROM claim) RETURNING balance, version), \
      entry AS (INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, wallet_version, created_at) \
@@ -344,7 +347,7 @@ const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
 );
 
 /// The first-time `conditional-update` deduct on PostgreSQL in one round trip
-/// (the statement `DEDUCT_CLAIMED_POSTGRES`): its outcome, or `None` when the key was taken before
+/// (the statement `DEDUCT_CLAIMED_POSTGRES`): its outcome, or `None` when a record holds the key
 /// (nothing happened; the caller begins the record the usual way).
 pub async fn deduct_claimed_postgres<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
