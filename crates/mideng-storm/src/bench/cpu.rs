@@ -20,6 +20,12 @@ use serde::Serialize;
 /// The name of every thread of a service instance's runtime (workers and blocking threads).
 pub const SERVICE_THREAD: &str = "mideng-service";
 
+/// Whether a thread's name, as the kernel keeps it (15 bytes) or as it was given, is a
+/// service instance's.
+pub(super) fn is_service_thread(name: &str) -> bool {
+    name.starts_with(&SERVICE_THREAD[..SERVICE_THREAD.len().min(15)])
+}
+
 /// Where CPU time goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -65,8 +71,7 @@ impl CpuGroup {
 
     /// The group of a thread of this process, by its name.
     fn of_own_thread(comm: &str) -> CpuGroup {
-        // The kernel keeps 15 bytes of a thread's name.
-        if comm.starts_with(&SERVICE_THREAD[..SERVICE_THREAD.len().min(15)]) {
+        if is_service_thread(comm) {
             CpuGroup::Service
         } else {
             CpuGroup::Client

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use super::cpu::SERVICE_THREAD;
+use super::cpu::is_service_thread;
 
 /// Samples per second per busy thread: a prime, so that the samples do not beat with periodic
 /// work.
@@ -81,7 +81,7 @@ impl Profiler {
 
 /// A flamegraph's first level: the service, or the bench (its clients and the simulator).
 fn thread_group(thread_name: &str) -> &'static str {
-    if thread_name.starts_with(&SERVICE_THREAD[..SERVICE_THREAD.len().min(15)]) {
+    if is_service_thread(thread_name) {
         "service"
     } else {
         "bench client and simulator"
@@ -106,6 +106,7 @@ pub(super) fn file_stem(concurrency: u16, scenario: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cpu::SERVICE_THREAD;
     use super::*;
 
     #[test]
