@@ -88,15 +88,19 @@ fn processes_on_replicated_servers_survive_every_failover_and_crash() {
         .args(["storm", "--stack", "ha", "--processes", "--seed", "4242"])
         .args(["--instances", "3", "--tenants", "2", "--concurrency", "6"])
         .args(["--clock-skew-secs", "7"])
-        // Every kind in turn, one a second after the last was repaired: each at least once.
-        // A Redis failover takes ~8 s and its repair as long, the NATS cluster's restart 12 to
-        // 22 s (seen: 21.7 s, when 70 s of workload left the last kind out), Patroni's
-        // failover 12 s and the old primary's return as the standby 10 s, and each partition
-        // of the primary as long as a failover (Patroni promotes the standby once the leader
-        // key expires) and a rejoin of 8 s, each Redis partition 7 s. The thirteenth kind
-        // first struck at 114.7-117.1 s here, and later on a loaded CI machine (135 s of
-        // workload left it out); two Redis partitions follow it: 200 s.
-        .args(["--duration-secs", "200", "--fault-every-secs", "1"])
+        // Every kind in turn, one a second after the last was repaired, and every kind at
+        // least once: the workload runs 120 s and on until the round is done. A round takes
+        // 200 to 240 s (a failover ~12 s and its repair as long, the NATS cluster's restart 12
+        // to 22 s, each partition of the primary as long as a failover and a rejoin); a fixed
+        // duration left the last kinds out on a slower machine.
+        .args([
+            "--duration-secs",
+            "120",
+            "--fault-every-secs",
+            "1",
+            "--fault-rounds",
+            "1",
+        ])
         .arg("--dir")
         .arg(&dir)
         .arg("--data-dir")

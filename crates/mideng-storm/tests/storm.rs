@@ -176,11 +176,13 @@ async fn postgres_redis_rabbitmq_storm_leaves_every_invariant_intact() {
             stack: StackKind::Servers,
             instances: 2,
             // Every kind of the servers stack at least once: eight faults, a second apart,
-            // each held up to two seconds (the latency up to four).
-            duration_secs: 30,
+            // each held up to two seconds (the latency up to four), the workload held on
+            // until the round is done.
+            duration_secs: 25,
             concurrency: 6,
             tenants: 2,
             fault_every_secs: 1,
+            fault_rounds: 1,
             // The storm creates its own database next to this one.
             servers: ServerArgs {
                 database: std::env::var("MIDENG_TEST_POSTGRES_URL")

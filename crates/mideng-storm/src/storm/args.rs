@@ -102,6 +102,11 @@ pub struct StormArgs {
     /// Seconds between faults (0: no faults).
     #[arg(long, default_value_t = 3)]
     pub fault_every_secs: u64,
+    /// Rounds of every fault kind the stack has that the run owes: the workload goes on past
+    /// `--duration-secs` (at most twice as long) until each kind ran this many times (0 to 10;
+    /// 0: as many as the duration holds).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub fault_rounds: u32,
     /// Where the embedded stack's database goes.
     #[arg(long, default_value = ".mideng/storm")]
     pub dir: PathBuf,
@@ -193,6 +198,7 @@ impl Default for StormArgs {
             concurrency: 8,
             tenants: 3,
             fault_every_secs: 3,
+            fault_rounds: 0,
             dir: PathBuf::from(".mideng/storm"),
             servers: ServerArgs::default(),
             json: None,

@@ -306,6 +306,24 @@ async fn common_fault(
     }
 }
 
+/// How many kinds of fault the schedule cycles through on `deployment` (the simulator's faults
+/// only on one the storm did not start).
+pub(super) fn kinds(deployment: Option<&Deployment>) -> u64 {
+    let Some(deployment) = deployment else {
+        return 1;
+    };
+    let replicated = deployment.is_replicated();
+    if replicated && deployment.has_patroni() {
+        HA_WINDOW_KINDS.len() as u64
+    } else if replicated {
+        REPLICATED_WINDOW_KINDS.len() as u64
+    } else if deployment.has_servers() {
+        SERVERS_KINDS
+    } else {
+        EMBEDDED_KINDS
+    }
+}
+
 /// What the window of fault `kind` is called on the timeline, in a stack's list of `kinds`
 /// (the crash is a process's SIGKILL when the instances are processes).
 fn window_kind(deployment: &Deployment, kinds: &[&'static str], kind: u64) -> &'static str {
@@ -334,15 +352,7 @@ pub(super) async fn inject(
         return Ok(&SIMULATOR_FAULTS);
     };
     let replicated = deployment.is_replicated();
-    let kinds = if replicated && deployment.has_patroni() {
-        HA_WINDOW_KINDS.len() as u64
-    } else if replicated {
-        REPLICATED_WINDOW_KINDS.len() as u64
-    } else if deployment.has_servers() {
-        SERVERS_KINDS
-    } else {
-        EMBEDDED_KINDS
-    };
+    let kinds = kinds(Some(deployment));
     let hold = Duration::from_millis(rng.u64(500..2000));
     let kind = cycle % kinds;
     if replicated {

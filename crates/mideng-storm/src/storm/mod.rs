@@ -81,6 +81,7 @@ mod rare;
 mod refunds;
 mod report;
 mod sampler;
+mod workload_end;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +108,7 @@ pub use self::report::{
     FaultAvailability, FaultWindow, LatencySummary, LayerSample, StormReport, Timeline,
 };
 use self::sampler::{Metrics, Sampler};
+use self::workload_end::WorkloadEnd;
 pub use crate::deploy::StackKind;
 use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, TenantAccess};
 
@@ -339,7 +341,7 @@ pub async fn run(
     let channel_start_ms = channel_now_ms(&shared).await;
     // The timeline's clock starts with the workload.
     let origin = Instant::now();
-    let deadline = origin + Duration::from_secs(args.duration_secs);
+    let end = WorkloadEnd::new(origin, Duration::from_secs(args.duration_secs));
     bar.set_prefix("workload");
     let sampler = Sampler::start(
         shared.clone(),
@@ -353,10 +355,11 @@ pub async fn run(
     for client in 0..args.concurrency {
         let shared = shared.clone();
         let counter = counter.clone();
+        let end = end.clone();
         let client_seed = seed ^ (u64::from(client) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         clients.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(client_seed);
-            while Instant::now() < deadline {
+            while !end.passed() {
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let tenant = rng.usize(..shared.tenants.len());
                 match rng.u8(..100) {
@@ -384,8 +387,9 @@ pub async fn run(
     if deployment.is_some() {
         let shared = shared.clone();
         let database_url = database_url.clone();
+        let end = end.clone();
         clients.push(tokio::spawn(async move {
-            if let Err(error) = rare::write_poison_events(&shared, &database_url, deadline).await {
+            if let Err(error) = rare::write_poison_events(&shared, &database_url, &end).await {
                 tracing::warn!(%error, "the events no consumer can process were not written");
             }
         }));
@@ -395,9 +399,10 @@ pub async fn run(
     if let Some(keys) = attacker_keys {
         let shared = shared.clone();
         let attacker_seed = seed.rotate_left(31) ^ 0xA77A_C4E2;
+        let end = end.clone();
         clients.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(attacker_seed);
-            attacker::attack_until(&shared, &keys, &mut rng, deadline, leaked_channel_key).await;
+            attacker::attack_until(&shared, &keys, &mut rng, &end, leaked_channel_key).await;
         }));
     }
     // The boundary attacker beside it: private webhook targets, the page's key on secret
@@ -411,9 +416,10 @@ pub async fn run(
                 .saturating_mul(shared.bases.len()),
         )
         .unwrap_or(u64::MAX);
+        let end = end.clone();
         clients.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(boundary_seed);
-            attacker::probe_until(&shared, &boundary, &mut rng, deadline, allowed).await;
+            attacker::probe_until(&shared, &boundary, &mut rng, &end, allowed).await;
         }));
     }
 
@@ -422,25 +428,43 @@ pub async fn run(
     let mut fault_rng = fastrand::Rng::with_seed(seed.rotate_left(17));
     // Every kind in turn, from a seeded start: a short storm still meets each one.
     let mut fault_cycle = fault_rng.u64(..FAULT_KINDS);
-    while Instant::now() < deadline {
+    // The rounds owed: the workload goes on past its planned end (at most twice as long) until
+    // every kind of this stack has run that many times.
+    let owed = u64::from(args.fault_rounds).saturating_mul(faults::kinds(deployment.as_ref()));
+    let mut injected: u64 = 0;
+    loop {
+        if args.fault_every_secs > 0 && injected < owed {
+            end.hold();
+        } else {
+            end.release();
+        }
+        bar.set_length(end.at().saturating_duration_since(origin).as_secs());
+        if end.passed() {
+            break;
+        }
         if args.fault_every_secs == 0 {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(Duration::from_millis(500).min(end.left())).await;
             continue;
         }
-        tokio::time::sleep(
-            Duration::from_secs(args.fault_every_secs)
-                .min(deadline.saturating_duration_since(Instant::now())),
-        )
-        .await;
-        if Instant::now() >= deadline {
+        tokio::time::sleep(Duration::from_secs(args.fault_every_secs).min(end.left())).await;
+        if end.passed() {
             break;
         }
         let done = inject(deployment.as_mut(), &shared, &mut fault_rng, fault_cycle).await?;
         fault_cycle += 1;
+        injected += 1;
         for kind in done {
             *faults.entry((*kind).to_owned()).or_default() += 1;
         }
     }
+    if injected < owed {
+        tracing::warn!(
+            injected,
+            owed,
+            "the workload reached twice its planned length before every fault round ran"
+        );
+    }
+    let deadline = end.at();
     bar.set_prefix("workload done: the clients' last scripts");
     for client in clients {
         let _ = client.await;
@@ -593,7 +617,7 @@ pub async fn run(
         seed,
         stack: stack_label,
         instances: shared.bases.len(),
-        duration_secs: args.duration_secs,
+        duration_secs: deadline.saturating_duration_since(origin).as_secs(),
         quiescence_secs: quiet.elapsed().as_secs(),
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),

@@ -23,6 +23,7 @@ use mideng::store::sql::{Dialect, PoolSettings, SqlConn, SqlRow, SqlStore, store
 use mideng_pay::domain::events::{GrantedItem, PAYMENT_SUCCEEDED, PaymentSucceeded};
 use serde_json::json;
 
+use super::WorkloadEnd;
 use super::clients::Shared;
 
 /// Orders out of a hundred whose first attempt the channel refuses and makes anyway.
@@ -151,19 +152,19 @@ macro_rules! on_store {
 }
 
 /// Writes an event no consumer can process into the service's outbox every
-/// [`POISON_EVERY_SECS`] of the workload (at most [`POISON_EVENTS_MAX`]), until `deadline`;
+/// [`POISON_EVERY_SECS`] of the workload (at most [`POISON_EVENTS_MAX`]), until its `end`;
 /// the message ids written go into the log.
 pub(super) async fn write_poison_events(
     shared: &Shared,
     database_url: &str,
-    deadline: Instant,
+    end: &WorkloadEnd,
 ) -> anyhow::Result<()> {
-    on_store!(database_url, poison_until(shared, deadline))
+    on_store!(database_url, poison_until(shared, end))
 }
 
 async fn poison_until<D: Dialect>(
     shared: &Shared,
-    deadline: Instant,
+    end: &WorkloadEnd,
     store: &SqlStore<D>,
 ) -> anyhow::Result<()> {
     let tenant = shared
@@ -174,7 +175,7 @@ async fn poison_until<D: Dialect>(
     for n in 0..POISON_EVENTS_MAX {
         // Late in the run no more: each must be parked before the audit, after five failures
         // (within 15 s on a `mideng serve` process's default pauses).
-        if n > 0 && Instant::now() + POISON_PARKED_WITHIN >= deadline {
+        if n > 0 && Instant::now() + POISON_PARKED_WITHIN >= end.at() {
             break;
         }
         let number = format!("{}-poison-{n}", shared.run);
@@ -206,8 +207,7 @@ async fn poison_until<D: Dialect>(
                 tracing::warn!(%error, "an event no consumer can process was not written")
             }
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        tokio::time::sleep(Duration::from_secs(POISON_EVERY_SECS).min(left)).await;
+        tokio::time::sleep(Duration::from_secs(POISON_EVERY_SECS).min(end.left())).await;
     }
     Ok(())
 }

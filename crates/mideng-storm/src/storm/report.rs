@@ -136,7 +136,7 @@ pub struct StormReport {
     pub stack: String,
     /// Instances.
     pub instances: usize,
-    /// Workload seconds.
+    /// Workload seconds: `--duration-secs`, or longer when `--fault-rounds` held it on.
     pub duration_secs: u64,
     /// Quiescence seconds.
     pub quiescence_secs: u64,

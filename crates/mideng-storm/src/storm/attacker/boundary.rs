@@ -29,14 +29,14 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::AttackCounts;
-use crate::storm::Shared;
+use crate::storm::{Shared, WorkloadEnd};
 
 /// How long one probe may wait for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -270,13 +270,13 @@ fn loopback_spellings(port: u16) -> [String; 9] {
     ]
 }
 
-/// Runs the boundary probes until `deadline`: the stalled endpoint once, then one probe per
+/// Runs the boundary probes until the workload's `end`: the stalled endpoint once, then one probe per
 /// round. `stall_open_allowed` is what the dispatchers may hold open at the stall.
 pub(crate) async fn probe_until(
     shared: &Shared,
     targets: &BoundaryTargets,
     rng: &mut fastrand::Rng,
-    deadline: Instant,
+    end: &WorkloadEnd,
     stall_open_allowed: u64,
 ) {
     {
@@ -287,7 +287,7 @@ pub(crate) async fn probe_until(
     register_stalled_endpoint(shared, targets).await;
     let spellings = loopback_spellings(targets.canary.port());
     let mut round: usize = rng.usize(..BoundaryKind::EVERY.len());
-    while Instant::now() < deadline {
+    while !end.passed() {
         let kind = BoundaryKind::EVERY[round % BoundaryKind::EVERY.len()];
         let tenant = rng.usize(..shared.tenants.len());
         match kind {

@@ -39,7 +39,7 @@
 //! report it — the proof that the audit catches an attack that gets through.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod boundary;
 mod forge;
@@ -55,7 +55,7 @@ pub use forge::{
     AttackerKeys, TradeFacts, alipay_success, polluted, retarget_fields, wechat_success,
 };
 
-use crate::storm::{Pending, PendingKind, Shared, create_order, keyed};
+use crate::storm::{Pending, PendingKind, Shared, WorkloadEnd, create_order, keyed};
 
 /// A platform serial the service was never given.
 const UNKNOWN_SERIAL: &str = "PUB_KEY_ID_0000000000000000000000000000000099";
@@ -312,12 +312,12 @@ fn now_secs() -> i64 {
     mideng::clock::now_ms().div_euclid(1000)
 }
 
-/// Runs the attacker until `deadline`: one attack per round, rounds a moment apart.
+/// Runs the attacker until the workload's `end`: one attack per round, rounds a moment apart.
 pub(crate) async fn attack_until(
     shared: &Shared,
     keys: &AttackerKeys,
     rng: &mut fastrand::Rng,
-    deadline: Instant,
+    end: &WorkloadEnd,
     leaked_channel_key: bool,
 ) {
     let mut kinds: Vec<AttackKind> = AttackKind::EVERY.to_vec();
@@ -327,7 +327,7 @@ pub(crate) async fn attack_until(
     let mut next = rng.usize(..kinds.len());
     let mut own: BTreeMap<&'static str, OwnPayment> = BTreeMap::new();
     let mut round: u64 = 0;
-    while Instant::now() < deadline {
+    while !end.passed() {
         round += 1;
         for channel in [ChannelKind::Alipay, ChannelKind::Wechat] {
             let due =
