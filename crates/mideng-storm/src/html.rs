@@ -40,7 +40,7 @@ pub(crate) use mideng_pay::web::escape_html as escape;
 /// A whole page: `title` (escaped here) and `body` (markup, already escaped by its builder).
 pub(crate) fn page(title: &str, body: &str) -> String {
     let mut style = STYLE.to_owned();
-    for (class, colour) in PERCENTILE_CLASSES {
+    for (class, colour) in PERCENTILE_CLASSES.into_iter().chain([P999_CLASS]) {
         let _ = writeln!(style, "svg rect.bar.{class} {{ fill: {colour}; }}");
     }
     format!(
@@ -53,6 +53,9 @@ pub(crate) fn page(title: &str, body: &str) -> String {
 
 /// Bar classes of the latency charts and their colours (the page's style and the charts'
 /// legends).
+/// The 99.9th percentile's bar class and colour (the bench's open loop).
+pub(crate) const P999_CLASS: (&str, &str) = ("p999", "#b07aa1");
+
 pub(crate) const PERCENTILE_CLASSES: [(&str, &str); 4] = [
     ("p50", "#a0cbe8"),
     ("p90", "#4e79a7"),

@@ -116,6 +116,56 @@ fn assert_goals(run: &BenchRun, kinds: &[GoalKind], table: &str) {
     assert_eq!(run.goals.len(), kinds.len(), "{table}");
 }
 
+/// The deducts on distinct wallets ran again on a schedule at `percent` of their closed
+/// loop's rate: first-time on and off, and replayed (every answer a replay).
+fn assert_open_loop_ran(run: &BenchRun, percent: u8, table: &str) {
+    let ran: Vec<(Machinery, PathKind)> = run
+        .open_loop
+        .iter()
+        .map(|row| (row.machinery, row.path))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            (Machinery::On, PathKind::FirstTime),
+            (Machinery::Off, PathKind::FirstTime),
+            (Machinery::On, PathKind::Replay),
+        ],
+        "{table}"
+    );
+    for row in &run.open_loop {
+        let closed = run
+            .scenario(row.operation, row.machinery, row.path)
+            .expect("its closed loop");
+        assert_eq!(row.operation, Operation::DeductDistinctWallets);
+        assert_eq!(row.closed_per_second, closed.figures.per_second, "{table}");
+        let offered = closed.figures.per_second * f64::from(percent) / 100.0;
+        assert!((row.offered_per_second - offered).abs() < 1e-6, "{table}");
+        let figures = &row.figures;
+        assert!(
+            figures.requests > 0 && figures.errors == 0,
+            "{row:?}\n{table}"
+        );
+        assert!(
+            0.0 < figures.p50_ms
+                && figures.p50_ms <= figures.p99_ms
+                && figures.p99_ms <= row.p999_ms
+                && row.p999_ms <= row.max_ms,
+            "{row:?}\n{table}"
+        );
+        let replays = if row.path == PathKind::Replay {
+            figures.requests
+        } else {
+            0
+        };
+        assert_eq!(row.replayed, replays, "{row:?}\n{table}");
+    }
+    assert!(
+        table.contains("open loop (requests on a fixed schedule"),
+        "{table}"
+    );
+}
+
 fn only_run(report: &BenchReport, concurrency: u16) -> &BenchRun {
     assert_eq!(report.runs.len(), 1, "{}", report.table());
     report
@@ -145,6 +195,7 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
     let run = only_run(&report, 2);
 
     assert_every_scenario_ran(run, &table);
+    assert_open_loop_ran(run, BenchArgs::default().open_loop_percent, &table);
     // SQLite: the same driver's limits only (no pgbench, no Redis).
     assert_eq!(run.limits.len(), 3, "{table}");
     for kind in [
@@ -202,6 +253,7 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
         ("scenarios", run.scenarios.len()),
         ("limits", run.limits.len()),
         ("strategies", run.strategies.len()),
+        ("open_loop", run.open_loop.len()),
         ("goals", run.goals.len()),
     ] {
         assert_eq!(
@@ -252,6 +304,7 @@ async fn postgres_bench_has_pgbench_figures_beside_the_same_drivers() {
     let run = only_run(&report, 2);
 
     assert_every_scenario_ran(run, &table);
+    assert_open_loop_ran(run, BenchArgs::default().open_loop_percent, &table);
     // PostgreSQL's own processes worked for the deducts, and the kernel counted it.
     let deduct = run
         .scenario(

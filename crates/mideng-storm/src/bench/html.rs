@@ -5,9 +5,10 @@
 
 use std::fmt::Write as _;
 
-use super::report::{BenchReport, BenchRun, Machinery, Operation};
+use super::report::{BenchReport, BenchRun, Machinery, OpenLoopResult, Operation};
 use crate::html::{
-    Bar, BarGroup, Row, Scale, bar_chart, escape, figure, legend, number, page, table,
+    Bar, BarGroup, P999_CLASS, PERCENTILE_CLASSES, Row, Scale, bar_chart, escape, figure, legend,
+    number, page, table,
 };
 
 /// Colours of the throughput chart's classes, for its legend (the page's style has the same).
@@ -44,6 +45,7 @@ impl BenchReport {
                 run.concurrency
             );
             body.push_str(&throughput(run));
+            body.push_str(&open_loop(run));
             body.push_str(&ratios(run));
             body.push_str(&goals(run));
             body.push_str(&run_notes(run));
@@ -229,6 +231,105 @@ fn throughput(run: &BenchRun) -> String {
     )
 }
 
+/// The open loop's latency percentiles, per scenario, on a logarithmic scale.
+fn open_loop(run: &BenchRun) -> String {
+    if run.open_loop.is_empty() {
+        return String::new();
+    }
+    let classes = [
+        PERCENTILE_CLASSES[0],
+        PERCENTILE_CLASSES[2],
+        P999_CLASS,
+        PERCENTILE_CLASSES[3],
+    ];
+    let label = |row: &OpenLoopResult| {
+        format!(
+            "{} · machinery {} · {} · {} of {} req/s offered",
+            row.operation.label(),
+            row.machinery.label(),
+            row.path.label(),
+            number(row.offered_per_second),
+            number(row.closed_per_second)
+        )
+    };
+    let groups: Vec<BarGroup> = run
+        .open_loop
+        .iter()
+        .map(|row| BarGroup {
+            label: label(row),
+            bars: [
+                row.figures.p50_ms,
+                row.figures.p99_ms,
+                row.p999_ms,
+                row.max_ms,
+            ]
+            .into_iter()
+            .zip(classes)
+            .map(|(ms, (class, _))| Bar::new(ms, format!("{class} {} ms", number(ms)), class))
+            .collect(),
+        })
+        .collect();
+    let rows: Vec<Row> = run
+        .open_loop
+        .iter()
+        .map(|row| {
+            let mut cells = vec![
+                (row.operation.label().to_owned(), false),
+                (row.machinery.label().to_owned(), false),
+                (row.path.label().to_owned(), false),
+                (format!("{:.1}", row.offered_per_second), true),
+                (format!("{:.1}", row.figures.per_second), true),
+                (row.figures.errors.to_string(), true),
+            ];
+            cells.extend(
+                [
+                    row.figures.p50_ms,
+                    row.figures.p99_ms,
+                    row.p999_ms,
+                    row.max_ms,
+                ]
+                .map(|ms| (format!("{ms:.2}"), true)),
+            );
+            (None, cells)
+        })
+        .collect();
+    let legend_entries: Vec<(&str, &str)> = classes
+        .iter()
+        .map(|(class, colour)| (*colour, *class))
+        .collect();
+    let content = format!(
+        "<p class=\"note\">The deducts sent again on a fixed schedule, at a share of what the \
+         closed loop reached: each request's latency counts from when it was due, so that a slow \
+         answer delays no later measurement.</p>\n{}{}{}",
+        legend(&legend_entries),
+        bar_chart(&groups, Scale::Log10, "milliseconds"),
+        table(
+            &[
+                ("scenario", false),
+                ("machinery", false),
+                ("path", false),
+                ("offered/s", true),
+                ("answered/s", true),
+                ("errors", true),
+                ("p50 ms", true),
+                ("p99 ms", true),
+                ("p99.9 ms", true),
+                ("max ms", true),
+            ],
+            &rows,
+        )
+    );
+    figure(
+        &format!("open-loop-c{}", run.concurrency),
+        "open-loop",
+        &format!(
+            "Latency in the open loop at {} concurrent clients",
+            run.concurrency
+        ),
+        &content,
+    )
+}
+
 fn ratios(run: &BenchRun) -> String {
     let groups: Vec<BarGroup> = run
         .ratios
@@ -374,7 +475,8 @@ fn run_notes(run: &BenchRun) -> String {
 mod tests {
     use super::*;
     use crate::bench::report::{
-        Figures, Goal, GoalKind, LimitKind, LimitResult, PathKind, Ratio, ScenarioResult, Via,
+        Figures, Goal, GoalKind, LimitKind, LimitResult, OpenLoopResult, PathKind, Ratio,
+        ScenarioResult, Via,
     };
     use crate::html::tests::{attribute, figure_of, number_attribute, tags};
 
@@ -449,9 +551,22 @@ mod tests {
                 detail: "d".to_owned(),
             },
         ];
+        run.open_loop = vec![OpenLoopResult {
+            operation: Operation::DeductDistinctWallets,
+            machinery: Machinery::On,
+            path: PathKind::Replay,
+            closed_per_second: 1_000.0,
+            offered_per_second: 500.0,
+            figures: figures(499.0),
+            p999_ms: 10.0,
+            max_ms: 100.0,
+            replayed: 499,
+            first_error: None,
+        }];
         BenchReport {
             stack: "embedded (SQLite)".to_owned(),
             duration_secs: 5,
+            open_loop_percent: 50,
             concurrency: vec![16],
             wallet_strategies: Vec::new(),
             runs: vec![run],
@@ -500,6 +615,25 @@ mod tests {
         );
         assert!(figure.contains("<tr class=\"fail\"><td>deduct on / off</td>"));
         assert!(figure.contains("<tr class=\"pass\"><td>replay / first-time</td>"));
+    }
+
+    /// The open loop's percentiles on a logarithmic scale: a decade apart, equally far apart.
+    #[test]
+    fn html_open_loop_latencies_on_a_log_scale() {
+        let page = report().html();
+        let figure = figure_of(&page, "open-loop");
+        assert!(figure.contains("id=\"open-loop-c16\""));
+        assert!(figure.contains("500 of 1000 req/s offered"));
+        let bars = tags(figure, "rect", "bar");
+        assert_eq!(bars.len(), 4, "p50, p99, p99.9 and max");
+        assert_eq!(tags(figure, "rect", "p999").len(), 1);
+        let (p999, max) = (width_of(&bars, 10.0), width_of(&bars, 100.0));
+        let p50 = width_of(&bars, 1.0);
+        assert!(
+            ((max - p999) - (p999 - p50)).abs() < 0.01,
+            "{p50} {p999} {max}"
+        );
+        assert!(figure.contains(">10.00<"), "the table's p99.9");
     }
 
     #[test]

@@ -106,6 +106,11 @@
 //!   its commit rate does not grow with concurrency.
 //! - **Driver and pool** (same driver / pgbench, per limit): what our side of the connection
 //!   costs on the same statement.
+//! - **Open loop** (`--open-loop-percent`, 50 by default): the deducts on distinct wallets
+//!   (first-time on and off, replay) sent again on a fixed schedule at that share of their
+//!   closed loop's rate; each latency counts from the request's due time, so a stall shows in
+//!   every request it delayed (the closed loop would not have sent them): p50, p99, p99.9 and
+//!   the slowest.
 //! - **CPU µs per request** ([`cpu`]): the kernel's count of the time the service's threads,
 //!   the bench's clients, the database's processes and Redis spent, divided by the requests
 //!   answered, and the throughput the cores would allow at that cost. Where the sum is near
@@ -143,13 +148,13 @@ use mideng_pay::flows::PaymentSettings;
 use mideng_sim::{MerchantKeys, SimConfig};
 
 pub use report::{
-    BenchReport, BenchRun, Figures, Goal, GoalKind, LimitKind, LimitResult, Machinery, Operation,
-    PathKind, Ratio, ScenarioResult, StrategyResult, Via,
+    BenchReport, BenchRun, Figures, Goal, GoalKind, LimitKind, LimitResult, Machinery,
+    OpenLoopResult, Operation, PathKind, Ratio, ScenarioResult, StrategyResult, Via,
 };
 
 use crate::deploy::{DeployOptions, Deployment, ServerArgs, Stack, StackKind, drop_run_database};
 use limits::{BenchDatabase, Work};
-use load::Tally;
+use load::{Load, Tally};
 use rounds::{deducts, payment_creation_and_callbacks};
 use scenarios::{Api, Wallets};
 
@@ -219,6 +224,12 @@ pub struct BenchArgs {
     /// Sampling costs a few per cent of the throughput: compare figures of runs without it.
     #[arg(long, value_name = "DIR")]
     pub profile: Option<PathBuf>,
+    /// The open loop's offered load, in per cent of the closed loop's throughput of the same
+    /// scenario in the same run (0 to 200; 0: no open loop): the deducts on distinct wallets,
+    /// first-time on and off and replayed, are sent again on that fixed schedule, and their
+    /// p50/p99/p999 latency counted from each request's due time.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=200))]
+    pub open_loop_percent: u8,
 }
 
 impl Default for BenchArgs {
@@ -234,6 +245,7 @@ impl Default for BenchArgs {
             html: None,
             log_file: None,
             profile: None,
+            open_loop_percent: 50,
         }
     }
 }
@@ -290,7 +302,12 @@ pub async fn run(
     let run_id = format!("bench-{unix_secs}-{:04x}", fastrand::u16(..));
     let stack = args.stack.stack(&args.dir, &args.servers);
     let bar = if progress {
-        let bar = indicatif::ProgressBar::new(timed_steps(&stack, strategies.len(), levels.len()));
+        let bar = indicatif::ProgressBar::new(timed_steps(
+            &stack,
+            strategies.len(),
+            levels.len(),
+            args.open_loop_percent > 0,
+        ));
         bar.set_style(
             indicatif::ProgressStyle::with_template(
                 "{spinner} bench {elapsed_precise} [{bar:20}] {pos}/{len} steps · {wide_msg}",
@@ -305,6 +322,7 @@ pub async fn run(
     let mut report = BenchReport {
         stack: stack.label().to_owned(),
         duration_secs: args.duration_secs,
+        open_loop_percent: args.open_loop_percent,
         concurrency: levels.clone(),
         wallet_strategies: strategies.clone(),
         runs: Vec::new(),
@@ -338,15 +356,15 @@ pub async fn run(
 }
 
 /// The timed steps of a bench, for its progress bar: per concurrency, the same driver's three
-/// limits (and Redis' on the servers stack), the fourteen scenarios and four per wallet
-/// strategy. pgbench's three are added when it runs.
-fn timed_steps(stack: &Stack, strategies: usize, levels: usize) -> u64 {
+/// limits (and Redis' on the servers stack), the fourteen scenarios, three in the open loop
+/// and four per wallet strategy. pgbench's three are added when it runs.
+fn timed_steps(stack: &Stack, strategies: usize, levels: usize, open_loop: bool) -> u64 {
     let limits = if matches!(stack, Stack::Embedded { .. }) {
         3
     } else {
         4
     };
-    let per_level = limits + 14 + 4 * strategies;
+    let per_level = limits + 14 + if open_loop { 3 } else { 0 } + 4 * strategies;
     u64::try_from(per_level * levels).unwrap_or(u64::MAX)
 }
 
@@ -496,6 +514,8 @@ struct Bench {
     bar: indicatif::ProgressBar,
     /// `--profile`: the scenarios' flamegraphs.
     profiler: Option<profile::Profiler>,
+    /// `--open-loop-percent`.
+    open_loop_percent: u8,
 }
 
 impl Bench {
@@ -520,6 +540,7 @@ impl Bench {
                 .as_deref()
                 .map(profile::Profiler::new)
                 .transpose()?,
+            open_loop_percent: args.open_loop_percent,
         })
     }
 
@@ -582,6 +603,36 @@ impl Bench {
         self.run
             .scenarios
             .push(scenario_result(operation, machinery, path, tally));
+        self.bar.inc(1);
+    }
+
+    /// An open-loop run of the scenario whose closed loop reached `closed_per_second`.
+    fn push_open(
+        &mut self,
+        operation: Operation,
+        machinery: Machinery,
+        path: PathKind,
+        closed_per_second: f64,
+        load: Load,
+        tally: Tally,
+    ) {
+        let offered_per_second = match load {
+            Load::Open { per_second, .. } => per_second,
+            Load::Closed { .. } => 0.0,
+        };
+        let figures = tally.figures();
+        self.run.open_loop.push(OpenLoopResult {
+            operation,
+            machinery,
+            path,
+            closed_per_second,
+            offered_per_second,
+            p999_ms: tally.latency_ms(999),
+            max_ms: tally.latency_ms(1000),
+            replayed: tally.replayed,
+            figures,
+            first_error: tally.first_failure,
+        });
         self.bar.inc(1);
     }
 
@@ -777,11 +828,13 @@ impl Bench {
                 "bench: a wallet strategy's deducts"
             );
             self.step(&format!("{} · {strategy} strategy", operation.label()));
-            let (tally, deducted) = scenarios::deduct(&api, wallets, concurrency, duration).await;
+            let load = Load::Closed {
+                clients: concurrency,
+            };
+            let (tally, deducted) = scenarios::deduct(&api, wallets, load, duration).await;
             let first_time = scenario_result(operation, Machinery::On, PathKind::FirstTime, tally);
             let tally =
-                scenarios::deduct_again(&api, Arc::new(deducted), concurrency, replay_duration)
-                    .await;
+                scenarios::deduct_again(&api, Arc::new(deducted), load, replay_duration).await;
             let replay = scenario_result(operation, Machinery::On, PathKind::Replay, tally);
             self.run.strategies.push(StrategyResult {
                 strategy,

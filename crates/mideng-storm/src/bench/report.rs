@@ -129,6 +129,34 @@ pub struct ScenarioResult {
     pub first_error: Option<String>,
 }
 
+/// A scenario sent again on a fixed schedule (the open loop, `--open-loop-percent`): the
+/// latency a client sees at a load the service carries, each request's counted from when it
+/// was due, so that a slow answer delays no later measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenLoopResult {
+    /// The operation.
+    pub operation: Operation,
+    /// Machinery on or off.
+    pub machinery: Machinery,
+    /// First-time or replay.
+    pub path: PathKind,
+    /// What the same scenario's closed loop reached in this run, requests a second.
+    pub closed_per_second: f64,
+    /// The rate offered: `--open-loop-percent` of `closed_per_second`.
+    pub offered_per_second: f64,
+    /// What was answered, the latency's median and 99th percentile, and the CPU per request.
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// 99.9th percentile latency, milliseconds.
+    pub p999_ms: f64,
+    /// The slowest request, milliseconds.
+    pub max_ms: f64,
+    /// Answers marked as replays (`Idempotent-Replayed: true`).
+    pub replayed: u64,
+    /// The first error, if any.
+    pub first_error: Option<String>,
+}
+
 /// What a limit measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -254,6 +282,8 @@ pub struct BenchRun {
     pub scenarios: Vec<ScenarioResult>,
     /// The machine's limits.
     pub limits: Vec<LimitResult>,
+    /// The open loop's scenarios, in the order they ran (none with `--open-loop-percent 0`).
+    pub open_loop: Vec<OpenLoopResult>,
     /// The deducts of each wallet strategy, distinct wallets then the hot one.
     pub strategies: Vec<StrategyResult>,
     /// The strategy with the most first-time deducts per second on distinct wallets.
@@ -275,6 +305,8 @@ pub struct BenchReport {
     pub stack: String,
     /// Seconds per scenario (at most: a first-time scenario ends when its inputs do).
     pub duration_secs: u64,
+    /// The open loop's offered load, per cent of the closed loop's throughput (0: none).
+    pub open_loop_percent: u8,
     /// The concurrencies, in the order they ran.
     pub concurrency: Vec<u16>,
     /// The wallet strategies benched.
@@ -292,6 +324,7 @@ impl BenchRun {
             concurrency,
             scenarios: Vec::new(),
             limits: Vec::new(),
+            open_loop: Vec::new(),
             strategies: Vec::new(),
             fastest_on_distinct_wallets: None,
             fastest_on_hot_wallet: None,

@@ -127,21 +127,68 @@ pub(super) async fn deducts(
     off_api: &Api,
 ) -> anyhow::Result<()> {
     let (concurrency, duration) = (bench.concurrency, bench.duration);
+    let load = Load::Closed {
+        clients: concurrency,
+    };
     let operation = deduct_operation(wallets);
     scenarios::fund(on_api, wallets, concurrency).await?;
     scenarios::fund(off_api, wallets, concurrency).await?;
     bench.announce(operation, Machinery::On, PathKind::FirstTime);
-    let (tally, on_deducted) = scenarios::deduct(on_api, wallets, concurrency, duration).await;
+    let (tally, on_deducted) = scenarios::deduct(on_api, wallets, load, duration).await;
+    let on_rate = tally.figures().per_second;
     bench.push(operation, Machinery::On, PathKind::FirstTime, tally);
     bench.announce(operation, Machinery::Off, PathKind::FirstTime);
-    let (tally, off_deducted) = scenarios::deduct(off_api, wallets, concurrency, duration).await;
+    let (tally, off_deducted) = scenarios::deduct(off_api, wallets, load, duration).await;
+    let off_rate = tally.figures().per_second;
     bench.push(operation, Machinery::Off, PathKind::FirstTime, tally);
+    let on_deducted = Arc::new(on_deducted);
     bench.announce(operation, Machinery::On, PathKind::Replay);
-    let tally = scenarios::deduct_again(on_api, Arc::new(on_deducted), concurrency, duration).await;
+    let tally = scenarios::deduct_again(on_api, on_deducted.clone(), load, duration).await;
+    let replay_rate = tally.figures().per_second;
     bench.push(operation, Machinery::On, PathKind::Replay, tally);
     bench.announce(operation, Machinery::Off, PathKind::Repeat);
-    let tally =
-        scenarios::deduct_again(off_api, Arc::new(off_deducted), concurrency, duration).await;
+    let tally = scenarios::deduct_again(off_api, Arc::new(off_deducted), load, duration).await;
     bench.push(operation, Machinery::Off, PathKind::Repeat, tally);
+    if wallets != Wallets::Distinct || bench.open_loop_percent == 0 {
+        return Ok(());
+    }
+
+    // The same deducts on a schedule, at a share of what the closed loop reached: the
+    // latency a client sees at a load the service carries.
+    let share = f64::from(bench.open_loop_percent) / 100.0;
+    let open = |closed: f64| Load::Open {
+        per_second: closed * share,
+        slots: concurrency,
+    };
+    bench.step("deduct, distinct wallets · machinery on · first-time · open loop");
+    let (tally, _) = scenarios::deduct(on_api, wallets, open(on_rate), duration).await;
+    bench.push_open(
+        operation,
+        Machinery::On,
+        PathKind::FirstTime,
+        on_rate,
+        open(on_rate),
+        tally,
+    );
+    bench.step("deduct, distinct wallets · machinery off · first-time · open loop");
+    let (tally, _) = scenarios::deduct(off_api, wallets, open(off_rate), duration).await;
+    bench.push_open(
+        operation,
+        Machinery::Off,
+        PathKind::FirstTime,
+        off_rate,
+        open(off_rate),
+        tally,
+    );
+    bench.step("deduct, distinct wallets · machinery on · replay · open loop");
+    let tally = scenarios::deduct_again(on_api, on_deducted, open(replay_rate), duration).await;
+    bench.push_open(
+        operation,
+        Machinery::On,
+        PathKind::Replay,
+        replay_rate,
+        open(replay_rate),
+        tally,
+    );
     Ok(())
 }

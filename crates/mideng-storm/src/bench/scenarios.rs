@@ -8,7 +8,7 @@ use mideng_channel::{alipay, money};
 use mideng_sim::SimConfig;
 use serde_json::{Value, json};
 
-use super::load::{Outcome, Tally, drive};
+use super::load::{Load, Outcome, Tally, drive};
 use super::report::Machinery;
 
 /// Amount of every order, fen.
@@ -402,36 +402,37 @@ pub(super) struct Deducted {
 pub(super) async fn deduct(
     api: &Api,
     wallets: Wallets,
-    concurrency: usize,
+    load: Load,
     duration: Duration,
 ) -> (Tally, Vec<Deducted>) {
     let deducted = Arc::new(Mutex::new(Vec::new()));
     let (shared, api) = (deducted.clone(), api.clone());
-    let tally = drive(concurrency, duration, move |client, iteration| {
-        let (api, deducted) = (api.clone(), shared.clone());
-        async move {
-            let user = wallets.user(client);
-            let order_id = format!("{}-{client}-{iteration}", wallets.prefix());
-            let key = api.key(format!("deduct-{order_id}"));
-            let body = json!({"order_id": order_id, "amount": 1});
-            let path = format!("/v1/wallets/{user}/deduct");
-            Some(match api.post(&path, &body, key.as_deref()).await {
-                Ok(reply) => {
-                    let outcome = reply.expect(200, false);
-                    if matches!(outcome, Outcome::Done) {
-                        locked(&deducted).push(Deducted {
-                            user,
-                            order_id,
-                            key,
-                        });
+    let tally = load
+        .drive(duration, move |client, iteration| {
+            let (api, deducted) = (api.clone(), shared.clone());
+            async move {
+                let user = wallets.user(client);
+                let order_id = format!("{}-{client}-{iteration}", wallets.prefix());
+                let key = api.key(format!("deduct-{order_id}"));
+                let body = json!({"order_id": order_id, "amount": 1});
+                let path = format!("/v1/wallets/{user}/deduct");
+                Some(match api.post(&path, &body, key.as_deref()).await {
+                    Ok(reply) => {
+                        let outcome = reply.expect(200, false);
+                        if matches!(outcome, Outcome::Done) {
+                            locked(&deducted).push(Deducted {
+                                user,
+                                order_id,
+                                key,
+                            });
+                        }
+                        outcome
                     }
-                    outcome
-                }
-                Err(error) => Outcome::Failed(error),
-            })
-        }
-    })
-    .await;
+                    Err(error) => Outcome::Failed(error),
+                })
+            }
+        })
+        .await;
     (tally, taken(deducted))
 }
 
@@ -441,12 +442,12 @@ pub(super) async fn deduct(
 pub(super) async fn deduct_again(
     api: &Api,
     deducted: Arc<Vec<Deducted>>,
-    concurrency: usize,
+    load: Load,
     duration: Duration,
 ) -> Tally {
     let next = Arc::new(AtomicUsize::new(0));
     let api = api.clone();
-    drive(concurrency, duration, move |_, _| {
+    load.drive(duration, move |_, _| {
         let (api, deducted, next) = (api.clone(), deducted.clone(), next.clone());
         async move {
             let index = next

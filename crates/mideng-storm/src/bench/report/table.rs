@@ -80,6 +80,7 @@ impl BenchRun {
             );
         }
         self.write_limits(out);
+        self.write_open_loop(out);
         self.write_strategies(out);
         self.write_cpu(out);
         let _ = writeln!(out);
@@ -209,6 +210,50 @@ impl BenchRun {
         }
     }
 
+    /// The open loop's latency: each scenario on a fixed schedule at a share of its closed
+    /// loop's throughput.
+    fn write_open_loop(&self, out: &mut String) {
+        if self.open_loop.is_empty() {
+            return;
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "open loop (requests on a fixed schedule; latency from each one's due time)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<26} {:<4} {:<10} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "scenario",
+            "idem",
+            "path",
+            "offered/s",
+            "answered/s",
+            "errors",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms"
+        );
+        for row in &self.open_loop {
+            let figures = &row.figures;
+            let _ = writeln!(
+                out,
+                "{:<26} {:<4} {:<10} {:>10.1} {:>10.1} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                row.operation.label(),
+                row.machinery.label(),
+                row.path.label(),
+                row.offered_per_second,
+                figures.per_second,
+                figures.errors,
+                figures.p50_ms,
+                figures.p99_ms,
+                row.p999_ms,
+                row.max_ms
+            );
+        }
+    }
+
     fn write_strategies(&self, out: &mut String) {
         if self.strategies.is_empty() {
             return;
@@ -308,6 +353,16 @@ impl BenchRun {
                 ]
                 .into_iter()
                 .flatten()
+            }))
+            .chain(self.open_loop.iter().filter_map(|row| {
+                row.first_error.as_ref().map(|error| {
+                    format!(
+                        "{} ({}, {}, open loop): {error}",
+                        row.operation.label(),
+                        row.machinery.label(),
+                        row.path.label()
+                    )
+                })
             }))
             .chain(self.limits.iter().filter_map(|limit| {
                 limit

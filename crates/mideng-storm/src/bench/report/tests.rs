@@ -189,6 +189,7 @@ fn each_strategy_is_read_against_its_limit_and_the_fastest_is_named() {
     let report = BenchReport {
         stack: "servers".to_owned(),
         duration_secs: 5,
+        open_loop_percent: 50,
         concurrency: vec![16],
         wallet_strategies: vec![WalletStrategy::RowLock, WalletStrategy::ConditionalUpdate],
         runs: vec![run],
