@@ -76,6 +76,23 @@ fn serve(data_dir: &std::path::Path) -> Running {
     }
 }
 
+/// The metric families of a Prometheus text scrape that have a `# TYPE` and no `# HELP`.
+fn undescribed_families(scrape: &str) -> Vec<String> {
+    let named = |prefix: &str| -> std::collections::BTreeSet<String> {
+        scrape
+            .lines()
+            .filter_map(|line| line.strip_prefix(prefix))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let described = named("# HELP ");
+    named("# TYPE ")
+        .into_iter()
+        .filter(|family| !described.contains(family))
+        .collect()
+}
+
 fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -191,6 +208,31 @@ async fn a_newcomer_pays_a_demo_order_and_a_crash_loses_nothing() {
         )
         .await;
         assert_eq!(status, 200);
+        // Every metric family the scrape has is described: a `# HELP` beside its `# TYPE`.
+        let scraped = client
+            .get(format!("{}/metrics", running.metrics))
+            .send()
+            .await
+            .expect("answer")
+            .text()
+            .await
+            .expect("text");
+        let undescribed = undescribed_families(&scraped);
+        assert!(
+            undescribed.is_empty(),
+            "no HELP: {undescribed:?}\n{scraped}"
+        );
+        for family in [
+            "mideng_http_request_duration_seconds",
+            "mideng_idempotency_decisions_total",
+            "mideng_service_decisions_total",
+            "mideng_store_duration_seconds",
+        ] {
+            assert!(
+                scraped.contains(&format!("# TYPE {family} ")),
+                "{family}: {scraped}"
+            );
+        }
         // SIGKILL: no shutdown, no flush beyond what each commit already made durable.
     }
     let running = serve(&data_dir);

@@ -206,6 +206,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
+            crate::metrics::describe();
             let upkeep = handle.clone();
             // A thread, not a task: the recorder outlives any one runtime (tests start many).
             let spawned = std::thread::Builder::new()

@@ -37,6 +37,7 @@ pub mod config;
 pub mod domain;
 pub mod flows;
 pub mod limits;
+pub mod metrics;
 pub mod state;
 pub mod store;
 #[cfg(feature = "testing")]

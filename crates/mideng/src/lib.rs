@@ -54,6 +54,7 @@ pub mod key;
 pub mod latency;
 pub mod limits;
 pub mod lock;
+pub mod metrics;
 pub mod outbox;
 pub mod record;
 pub mod redact;

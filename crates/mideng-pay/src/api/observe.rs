@@ -11,7 +11,10 @@
 //! A request is timed from the middleware receiving it (after hyper read its head) until the
 //! response head is ready: authentication, the idempotency layer, the handler and the problem
 //! documents of [`super::boundary`] included; the body is sent after, and the API's bodies are
-//! small and already in memory by then.
+//! small and already in memory by then. A request whose client hung up before its answer was
+//! ready (hyper then drops the handler's future) is counted too, with `status_class`
+//! `abandoned` and the time until it was dropped: a slow route that clients give up on shows
+//! in the histogram instead of vanishing from it.
 
 use std::time::Instant;
 
@@ -20,8 +23,7 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
-/// Name of the per-route latency histogram.
-const REQUEST_DURATION_HISTOGRAM: &str = "mideng_http_request_duration_seconds";
+use crate::metrics::HTTP_REQUEST_DURATION as REQUEST_DURATION_HISTOGRAM;
 
 /// The `route` of a request no route matched.
 const UNMATCHED: &str = "unmatched";
@@ -34,17 +36,47 @@ pub(super) async fn request_duration(request: Request, next: Next) -> Response {
         || UNMATCHED.to_owned(),
         |matched| matched.as_str().to_owned(),
     );
-    let method = method_label(request.method());
+    let mut timing = Timing {
+        route: Some(route),
+        method: method_label(request.method()),
+        received,
+    };
     let response = next.run(request).await;
-    metrics::histogram!(
-        REQUEST_DURATION_HISTOGRAM,
-        "route" => route,
-        "method" => method,
-        "status_class" => status_class(response.status())
-    )
-    .record(received.elapsed());
+    timing.record(status_class(response.status()));
     response
 }
+
+/// One request's observation, recorded once: with its status class when the answer is ready,
+/// or as `abandoned` when the request's future is dropped first.
+struct Timing {
+    /// Taken when recorded.
+    route: Option<String>,
+    method: &'static str,
+    received: Instant,
+}
+
+impl Timing {
+    fn record(&mut self, status_class: &'static str) {
+        if let Some(route) = self.route.take() {
+            metrics::histogram!(
+                REQUEST_DURATION_HISTOGRAM,
+                "route" => route,
+                "method" => self.method,
+                "status_class" => status_class
+            )
+            .record(self.received.elapsed());
+        }
+    }
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        self.record(ABANDONED);
+    }
+}
+
+/// The `status_class` of a request whose client hung up before its answer was ready.
+const ABANDONED: &str = "abandoned";
 
 fn method_label(method: &Method) -> &'static str {
     match *method {

@@ -67,7 +67,7 @@ pub(super) async fn issue_token(
         .map_err(|error| match error {
             IssueError::Full { cap, retry_after } => {
                 tracing::info!(%tenant, cap = cap.label(), "token refused: limit reached");
-                metrics::counter!("mideng_tokens_refused_total", "cap" => cap.label())
+                metrics::counter!(crate::metrics::TOKENS_REFUSED, "cap" => cap.label())
                     .increment(1);
                 let whose = match cap {
                     TokenCap::Scope => "this tenant holds",

@@ -67,7 +67,7 @@ pub async fn check(ports: &Ports) -> Result<ClockReading, StoreError> {
     let guard = &ports.clock_guard;
     let changed = guard.record(reading);
     #[allow(clippy::cast_precision_loss)]
-    metrics::gauge!("mideng_clock_skew_seconds").set(reading.skew_ms as f64 / 1000.0);
+    metrics::gauge!(crate::metrics::CLOCK_SKEW).set(reading.skew_ms as f64 / 1000.0);
     if changed && guard.refuses() {
         tracing::error!(
             skew_ms = reading.skew_ms,

@@ -299,7 +299,7 @@ pub fn decision(
         layer, operation, tenant, subject, outcome, "idempotency decision"
     );
     metrics::counter!(
-        "mideng_service_decisions_total",
+        crate::metrics::SERVICE_DECISIONS,
         "layer" => layer, "operation" => operation, "outcome" => outcome
     )
     .increment(1);

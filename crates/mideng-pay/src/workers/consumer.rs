@@ -143,7 +143,7 @@ pub async fn handle(
         Ok(failed) if failed.status != FailureStatus::Failing => {
             tracing::error!(id = %message.id, topic = %message.topic, attempts = failed.attempts, %error, "event parked for a person: replay or discard it");
             decision("dedup", kind, &about.tenant, &about.subject, "parked");
-            metrics::counter!("mideng_events_parked_total", "consumer" => kind).increment(1);
+            metrics::counter!(crate::metrics::EVENTS_PARKED, "consumer" => kind).increment(1);
             if let Err(error) = delivery.ack().await {
                 tracing::warn!(id = %message.id, %error, "ack of a parked event failed; it comes again and stays parked");
             }

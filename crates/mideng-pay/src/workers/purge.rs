@@ -138,12 +138,12 @@ pub async fn purge_once(
             break;
         }
     }
-    metrics::counter!("mideng_purged_total", "kind" => "events").increment(report.events);
-    metrics::counter!("mideng_purged_total", "kind" => "webhook_deliveries")
+    metrics::counter!(crate::metrics::PURGED, "kind" => "events").increment(report.events);
+    metrics::counter!(crate::metrics::PURGED, "kind" => "webhook_deliveries")
         .increment(report.webhook_deliveries);
-    metrics::counter!("mideng_purged_total", "kind" => "records").increment(report.records);
-    metrics::counter!("mideng_purged_total", "kind" => "tokens").increment(report.tokens);
-    metrics::counter!("mideng_purged_total", "kind" => "locks").increment(report.locks);
+    metrics::counter!(crate::metrics::PURGED, "kind" => "records").increment(report.records);
+    metrics::counter!(crate::metrics::PURGED, "kind" => "tokens").increment(report.tokens);
+    metrics::counter!(crate::metrics::PURGED, "kind" => "locks").increment(report.locks);
     if report.records + report.tokens + report.locks + report.events + report.webhook_deliveries > 0
     {
         tracing::info!(?report, "purged past their retention");

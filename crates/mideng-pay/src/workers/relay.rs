@@ -26,9 +26,9 @@ pub async fn run(
     loop {
         let pause = match relay.run_once().await {
             Ok(round) => {
-                metrics::counter!("mideng_outbox_published_total", "publisher" => publisher)
+                metrics::counter!(crate::metrics::OUTBOX_PUBLISHED, "publisher" => publisher)
                     .increment(u64::from(round.sent));
-                metrics::counter!("mideng_outbox_deferred_total", "publisher" => publisher)
+                metrics::counter!(crate::metrics::OUTBOX_DEFERRED, "publisher" => publisher)
                     .increment(u64::from(round.deferred));
                 if round.claimed > 0 {
                     tracing::debug!(?round, publisher, "relay round");
@@ -48,7 +48,7 @@ pub async fn run(
             last_gauge = tokio::time::Instant::now();
             if let Ok(backlog) = store.outbox_backlog().await {
                 #[allow(clippy::cast_precision_loss)]
-                metrics::gauge!("mideng_outbox_unsent").set(backlog.unsent as f64);
+                metrics::gauge!(crate::metrics::OUTBOX_UNSENT).set(backlog.unsent as f64);
             }
         }
         if pause_or_stop(pause, &mut stop).await {

@@ -106,11 +106,7 @@ impl Outcome {
     }
 }
 
-/// Name of the decision counter.
-pub const DECISIONS_COUNTER: &str = "mideng_idempotency_decisions_total";
-
-/// Name of the decision latency histogram.
-pub const REQUEST_DURATION_HISTOGRAM: &str = "mideng_idempotency_request_duration_seconds";
+pub use crate::metrics::{DECISIONS_COUNTER, REQUEST_DURATION_HISTOGRAM};
 
 /// Logs, counts and times one decision, taken for a request the layer received at `received`.
 /// `key` is already redacted (or empty when there is none).

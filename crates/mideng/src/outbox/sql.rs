@@ -362,7 +362,7 @@ impl<D: Dialect> Relay<D> {
                     round.deferred += 1;
                     if refused && self.park_if_refused(&row.message.id).await? {
                         round.parked += 1;
-                        metrics::counter!("mideng_outbox_parked_total",
+                        metrics::counter!(crate::metrics::OUTBOX_PARKED,
                             "publisher" => self.publisher.name())
                         .increment(1);
                         tracing::error!(

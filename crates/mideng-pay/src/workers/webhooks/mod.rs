@@ -211,7 +211,7 @@ async fn attempt_and_record(
             "exhausted"
         }
     };
-    metrics::counter!("mideng_webhook_attempts_total", "outcome" => label).increment(1);
+    metrics::counter!(crate::metrics::WEBHOOK_ATTEMPTS, "outcome" => label).increment(1);
     tracing::info!(
         delivery_id = %delivery.delivery_id, webhook_id = %delivery.event_id,
         event_type = %delivery.event_type, attempt = attempt.attempt,

@@ -147,7 +147,7 @@ impl Shared {
                 "failed"
             }
         };
-        metrics::counter!("mideng_redis_cluster_rebuilds_total", "outcome" => result).increment(1);
+        metrics::counter!(crate::metrics::REDIS_CLUSTER_REBUILDS, "outcome" => result).increment(1);
     }
 }
 

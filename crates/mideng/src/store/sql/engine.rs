@@ -285,7 +285,7 @@ pub(crate) async fn commit<D: Dialect>(
         if lost_answer(&error) {
             let backend = Backend::of_dialect(D::KIND).label();
             tracing::warn!(target: "mideng::store", backend, %error, "commit outcome unknown: the connection broke before the database answered COMMIT");
-            metrics::counter!("mideng_commit_outcome_unknown_total", "backend" => backend)
+            metrics::counter!(crate::metrics::COMMIT_OUTCOME_UNKNOWN, "backend" => backend)
                 .increment(1);
             StoreError::OutcomeUnknown(error.to_string())
         } else {
@@ -493,7 +493,7 @@ impl<D: Dialect> SqlStore<D> {
         if D::KIND != SqlDialect::Postgres {
             return Ok(());
         }
-        metrics::counter!("mideng_durability_fences_total", "backend" => Backend::of_dialect(D::KIND).label())
+        metrics::counter!(crate::metrics::DURABILITY_FENCES, "backend" => Backend::of_dialect(D::KIND).label())
             .increment(1);
         self.run_once(
             "SELECT pg_logical_emit_message(true, 'mideng.fence', '')",

@@ -1,0 +1,83 @@
+//! The service's metric families: their names, and [`describe`], which tells the process's
+//! recorder (with the toolkit's, [`mideng::metrics::describe`]) what each one counts and in
+//! which unit, so that `/metrics` has a `# HELP` for every family.
+
+use metrics::Unit;
+
+/// Every request per route, method and status class ([`crate::api`]'s middleware).
+pub const HTTP_REQUEST_DURATION: &str = "mideng_http_request_duration_seconds";
+/// Each layer's decisions on a money path, per `layer`, `operation` and `outcome`.
+pub const SERVICE_DECISIONS: &str = "mideng_service_decisions_total";
+/// The last comparison of this host's clock with the database's.
+pub const CLOCK_SKEW: &str = "mideng_clock_skew_seconds";
+/// One-time tokens refused because a cap was reached, per `cap`.
+pub const TOKENS_REFUSED: &str = "mideng_tokens_refused_total";
+/// Events the consumer parked after their last failure, per `consumer`.
+pub const EVENTS_PARKED: &str = "mideng_events_parked_total";
+/// Rows purged past their retention, per `kind`.
+pub const PURGED: &str = "mideng_purged_total";
+/// Outbox messages the relay published, per `publisher`.
+pub const OUTBOX_PUBLISHED: &str = "mideng_outbox_published_total";
+/// Outbox messages the relay put off after a failed publication, per `publisher`.
+pub const OUTBOX_DEFERRED: &str = "mideng_outbox_deferred_total";
+/// Outbox messages not yet published, at the relay's last look.
+pub const OUTBOX_UNSENT: &str = "mideng_outbox_unsent_messages";
+/// Webhook delivery attempts, per `outcome`.
+pub const WEBHOOK_ATTEMPTS: &str = "mideng_webhook_attempts_total";
+
+/// Describes every metric family of the service and of the toolkit to the installed recorder.
+pub fn describe() {
+    mideng::metrics::describe();
+    metrics::describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from receiving a request to its answer's head, by route template, method and \
+         status class (abandoned: the client hung up first)"
+    );
+    metrics::describe_counter!(
+        SERVICE_DECISIONS,
+        Unit::Count,
+        "What each idempotency layer decided on a money path (first, duplicate, refused, ...), \
+         by layer, operation and outcome"
+    );
+    metrics::describe_gauge!(
+        CLOCK_SKEW,
+        Unit::Seconds,
+        "This host's clock minus the database's, at the clock guard's last comparison"
+    );
+    metrics::describe_counter!(
+        TOKENS_REFUSED,
+        Unit::Count,
+        "One-time tokens refused because the tenant's or the service's cap was reached"
+    );
+    metrics::describe_counter!(
+        EVENTS_PARKED,
+        Unit::Count,
+        "Events the consumer parked after their last failed attempt, by consumer"
+    );
+    metrics::describe_counter!(
+        PURGED,
+        Unit::Count,
+        "Rows purged past their retention, by kind"
+    );
+    metrics::describe_counter!(
+        OUTBOX_PUBLISHED,
+        Unit::Count,
+        "Outbox messages the relay published to the broker, by publisher"
+    );
+    metrics::describe_counter!(
+        OUTBOX_DEFERRED,
+        Unit::Count,
+        "Outbox messages whose publication failed and was put off, by publisher"
+    );
+    metrics::describe_gauge!(
+        OUTBOX_UNSENT,
+        Unit::Count,
+        "Outbox messages not yet published, at the relay's last look"
+    );
+    metrics::describe_counter!(
+        WEBHOOK_ATTEMPTS,
+        Unit::Count,
+        "Webhook delivery attempts, by outcome"
+    );
+}
