@@ -109,6 +109,35 @@ fn status_class(status: StatusCode) -> &'static str {
 mod tests {
     use super::*;
 
+    /// A request answered is counted once with its status class; one dropped before its
+    /// answer (the client hung up) is counted as abandoned.
+    #[test]
+    fn a_request_is_counted_once_answered_or_abandoned() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let timing = |route: &str| Timing {
+                route: Some(route.to_owned()),
+                method: "POST",
+                received: Instant::now(),
+            };
+            let mut answered = timing("/v1/orders");
+            answered.record(status_class(StatusCode::CREATED));
+            drop(answered);
+            drop(timing("/v1/wallets/{user_id}/deduct"));
+        });
+        let scrape = handle.render();
+        let count = |route: &str, class: &str| {
+            let series = format!(
+                "{REQUEST_DURATION_HISTOGRAM}_count{{route=\"{route}\",method=\"POST\",status_class=\"{class}\"}} 1"
+            );
+            scrape.lines().any(|line| line == series)
+        };
+        assert!(count("/v1/orders", "2xx"), "{scrape}");
+        assert!(!count("/v1/orders", ABANDONED), "{scrape}");
+        assert!(count("/v1/wallets/{user_id}/deduct", ABANDONED), "{scrape}");
+    }
+
     #[test]
     fn labels_come_from_fixed_sets() {
         assert_eq!(method_label(&Method::GET), "GET");
