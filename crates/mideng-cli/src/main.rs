@@ -23,8 +23,21 @@ use tracing_subscriber::util::SubscriberInitExt;
 #[derive(Debug, Parser)]
 #[command(name = "mideng", version, about)]
 struct Cli {
+    /// How the log is written: `text`, readable, or `json`, one object per line with the
+    /// event's level, target, fields and spans, for a log shipper.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per event.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +223,7 @@ const RUN_LOG_FILTER: &str = "warn,mideng_storm=info,mideng_pay::flows::notify=e
 /// log goes to the terminal and the error is returned.
 fn init_logging(
     command: &Command,
+    format: LogFormat,
     journal: &mideng_pay::web::journal::Journal,
 ) -> anyhow::Result<Option<std::path::PathBuf>> {
     use tracing_subscriber::Layer as _;
@@ -251,13 +265,23 @@ fn init_logging(
         Err(error) => (None, Some(error)),
     };
     let written_to = file.as_ref().and(log_file);
-    let fmt_layer = match file {
-        Some(file) => tracing_subscriber::fmt::layer()
+    let fmt_layer = match (file, format) {
+        (Some(file), LogFormat::Text) => tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(file))
             .with_filter(filter)
             .boxed(),
-        None => tracing_subscriber::fmt::layer()
+        (Some(file), LogFormat::Json) => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_filter(filter)
+            .boxed(),
+        (None, LogFormat::Text) => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        (None, LogFormat::Json) => tracing_subscriber::fmt::layer()
+            .json()
             .with_writer(std::io::stderr)
             .with_filter(filter)
             .boxed(),
@@ -302,7 +326,7 @@ fn show_outputs(
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // The operator console's memory of decisions, filled by its own layer of the subscriber.
     let journal = mideng_pay::web::journal::Journal::new(mideng::clock::now_ms());
-    let log_file = init_logging(&cli.command, &journal)?;
+    let log_file = init_logging(&cli.command, cli.log_format, &journal)?;
     match cli.command {
         Command::Serve {
             config,

@@ -416,3 +416,92 @@ fn a_storm_against_a_running_service_finds_nothing() {
         "{report}"
     );
 }
+
+/// `--log-format json`: every line the service logs is one JSON object, the idempotency
+/// decision with its fields, and the key redacted as in the text log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_log_is_one_object_per_line_with_the_decision() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("serve-json-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mideng"))
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--sim-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--demo-api-key", DEMO_KEY])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("the log file"))
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let api = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.strip_prefix("mideng payment service listening on ")
+                .map(str::to_owned)
+        })
+        .expect("the banner");
+    std::thread::spawn(move || for _ in lines {});
+    let key = "json-log-credit-key-1";
+    let (status, _) = call(
+        &client(),
+        reqwest::Method::POST,
+        format!("{api}/v1/wallets/u-json/credit"),
+        json!({"amount": 100, "reference": "json"}),
+        &[("Idempotency-Key", key)],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let started = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("\"target\":\"mideng::idempotency\"")
+            || started.elapsed() > Duration::from_secs(10)
+        {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let events: Vec<Value> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|event| event["level"].is_string() && event["target"].is_string())
+    );
+    // The key layer's decision, with its fields and the request's span.
+    let decision = events
+        .iter()
+        .find(|event| event["target"] == "mideng::idempotency")
+        .unwrap_or_else(|| panic!("no key decision in {text}"));
+    assert_eq!(decision["fields"]["message"], "idempotency decision");
+    assert_eq!(decision["fields"]["decision"], "proceed", "{decision}");
+    assert_eq!(
+        decision["fields"]["operation"], "wallet.credit",
+        "{decision}"
+    );
+    assert!(decision["fields"]["key"].is_string(), "{decision}");
+    assert!(
+        decision["span"]["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("req_")),
+        "{decision}"
+    );
+    assert!(!text.contains(key), "the key is redacted: {text}");
+}
