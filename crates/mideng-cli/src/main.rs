@@ -8,6 +8,7 @@
 //! api-key`) and prints the OpenAPI document (`mideng openapi`).
 
 mod demo;
+mod memory;
 mod serve;
 mod sim;
 mod store_url;

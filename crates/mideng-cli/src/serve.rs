@@ -28,6 +28,7 @@ pub(crate) async fn run(
     journal: Journal,
 ) -> anyhow::Result<()> {
     let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+    crate::memory::start_trimming();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
