@@ -18,7 +18,7 @@ pub const OUTBOX_PARKED: &str = "mideng_outbox_parked_total";
 pub const DECISIONS_COUNTER: &str = "mideng_idempotency_decisions_total";
 /// How long the idempotency layer took per request, per `operation` and `decision`.
 pub const REQUEST_DURATION_HISTOGRAM: &str = "mideng_idempotency_request_duration_seconds";
-/// Round trips to a store, per `backend` and `op`.
+/// Each store and broker operation, per `backend` and `op`.
 pub use crate::latency::STORE_DURATION_HISTOGRAM;
 
 /// Describes every metric family of the toolkit to the installed recorder (none installed:
@@ -60,6 +60,6 @@ pub fn describe() {
     metrics::describe_histogram!(
         STORE_DURATION_HISTOGRAM,
         Unit::Seconds,
-        "Round trips to an idempotency store, by backend and operation"
+        "Each store and broker operation as its caller waits for it, by backend and operation"
     );
 }
