@@ -145,12 +145,17 @@ fn amounts_ids_quantities_and_keys_carry_the_services_bounds() {
     for (name, operation) in operations(&document) {
         for parameter in operation["parameters"].as_array().into_iter().flatten() {
             match parameter["name"].as_str() {
-                Some("user_id" | "order_id" | "payment_no" | "refund_no" | "deduction_no") => {
+                Some(
+                    "user_id" | "order_id" | "payment_no" | "refund_no" | "deduction_no"
+                    | "delivery_id" | "endpoint_id",
+                ) => {
                     assert_eq!(parameter["schema"]["pattern"], ID_PATTERN, "{name}");
                 }
                 Some("Idempotency-Key") => {
                     assert_eq!(parameter["schema"]["maxLength"], 255, "{name}");
-                    let required = name.contains("/wallets/") || name.ends_with("/refunds");
+                    let required = name.contains("/wallets/")
+                        || name.ends_with("/refunds")
+                        || name.ends_with("/rotate-secret");
                     assert_eq!(
                         parameter["required"], required,
                         "{name}: required only where required"

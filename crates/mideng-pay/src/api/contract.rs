@@ -30,8 +30,9 @@ pub(super) const PROBLEM_JSON: &str = "application/problem+json";
 /// The schema name of a refusal.
 const PROBLEM: &str = "Problem";
 /// Identifiers in paths and queries that follow the client identifier rule.
-const IDENTIFIER_PARAMETERS: [&str; 6] = [
+const IDENTIFIER_PARAMETERS: [&str; 7] = [
     "delivery_id",
+    "endpoint_id",
     "order_id",
     "user_id",
     "payment_no",

@@ -77,6 +77,8 @@ pub enum Code {
     RefundExceedsPayment,
     /// 409: the tenant has as many webhook endpoints as it may.
     TooManyEndpoints,
+    /// 409: another of the tenant's webhook endpoints has this URL.
+    EndpointUrlTaken,
     /// 409: the delivery has as many attempts as a delivery may have; its history stays
     /// readable.
     AttemptsExhausted,
@@ -153,6 +155,7 @@ impl Code {
             Code::RefundExceedsPayment => "refund-exceeds-payment",
             Code::RefundKeyReused => "refund-key-reused",
             Code::TooManyEndpoints => "too-many-endpoints",
+            Code::EndpointUrlTaken => "endpoint-url-taken",
             Code::AttemptsExhausted => "attempts-exhausted",
             Code::CaseNotOpen => "case-not-open",
             Code::EventNotParked => "event-not-parked",
@@ -198,6 +201,7 @@ impl Code {
             | Code::PaymentNotRefundable
             | Code::RefundExceedsPayment
             | Code::TooManyEndpoints
+            | Code::EndpointUrlTaken
             | Code::AttemptsExhausted
             | Code::CaseNotOpen
             | Code::EventNotParked => StatusCode::CONFLICT,

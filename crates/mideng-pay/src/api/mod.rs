@@ -225,6 +225,13 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
     // refund's business key.
     let refund =
         route_config(&state, operation::REFUND_CREATE, KeyRequirement::Required)?.build()?;
+    // A secret's rotation too: a retry answers the secret the first one made.
+    let rotate = route_config(
+        &state,
+        crate::flows::webhook::ROTATE,
+        KeyRequirement::Required,
+    )?
+    .build()?;
 
     // What a checkout does, for a publishable key too: a token, an order, a payment of it, that
     // order's state and its grant. The handlers narrow a publishable key to the orders a
@@ -268,6 +275,16 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
         .route(
             "/v1/webhook-endpoints",
             post(webhooks::create_endpoint).get(webhooks::list_endpoints),
+        )
+        .route(
+            "/v1/webhook-endpoints/{endpoint_id}",
+            get(webhooks::show_endpoint)
+                .patch(webhooks::update_endpoint)
+                .delete(webhooks::delete_endpoint),
+        )
+        .route(
+            "/v1/webhook-endpoints/{endpoint_id}/rotate-secret",
+            post(webhooks::rotate_secret).route_layer(IdempotencyLayer::new(rotate)),
         )
         .route("/v1/webhook-deliveries", get(webhooks::list_deliveries))
         .route(

@@ -166,11 +166,42 @@ pub struct EndpointView {
     pub events: Vec<String>,
     /// The signing secret (`whsec_` + base64 key), for verifying `webhook-signature`.
     pub secret: String,
-    /// ENABLED, or DISABLED after a delivery exhausted its schedule (a redelivery by hand
-    /// enables it again).
+    /// ENABLED, or DISABLED by the tenant or after a delivery exhausted its schedule
+    /// (enabling it, or a redelivery by hand, starts its waiting deliveries again).
+    #[schema(pattern = "^(ENABLED|DISABLED)$")]
     pub status: String,
     /// When it was registered.
     pub created_at: String,
+    /// Until when the secret before the last rotation signs too (every message carries both
+    /// signatures until then); absent when it no longer does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_secret_expires_at: Option<String>,
+}
+
+/// `PATCH /v1/webhook-endpoints/{endpoint_id}`: each field given replaces the endpoint's.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpoint {
+    /// A new URL, checked as at registration; another of the tenant's endpoints may not have it.
+    #[schema(max_length = 2048)]
+    pub url: Option<String>,
+    /// New event types.
+    #[schema(min_items = 1, max_items = 3)]
+    pub events: Option<Vec<String>>,
+    /// `ENABLED` (its waiting deliveries go out, each when due) or `DISABLED` (nothing is sent;
+    /// new events still wait for it).
+    #[schema(pattern = "^(ENABLED|DISABLED)$")]
+    pub status: Option<String>,
+}
+
+/// `POST /v1/webhook-endpoints/{endpoint_id}/rotate-secret`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// Seconds the current secret keeps signing beside the new one, 0 ..= 604800 (a week);
+    /// default 86400 (a day). 0 stops it at once.
+    #[schema(minimum = 0, maximum = 604800)]
+    pub previous_secret_valid_secs: Option<u64>,
 }
 
 /// One attempt of a delivery.

@@ -32,6 +32,8 @@ use crate::state::AppState;
         super::wallets::reverse,
         super::entitlements::list,
         super::webhooks::create_endpoint, super::webhooks::list_endpoints,
+        super::webhooks::show_endpoint, super::webhooks::update_endpoint,
+        super::webhooks::delete_endpoint, super::webhooks::rotate_secret,
         super::webhooks::list_deliveries, super::webhooks::redeliver,
         super::reconciliation::list,
     ),

@@ -1,4 +1,5 @@
-//! Merchant webhooks over HTTP: endpoints, deliveries with their attempts, redelivery by hand
+//! Merchant webhooks over HTTP: endpoints (registered, read, changed, disabled, deleted, their
+//! secret rotated), deliveries with their attempts, redelivery by hand
 //! ([`crate::flows::webhook`]).
 
 use axum::extract::rejection::QueryRejection;
@@ -9,29 +10,47 @@ use mideng::http::{IDEMPOTENT_REPLAYED, Tenant};
 
 use super::error::Code;
 use super::models::{
-    AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, rfc3339,
+    AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, RotateSecret,
+    UpdateEndpoint, rfc3339,
 };
 use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
-use crate::domain::webhook::EndpointError;
+use crate::domain::webhook::{
+    EndpointError, PREVIOUS_SECRET_VALID_DEFAULT, PREVIOUS_SECRET_VALID_MAX,
+};
 use crate::flows::webhook::{
-    self, Attempt, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery, Registered,
+    self, Attempt, Changed, Delivery, DeliveryStatus, Endpoint, EndpointStatus, Redelivery,
+    Registered,
 };
 use crate::state::AppState;
 
-fn endpoint_view(endpoint: &Endpoint) -> EndpointView {
+fn endpoint_view(endpoint: &Endpoint, now_ms: i64) -> EndpointView {
     EndpointView {
         endpoint_id: endpoint.endpoint_id.clone(),
         url: endpoint.url.clone(),
         events: endpoint.events.clone(),
         secret: endpoint.secret.clone(),
-        status: match endpoint.status {
-            EndpointStatus::Enabled => "ENABLED",
-            EndpointStatus::Disabled => "DISABLED",
-        }
-        .to_owned(),
+        status: endpoint.status.as_str().to_owned(),
         created_at: rfc3339(endpoint.created_at_ms),
+        previous_secret_expires_at: endpoint
+            .previous_secret
+            .as_ref()
+            .filter(|(_, until_ms)| *until_ms > now_ms)
+            .map(|(_, until_ms)| rfc3339(*until_ms)),
     }
+}
+
+fn refused(error: EndpointError) -> ApiError {
+    let code = match error {
+        EndpointError::Url | EndpointError::Events => Code::InvalidRequest,
+        EndpointError::PrivateTarget => Code::PrivateTarget,
+    };
+    ApiError::new(code, error.to_string())
+}
+
+/// An endpoint id of the path: one the service could have made, else no such endpoint.
+fn endpoint_id(text: &str) -> Result<PaymentNo, ApiError> {
+    PaymentNo::parse(text).map_err(|_| ApiError::not_found("webhook endpoint"))
 }
 
 fn delivery_view(delivery: &Delivery, attempts: &[Attempt]) -> DeliveryView {
@@ -75,20 +94,17 @@ pub(super) async fn create_endpoint(
 ) -> Result<Response, ApiError> {
     let registered = webhook::register(&state.ports, &tenant, &body.url, &body.events)
         .await?
-        .map_err(|error| {
-            let code = match error {
-                EndpointError::Url | EndpointError::Events => Code::InvalidRequest,
-                EndpointError::PrivateTarget => Code::PrivateTarget,
-            };
-            ApiError::new(code, error.to_string())
-        })?;
+        .map_err(refused)?;
+    let now_ms = state.ports.clock.now_ms();
     match registered {
-        Registered::New(endpoint) => {
-            Ok((StatusCode::CREATED, axum::Json(endpoint_view(&endpoint))).into_response())
-        }
+        Registered::New(endpoint) => Ok((
+            StatusCode::CREATED,
+            axum::Json(endpoint_view(&endpoint, now_ms)),
+        )
+            .into_response()),
         Registered::Existing(endpoint) => {
             let mut response =
-                (StatusCode::OK, axum::Json(endpoint_view(&endpoint))).into_response();
+                (StatusCode::OK, axum::Json(endpoint_view(&endpoint, now_ms))).into_response();
             response
                 .headers_mut()
                 .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -112,7 +128,164 @@ pub(super) async fn list_endpoints(
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
 ) -> Result<axum::Json<Vec<EndpointView>>, ApiError> {
     let endpoints = webhook::endpoints(&state.ports, &tenant).await?;
-    Ok(axum::Json(endpoints.iter().map(endpoint_view).collect()))
+    let now_ms = state.ports.clock.now_ms();
+    Ok(axum::Json(
+        endpoints
+            .iter()
+            .map(|endpoint| endpoint_view(endpoint, now_ms))
+            .collect(),
+    ))
+}
+
+/// One of the tenant's webhook endpoints.
+#[utoipa::path(
+    get, path = "/v1/webhook-endpoints/{endpoint_id}", tag = "webhooks", operation_id = "show_webhook_endpoint",
+    params(("endpoint_id" = String, Path, description = "The endpoint")),
+    responses((status = 200, body = EndpointView), (status = 404, body = super::ProblemBody)),
+    security(("api_key" = []))
+)]
+pub(super) async fn show_endpoint(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<EndpointView>, ApiError> {
+    let id = endpoint_id(&id)?;
+    let endpoint = webhook::endpoint(&state.ports, &tenant, id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    Ok(axum::Json(endpoint_view(
+        &endpoint,
+        state.ports.clock.now_ms(),
+    )))
+}
+
+/// Changes a webhook endpoint: its URL, its event types, or its status. Fields not given stay
+/// as they are; the same change sent twice leaves the endpoint as the first one did.
+///
+/// Disabling an endpoint stops its attempts; events keep writing their deliveries, which wait.
+/// Enabling it again sends them, oldest first, each when due.
+#[utoipa::path(
+    patch, path = "/v1/webhook-endpoints/{endpoint_id}", tag = "webhooks", operation_id = "update_webhook_endpoint",
+    params(("endpoint_id" = String, Path, description = "The endpoint")),
+    request_body = UpdateEndpoint,
+    responses(
+        (status = 200, description = "The endpoint as it is now", body = EndpointView),
+        (status = 404, body = super::ProblemBody),
+        (status = 409, description = "endpoint-url-taken: another of the tenant's endpoints has this URL", body = super::ProblemBody),
+        (status = 422, description = "invalid-request: the URL, the events or the status; private-target: as at registration", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn update_endpoint(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateEndpoint>,
+) -> Result<axum::Json<EndpointView>, ApiError> {
+    let id = endpoint_id(&id)?;
+    let status = body
+        .status
+        .as_deref()
+        .map(|status| {
+            EndpointStatus::parse(status).ok_or_else(|| {
+                ApiError::new(Code::InvalidRequest, "status must be ENABLED or DISABLED")
+            })
+        })
+        .transpose()?;
+    let changed = webhook::change(
+        &state.ports,
+        &tenant,
+        id.as_str(),
+        body.url.as_deref(),
+        body.events.as_deref(),
+        status,
+    )
+    .await?
+    .map_err(refused)?;
+    match changed {
+        Changed::Done(endpoint) => Ok(axum::Json(endpoint_view(
+            &endpoint,
+            state.ports.clock.now_ms(),
+        ))),
+        Changed::NoEndpoint => Err(ApiError::not_found("webhook endpoint")),
+        Changed::UrlTaken => Err(ApiError::new(
+            Code::EndpointUrlTaken,
+            "another of the tenant's webhook endpoints has this URL",
+        )),
+    }
+}
+
+/// Deletes a webhook endpoint, with its deliveries and their attempts. Nothing more is sent
+/// to it; an attempt already under way ends unrecorded.
+#[utoipa::path(
+    delete, path = "/v1/webhook-endpoints/{endpoint_id}", tag = "webhooks", operation_id = "delete_webhook_endpoint",
+    params(("endpoint_id" = String, Path, description = "The endpoint")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "not-found: no such endpoint (a second delete of the same one answers this)", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn delete_endpoint(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = endpoint_id(&id)?;
+    if webhook::delete(&state.ports, &tenant, id.as_str()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("webhook endpoint"))
+    }
+}
+
+/// Rotates an endpoint's signing secret. The answer carries the new secret; the current one
+/// keeps signing beside it for `previous_secret_valid_secs` (a day unless asked otherwise), so
+/// every message meanwhile carries two `v1,` signatures and a receiver holding either secret
+/// verifies it. A previous secret of an earlier rotation stops signing at once.
+///
+/// Takes an `Idempotency-Key`: a retry of a rotation whose answer was lost answers the same
+/// new secret instead of making a third.
+#[utoipa::path(
+    post, path = "/v1/webhook-endpoints/{endpoint_id}/rotate-secret", tag = "webhooks", operation_id = "rotate_webhook_secret",
+    params(
+        ("endpoint_id" = String, Path, description = "The endpoint"),
+        ("Idempotency-Key" = String, Header, description = "Required: the rotation's key"),
+    ),
+    request_body = RotateSecret,
+    responses(
+        (status = 200, description = "The endpoint with its new secret", body = EndpointView),
+        (status = 404, body = super::ProblemBody),
+        (status = 422, description = "invalid-request: previous_secret_valid_secs above 604800", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn rotate_secret(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RotateSecret>,
+) -> Result<axum::Json<EndpointView>, ApiError> {
+    let id = endpoint_id(&id)?;
+    let valid = match body.previous_secret_valid_secs {
+        None => PREVIOUS_SECRET_VALID_DEFAULT,
+        Some(secs) if secs <= PREVIOUS_SECRET_VALID_MAX.as_secs() => {
+            std::time::Duration::from_secs(secs)
+        }
+        Some(_) => {
+            return Err(ApiError::new(
+                Code::InvalidRequest,
+                "previous_secret_valid_secs must be 0 ..= 604800 (a week)",
+            ));
+        }
+    };
+    let endpoint = webhook::rotate(&state.ports, &tenant, id.as_str(), valid)
+        .await?
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    Ok(axum::Json(endpoint_view(
+        &endpoint,
+        state.ports.clock.now_ms(),
+    )))
 }
 
 /// Deliveries of an event (its `webhook-id`), or the latest 100, each with every attempt and

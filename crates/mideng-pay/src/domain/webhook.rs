@@ -73,6 +73,40 @@ pub fn signature(key: &[u8], id: &str, timestamp_secs: i64, body: &[u8]) -> Stri
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
+/// How long the previous secret keeps signing after a rotation, unless the rotation says
+/// otherwise: a day, so that every receiver has time to take the new one.
+pub const PREVIOUS_SECRET_VALID_DEFAULT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest overlap a rotation may ask for: a week.
+pub const PREVIOUS_SECRET_VALID_MAX: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// The secrets that sign a message at `now_ms`: the endpoint's current one, and its previous
+/// one while the overlap of the last rotation lasts (until `previous_until_ms`, exclusive).
+pub fn signing_secrets<'a>(
+    current: &'a str,
+    previous: Option<(&'a str, i64)>,
+    now_ms: i64,
+) -> Vec<&'a str> {
+    let mut secrets = vec![current];
+    if let Some((previous, until_ms)) = previous
+        && now_ms < until_ms
+    {
+        secrets.push(previous);
+    }
+    secrets
+}
+
+/// The `webhook-signature` value of one message signed under each of `keys`, space-separated,
+/// the first key's first: the specification lets a header carry several `v1,` signatures, and a
+/// receiver accepts the message when any one of them is its own. During a rotation's overlap a
+/// receiver holding either secret verifies the message.
+pub fn signatures(keys: &[Vec<u8>], id: &str, timestamp_secs: i64, body: &[u8]) -> String {
+    keys.iter()
+        .map(|key| signature(key, id, timestamp_secs, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The body of a message: the event's type, its time and its data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
@@ -187,6 +221,47 @@ mod tests {
         );
         assert_eq!(secret_key("sk_abc"), None);
         assert_eq!(secret_key("whsec_!!"), None);
+    }
+
+    #[test]
+    fn during_a_rotations_overlap_both_secrets_sign_and_then_only_the_new_one() {
+        let (old, new) = (generate_secret(), generate_secret());
+        assert_eq!(
+            signing_secrets(&new, Some((&old, 1_000)), 999),
+            [&new, &old]
+        );
+        assert_eq!(signing_secrets(&new, Some((&old, 1_000)), 1_000), [&new]);
+        assert_eq!(signing_secrets(&new, None, 0), [&new]);
+        let keys: Vec<_> = signing_secrets(&new, Some((&old, 1_000)), 0)
+            .into_iter()
+            .map(|secret| secret_key(secret).expect("a secret"))
+            .collect();
+        // A timestamp of now: the reference library checks it against its own clock.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        let now = i64::try_from(now).expect("in range");
+        let header = signatures(&keys, "msg_1", now, b"{}");
+        let parts: Vec<_> = header.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{header}");
+        assert_eq!(parts[0], signature(&keys[0], "msg_1", now, b"{}"));
+        assert_eq!(parts[1], signature(&keys[1], "msg_1", now, b"{}"));
+        // Either secret alone verifies the message, as the reference library reads the header;
+        // a third does not.
+        let verifies = |secret: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert("webhook-id", "msg_1".parse().expect("value"));
+            headers.insert("webhook-timestamp", now.to_string().parse().expect("value"));
+            headers.insert("webhook-signature", header.parse().expect("value"));
+            standardwebhooks::Webhook::new(secret)
+                .expect("a secret")
+                .verify(b"{}", &headers)
+                .is_ok()
+        };
+        assert!(verifies(&old));
+        assert!(verifies(&new));
+        assert!(!verifies(&generate_secret()));
     }
 
     #[test]

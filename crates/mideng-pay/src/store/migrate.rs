@@ -83,6 +83,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "ledger order",
                 include_str!("../../migrations/postgres/0012_entry_wallet_version.sql"),
             ),
+            (
+                13,
+                "webhook secret rotation",
+                include_str!("../../migrations/postgres/0013_webhook_secret_rotation.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -157,6 +162,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "ledger order",
                 include_str!("../../migrations/mysql/0012_entry_wallet_version.sql"),
             ),
+            (
+                13,
+                "webhook secret rotation",
+                include_str!("../../migrations/mysql/0013_webhook_secret_rotation.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -226,6 +236,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 12,
                 "ledger order",
                 include_str!("../../migrations/sqlite/0012_entry_wallet_version.sql"),
+            ),
+            (
+                13,
+                "webhook secret rotation",
+                include_str!("../../migrations/sqlite/0013_webhook_secret_rotation.sql"),
             ),
         ],
     )

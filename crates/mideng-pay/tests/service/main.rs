@@ -5,6 +5,7 @@ mod attacks;
 mod bills;
 mod bounds;
 mod clock;
+mod endpoints;
 mod events;
 mod harness;
 mod inputs;
@@ -66,6 +67,7 @@ backend_suite!(
     crate::refunds::a_lost_refund_answer_is_settled_once => a_lost_refund_answer_is_settled_once,
     crate::refunds::a_payment_after_cancel_is_refunded_once => a_payment_after_cancel_is_refunded_once,
     crate::webhooks::webhooks_retry_under_one_id_until_acknowledged => webhooks_retry_under_one_id_until_acknowledged,
+    crate::endpoints::an_endpoint_is_rotated_disabled_moved_and_deleted => an_endpoint_is_rotated_disabled_moved_and_deleted,
     crate::webhooks::a_stalled_endpoint_delays_only_its_own_deliveries => a_stalled_endpoint_delays_only_its_own_deliveries,
     crate::webhooks::a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held => a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held,
     crate::wallets::one_key_debits_once => one_key_debits_once,

@@ -92,6 +92,40 @@ pub(crate) async fn private_targets_are_refused_at_registration(backend: Backend
         )
         .await;
     assert_eq!(malformed.code(), "invalid-request");
+    // Nor can an endpoint be moved there. (A name is not resolved at registration; the
+    // endpoint is deleted before any event could make a delivery to it.)
+    let public = service
+        .post(
+            "/v1/webhook-endpoints",
+            json!({"url": "https://merchant.example/h", "events": ["payment.succeeded"]}),
+            &[],
+        )
+        .await;
+    assert_eq!(public.status, 201, "{}", public.json());
+    let path = format!(
+        "/v1/webhook-endpoints/{}",
+        public.json()["endpoint_id"].as_str().expect("id")
+    );
+    for url in loopback_spellings(port) {
+        let refused = service
+            .send(
+                reqwest::Method::PATCH,
+                &path,
+                Some(serde_json::to_vec(&json!({"url": url})).expect("json")),
+                &[],
+            )
+            .await;
+        assert_eq!(refused.status, 422, "{url}: {}", refused.json());
+        assert_eq!(refused.code(), "private-target", "{url}");
+    }
+    assert_eq!(
+        service.get(&path).await.json()["url"],
+        "https://merchant.example/h"
+    );
+    let deleted = service
+        .send(reqwest::Method::DELETE, &path, None, &[])
+        .await;
+    assert_eq!(deleted.status, 204);
     assert_eq!(accepted.load(Ordering::SeqCst), 0);
 }
 

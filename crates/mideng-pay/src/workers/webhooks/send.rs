@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::WebhookSettings;
 use crate::domain::outbound::{TargetPolicy, literal_address};
-use crate::domain::webhook::{secret_key, signature};
+use crate::domain::webhook::{secret_key, signatures, signing_secrets};
 use crate::store::webhooks::{Attempt, DueDelivery};
 
 /// What an attempt that could not connect records, whatever stopped it: the outbound-address
@@ -117,7 +117,18 @@ pub(super) async fn attempt(
     let started = Instant::now();
     let timestamp = at_ms.div_euclid(1000);
     let delivery = &due.delivery;
-    let (status_code, error) = match (secret_key(&due.secret), reqwest::Url::parse(&due.url)) {
+    // The current secret signs, and the previous one too while its rotation's overlap lasts.
+    let keys: Option<Vec<Vec<u8>>> = signing_secrets(
+        &due.secret,
+        due.previous_secret
+            .as_ref()
+            .map(|(secret, until_ms)| (secret.as_str(), *until_ms)),
+        at_ms,
+    )
+    .into_iter()
+    .map(secret_key)
+    .collect();
+    let (status_code, error) = match (keys, reqwest::Url::parse(&due.url)) {
         (None, _) => (None, Some("the endpoint's secret is unreadable".to_owned())),
         (Some(_), Err(_)) => (None, Some("the endpoint's URL is unreadable".to_owned())),
         (Some(_), Ok(url)) if literal_address(&url).is_some() && !targets.permits_url(&url) => {
@@ -130,9 +141,9 @@ pub(super) async fn attempt(
             );
             (None, Some(CONNECTION_REFUSED.to_owned()))
         }
-        (Some(key), Ok(url)) => {
-            let signed = signature(
-                &key,
+        (Some(keys), Ok(url)) => {
+            let signed = signatures(
+                &keys,
                 &delivery.event_id,
                 timestamp,
                 delivery.payload.as_bytes(),

@@ -24,20 +24,23 @@ pub(crate) use self::sql::publish_in;
 pub enum EndpointStatus {
     /// Deliveries are attempted.
     Enabled,
-    /// A delivery exhausted its schedule: nothing is attempted until a redelivery by hand
-    /// enables it again. Its deliveries are kept.
+    /// A delivery exhausted its schedule, or the tenant disabled it: nothing is attempted
+    /// until the tenant enables it again (or redelivers one of its deliveries by hand). Its
+    /// deliveries are kept, and new events still write theirs.
     Disabled,
 }
 
 impl EndpointStatus {
-    fn as_str(self) -> &'static str {
+    /// `ENABLED` or `DISABLED`.
+    pub fn as_str(self) -> &'static str {
         match self {
             EndpointStatus::Enabled => "ENABLED",
             EndpointStatus::Disabled => "DISABLED",
         }
     }
 
-    fn parse(text: &str) -> Option<Self> {
+    /// The status named `text`.
+    pub fn parse(text: &str) -> Option<Self> {
         match text {
             "ENABLED" => Some(EndpointStatus::Enabled),
             "DISABLED" => Some(EndpointStatus::Disabled),
@@ -59,6 +62,9 @@ pub struct Endpoint {
     pub events: Vec<String>,
     /// The signing secret (`whsec_…`).
     pub secret: String,
+    /// The secret before the last rotation, and until when it signs too (Unix ms, exclusive):
+    /// `None` once no overlap was asked for.
+    pub previous_secret: Option<(String, i64)>,
     /// Status.
     pub status: EndpointStatus,
     /// When it was registered (Unix ms).
@@ -147,6 +153,9 @@ pub struct DueDelivery {
     pub url: String,
     /// The endpoint's secret.
     pub secret: String,
+    /// Its previous secret and until when that one signs too (Unix ms): see
+    /// [`crate::domain::webhook::signing_secrets`].
+    pub previous_secret: Option<(String, i64)>,
 }
 
 /// Which due deliveries to read: see [`Webhooks::due`].
@@ -271,6 +280,28 @@ pub enum Registered {
     TooMany,
 }
 
+/// A change of an endpoint: each field given replaces the endpoint's, checked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EndpointChange<'a> {
+    /// A new URL.
+    pub url: Option<&'a str>,
+    /// New event types.
+    pub events: Option<&'a [String]>,
+    /// A new status.
+    pub status: Option<EndpointStatus>,
+}
+
+/// What a change of an endpoint came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changed {
+    /// The endpoint as it is now.
+    Done(Endpoint),
+    /// The tenant has no such endpoint.
+    NoEndpoint,
+    /// Another of the tenant's endpoints has this URL; nothing changed.
+    UrlTaken,
+}
+
 /// Webhook endpoints and deliveries.
 #[async_trait]
 pub trait Webhooks: Send + Sync {
@@ -278,6 +309,34 @@ pub trait Webhooks: Send + Sync {
     async fn register(&self, new: &NewEndpoint<'_>) -> Result<Registered, StoreError>;
     /// The tenant's endpoints (at most 100).
     async fn endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
+    /// One of the tenant's endpoints.
+    async fn endpoint(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+    ) -> Result<Option<Endpoint>, StoreError>;
+    /// Changes one of the tenant's endpoints. Enabling it makes its waiting deliveries go out,
+    /// each when due.
+    async fn change(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        change: &EndpointChange<'_>,
+    ) -> Result<Changed, StoreError>;
+    /// Gives one of the tenant's endpoints the secret `secret`; its current one becomes the
+    /// previous one, signing too until `previous_until_ms` (none when that is not later than
+    /// now). A previous secret of an earlier rotation is forgotten.
+    async fn rotate(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        secret: &str,
+        previous_until_ms: i64,
+    ) -> Result<Option<Endpoint>, StoreError>;
+    /// Deletes one of the tenant's endpoints with its deliveries and their attempts, in one
+    /// transaction; answers whether it had one. An attempt in flight meanwhile is dropped
+    /// when it ends.
+    async fn delete(&self, tenant_id: &str, endpoint_id: &str) -> Result<bool, StoreError>;
     /// Deliveries due at `query.now_ms` on enabled endpoints, oldest due first, at most
     /// `query.limit`: at most `query.per_endpoint` of each endpoint (its oldest due), none of
     /// the endpoints and tenants it leaves out.

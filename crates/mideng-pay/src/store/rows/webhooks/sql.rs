@@ -11,7 +11,7 @@ use crate::store::sql::SqlPay;
 
 macro_rules! endpoint_columns {
     () => {
-        "endpoint_id, tenant_id, url, events, secret, status, created_at"
+        "endpoint_id, tenant_id, url, events, secret, status, created_at, previous_secret, previous_secret_until"
     };
 }
 
@@ -37,6 +37,13 @@ fn decode_endpoint<R: SqlRow>(row: &R) -> Result<Endpoint, StoreError> {
         status: EndpointStatus::parse(&row.text(5).map_err(read)?)
             .ok_or_else(|| corrupt("unknown endpoint status"))?,
         created_at_ms: row.int(6).map_err(read)?,
+        previous_secret: match (
+            row.opt_text(7).map_err(read)?,
+            row.opt_int(8).map_err(read)?,
+        ) {
+            (Some(secret), Some(until_ms)) => Some((secret, until_ms)),
+            _ => None,
+        },
     })
 }
 
@@ -66,6 +73,44 @@ const ENDPOINT_SELECT_BY_URL: PerDialect<&str> = dialect_sql!(
     "SELECT " endpoint_columns!() " FROM pay_webhook_endpoints WHERE tenant_id = " ? " AND url = " ?
 );
 
+const ENDPOINT_SELECT_LOCKED: PerDialect<&str> = dialect_sql!(
+    "SELECT " endpoint_columns!() " FROM pay_webhook_endpoints WHERE tenant_id = " ?
+    " AND endpoint_id = " ? for_update
+);
+
+const ENDPOINT_SELECT: PerDialect<&str> = dialect_sql!(
+    "SELECT " endpoint_columns!() " FROM pay_webhook_endpoints WHERE tenant_id = " ?
+    " AND endpoint_id = " ?
+);
+
+const ENDPOINT_UPDATE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_webhook_endpoints SET url = " ? ", events = " ? ", status = " ? ", updated_at = " ?
+    " WHERE endpoint_id = " ?
+);
+
+const ENDPOINT_ROTATE: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_webhook_endpoints SET secret = " ? ", previous_secret = " ?
+    ", previous_secret_until = " ? ", updated_at = " ? " WHERE endpoint_id = " ?
+);
+
+// Deleting an endpoint: its deliveries are locked first (an attempt finishing meanwhile
+// commits its row before this goes on, and is deleted with the rest), then their attempts,
+// the deliveries and the endpoint go.
+const ENDPOINT_DELIVERIES_LOCK: PerDialect<&str> = dialect_sql!(
+    "UPDATE pay_webhook_deliveries SET updated_at = " ? " WHERE endpoint_id = " ?
+);
+
+const ENDPOINT_ATTEMPTS_DELETE: PerDialect<&str> = dialect_sql!(
+    "DELETE FROM pay_webhook_attempts WHERE delivery_id IN"
+    " (SELECT delivery_id FROM pay_webhook_deliveries WHERE endpoint_id = " ? ")"
+);
+
+const ENDPOINT_DELIVERIES_DELETE: PerDialect<&str> =
+    dialect_sql!("DELETE FROM pay_webhook_deliveries WHERE endpoint_id = "?);
+
+const ENDPOINT_DELETE: PerDialect<&str> =
+    dialect_sql!("DELETE FROM pay_webhook_endpoints WHERE endpoint_id = "?);
+
 const ENDPOINTS_OF_TENANT: PerDialect<&str> = dialect_sql!(
     "SELECT " endpoint_columns!() " FROM pay_webhook_endpoints WHERE tenant_id = " ?
     " ORDER BY created_at, endpoint_id LIMIT 100"
@@ -82,8 +127,8 @@ const DELIVERY_INSERT: PerDialect<&str> = dialect_sql!(
 // the same names, so that `delivery_columns!` reads both. The left-out endpoints and tenants
 // come as one JSON array of strings each (any id, no separator to escape), opened per dialect.
 const DELIVERIES_DUE: PerDialect<&str> = dialect_sql!(
-    "SELECT " delivery_columns!() ", d.url, d.secret FROM ("
-    "SELECT " delivery_columns!() ", e.url, e.secret, ROW_NUMBER() OVER"
+    "SELECT " delivery_columns!() ", d.url, d.secret, d.previous_secret, d.previous_secret_until FROM ("
+    "SELECT " delivery_columns!() ", e.url, e.secret, e.previous_secret, e.previous_secret_until, ROW_NUMBER() OVER"
     " (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.delivery_id) AS endpoint_rank"
     " FROM pay_webhook_deliveries d JOIN pay_webhook_endpoints e ON e.endpoint_id = d.endpoint_id"
     " WHERE d.status = 'PENDING' AND d.next_attempt_at <= " ? " AND e.status = 'ENABLED'"
@@ -356,8 +401,15 @@ async fn finish_on<D: Dialect>(
         .map_err(store_error::<D>)?
         .as_ref()
         .map(decode_delivery)
-        .transpose()?
-        .ok_or_else(|| corrupt("a delivery vanished"))?;
+        .transpose()?;
+    let Some(current) = current else {
+        // Deleted with its endpoint (or purged) while the attempt was out: nothing to record.
+        tracing::info!(
+            delivery_id = %delivery.delivery_id,
+            "an attempt finished after its delivery was deleted: dropped"
+        );
+        return Ok(());
+    };
     let number = current.attempts.saturating_add(1);
     let outcome = within_the_bound(outcome, number);
     connection
@@ -484,6 +536,135 @@ async fn redeliver_on<D: Dialect>(
     ))
 }
 
+async fn locked_endpoint<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    endpoint_id: &str,
+) -> Result<Option<Endpoint>, StoreError> {
+    connection
+        .row(
+            ENDPOINT_SELECT_LOCKED.get::<D>(),
+            &[Arg::Text(tenant_id), Arg::Text(endpoint_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?
+        .as_ref()
+        .map(decode_endpoint)
+        .transpose()
+}
+
+async fn change_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    endpoint_id: &str,
+    change: &EndpointChange<'_>,
+    now_ms: i64,
+) -> Result<Changed, StoreError> {
+    let Some(current) = locked_endpoint::<D>(connection, tenant_id, endpoint_id).await? else {
+        return Ok(Changed::NoEndpoint);
+    };
+    if let Some(url) = change.url.filter(|url| *url != current.url) {
+        let taken = connection
+            .row(
+                ENDPOINT_SELECT_BY_URL.get::<D>(),
+                &[Arg::Text(tenant_id), Arg::Text(url)],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .is_some();
+        if taken {
+            return Ok(Changed::UrlTaken);
+        }
+    }
+    let changed = Endpoint {
+        url: change.url.map_or(current.url.clone(), str::to_owned),
+        events: change
+            .events
+            .map_or(current.events.clone(), <[String]>::to_vec),
+        status: change.status.unwrap_or(current.status),
+        ..current
+    };
+    connection
+        .run(
+            ENDPOINT_UPDATE.get::<D>(),
+            &[
+                Arg::Text(&changed.url),
+                Arg::Text(&changed.events.join(",")),
+                Arg::Text(changed.status.as_str()),
+                Arg::Int(now_ms),
+                Arg::Text(endpoint_id),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(Changed::Done(changed))
+}
+
+async fn rotate_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    endpoint_id: &str,
+    secret: &str,
+    previous_until_ms: i64,
+    now_ms: i64,
+) -> Result<Option<Endpoint>, StoreError> {
+    let Some(current) = locked_endpoint::<D>(connection, tenant_id, endpoint_id).await? else {
+        return Ok(None);
+    };
+    let previous_secret =
+        (previous_until_ms > now_ms).then(|| (current.secret.clone(), previous_until_ms));
+    connection
+        .run(
+            ENDPOINT_ROTATE.get::<D>(),
+            &[
+                Arg::Text(secret),
+                Arg::OptText(previous_secret.as_ref().map(|(secret, _)| secret.as_str())),
+                Arg::OptInt(previous_secret.as_ref().map(|(_, until_ms)| *until_ms)),
+                Arg::Int(now_ms),
+                Arg::Text(endpoint_id),
+            ],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    Ok(Some(Endpoint {
+        secret: secret.to_owned(),
+        previous_secret,
+        ..current
+    }))
+}
+
+async fn delete_on<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    endpoint_id: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    if locked_endpoint::<D>(connection, tenant_id, endpoint_id)
+        .await?
+        .is_none()
+    {
+        return Ok(false);
+    }
+    connection
+        .run(
+            ENDPOINT_DELIVERIES_LOCK.get::<D>(),
+            &[Arg::Int(now_ms), Arg::Text(endpoint_id)],
+        )
+        .await
+        .map_err(store_error::<D>)?;
+    for statement in [
+        &ENDPOINT_ATTEMPTS_DELETE,
+        &ENDPOINT_DELIVERIES_DELETE,
+        &ENDPOINT_DELETE,
+    ] {
+        connection
+            .run(statement.get::<D>(), &[Arg::Text(endpoint_id)])
+            .await
+            .map_err(store_error::<D>)?;
+    }
+    Ok(true)
+}
+
 #[async_trait]
 impl<D: Dialect> Webhooks for SqlPay<D> {
     async fn register(&self, new: &NewEndpoint<'_>) -> Result<Registered, StoreError> {
@@ -504,6 +685,79 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
             .iter()
             .map(decode_endpoint)
             .collect()
+    }
+
+    async fn endpoint(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
+        let _timer = self.timer("webhooks.endpoint");
+        let mut connection = self.connection().await?;
+        connection
+            .row(
+                ENDPOINT_SELECT.get::<D>(),
+                &[Arg::Text(tenant_id), Arg::Text(endpoint_id)],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .as_ref()
+            .map(decode_endpoint)
+            .transpose()
+    }
+
+    async fn change(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        change: &EndpointChange<'_>,
+    ) -> Result<Changed, StoreError> {
+        let _timer = self.timer("webhooks.change");
+        let now_ms = self.now_ms();
+        self.store
+            .write(|transaction| {
+                Box::pin(change_on::<D>(
+                    transaction,
+                    tenant_id,
+                    endpoint_id,
+                    change,
+                    now_ms,
+                ))
+            })
+            .await
+    }
+
+    async fn rotate(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        secret: &str,
+        previous_until_ms: i64,
+    ) -> Result<Option<Endpoint>, StoreError> {
+        let _timer = self.timer("webhooks.rotate");
+        let now_ms = self.now_ms();
+        self.store
+            .write(|transaction| {
+                Box::pin(rotate_on::<D>(
+                    transaction,
+                    tenant_id,
+                    endpoint_id,
+                    secret,
+                    previous_until_ms,
+                    now_ms,
+                ))
+            })
+            .await
+    }
+
+    async fn delete(&self, tenant_id: &str, endpoint_id: &str) -> Result<bool, StoreError> {
+        let _timer = self.timer("webhooks.delete");
+        let now_ms = self.now_ms();
+        self.store
+            .write(|transaction| {
+                Box::pin(delete_on::<D>(transaction, tenant_id, endpoint_id, now_ms))
+            })
+            .await
     }
 
     async fn due(&self, query: &DueQuery<'_>) -> Result<Vec<DueDelivery>, StoreError> {
@@ -532,6 +786,13 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
                     delivery: decode_delivery(row)?,
                     url: row.text(11).map_err(read)?,
                     secret: row.text(12).map_err(read)?,
+                    previous_secret: match (
+                        row.opt_text(13).map_err(read)?,
+                        row.opt_int(14).map_err(read)?,
+                    ) {
+                        (Some(secret), Some(until_ms)) => Some((secret, until_ms)),
+                        _ => None,
+                    },
                 })
             })
             .collect()
