@@ -529,8 +529,7 @@ pub(crate) fn api_key() -> std::io::Result<()> {
 
 /// `mideng openapi`: the OpenAPI document of the v1 API.
 pub(crate) fn openapi() -> anyhow::Result<()> {
-    use utoipa::OpenApi;
-    let document = mideng_pay::api::ApiDoc::openapi().to_pretty_json()?;
+    let document = mideng_pay::api::openapi_json()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{document}")?;
     out.flush()?;

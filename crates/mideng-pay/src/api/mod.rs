@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 pub use error::{ApiError, Code, ProblemBody};
-pub use ops::ApiDoc;
+pub use ops::{ApiDoc, openapi_json};
 
 use crate::domain::keys::KeyKind;
 use crate::flows::{BrokenLayer, operation};

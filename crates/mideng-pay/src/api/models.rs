@@ -148,11 +148,26 @@ pub struct PaymentView {
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     /// Where messages are posted: an absolute http(s) URL of at most 2048 bytes.
-    #[schema(max_length = 2048)]
+    #[schema(format = "uri", min_length = 1, max_length = 2048)]
     pub url: String,
     /// Event types: `payment.succeeded`, `payment.closed`, `refund.succeeded`.
-    #[schema(min_items = 1, max_items = 3)]
+    #[schema(value_type = Vec<EventType>, min_items = 1, max_items = 3)]
     pub events: Vec<String>,
+}
+
+/// An event type a webhook endpoint may subscribe to (documents the strings of `events`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub enum EventType {
+    /// A payment succeeded.
+    #[schema(rename = "payment.succeeded")]
+    PaymentSucceeded,
+    /// A payment was closed unpaid.
+    #[schema(rename = "payment.closed")]
+    PaymentClosed,
+    /// A refund succeeded.
+    #[schema(rename = "refund.succeeded")]
+    RefundSucceeded,
 }
 
 /// A webhook endpoint, with its signing secret.
@@ -183,10 +198,10 @@ pub struct EndpointView {
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
     /// A new URL, checked as at registration; another of the tenant's endpoints may not have it.
-    #[schema(max_length = 2048)]
+    #[schema(format = "uri", min_length = 1, max_length = 2048)]
     pub url: Option<String>,
     /// New event types.
-    #[schema(min_items = 1, max_items = 3)]
+    #[schema(value_type = Option<Vec<EventType>>, min_items = 1, max_items = 3)]
     pub events: Option<Vec<String>>,
     /// `ENABLED` (its waiting deliveries go out, each when due) or `DISABLED` (nothing is sent;
     /// new events still wait for it).

@@ -55,7 +55,11 @@ pub(super) struct WechatNotifyFailure {
 #[utoipa::path(
     post, path = "/v1/channels/alipay/notify", tag = "channels", operation_id = "alipay_notify",
     request_body(content = String, content_type = "application/x-www-form-urlencoded"),
-    responses((status = 200, description = "`success`, or `failure` to be sent again", body = String))
+    responses(
+        (status = 200, description = "`success`, or `failure` to be sent again", body = String),
+        (status = 404, description = "not-found: Alipay is not configured on this service", body = super::ProblemBody),
+        (status = 503, description = "clock-unsynchronised: this instance's clock disagrees with the database's (Alipay sends again)", body = super::ProblemBody),
+    )
 )]
 pub(super) async fn alipay(
     State(state): State<AppState>,
@@ -75,6 +79,8 @@ pub(super) async fn alipay(
         (status = 204, description = "Accepted"),
         (status = 400, description = "The notify is refused (signature, serial, timestamp, merchant, not ours, malformed)", body = WechatNotifyFailure, content_type = "application/json"),
         (status = 500, description = "Not processed now: send it again", body = WechatNotifyFailure, content_type = "application/json"),
+        (status = 404, description = "not-found: WeChat Pay is not configured on this service", body = super::ProblemBody),
+        (status = 503, description = "clock-unsynchronised: this instance's clock disagrees with the database's (WeChat Pay sends again)", body = super::ProblemBody),
     )
 )]
 pub(super) async fn wechat(

@@ -21,7 +21,11 @@ use crate::state::AppState;
 /// The OpenAPI document of the v1 API, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mideng payment service", description = "Exactly-once payments: orders, payment attempts, refunds, channel callbacks, wallets, merchant webhooks."),
+    info(
+        title = "mideng payment service",
+        description = "Exactly-once payments: orders, payment attempts, refunds, channel callbacks, wallets, merchant webhooks.",
+        contact(name = "mideng", url = "https://github.com/mideng/mideng"),
+    ),
     paths(
         issue_token, inspect_key, healthz, readyz,
         super::orders::create, super::orders::show, super::orders::transition,
@@ -202,9 +206,42 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     response
 }
 
+/// The OpenAPI document of the v1 API as JSON: [`ApiDoc`], with the field names of its links
+/// as the specification spells them (`operationId`, `operationRef`, `requestBody`; the
+/// generator writes them in snake case).
+pub fn openapi_json() -> Result<String, serde_json::Error> {
+    fn respell_links(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Object(links)) = map.get_mut("links") {
+                    for link in links.values_mut() {
+                        if let serde_json::Value::Object(link) = link {
+                            for (snake, camel) in [
+                                ("operation_id", "operationId"),
+                                ("operation_ref", "operationRef"),
+                                ("request_body", "requestBody"),
+                            ] {
+                                if let Some(field) = link.remove(snake) {
+                                    link.insert(camel.to_owned(), field);
+                                }
+                            }
+                        }
+                    }
+                }
+                map.values_mut().for_each(respell_links);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(respell_links),
+            _ => {}
+        }
+    }
+    let mut document = serde_json::to_value(ApiDoc::openapi())?;
+    respell_links(&mut document);
+    serde_json::to_string_pretty(&document)
+}
+
 /// The OpenAPI document.
 pub(super) async fn openapi() -> Response {
-    match ApiDoc::openapi().to_pretty_json() {
+    match openapi_json() {
         Ok(json) => {
             let mut response = json.into_response();
             response.headers_mut().insert(

@@ -109,8 +109,8 @@ pub fn parse_query(query: &CasesQuery) -> Result<(Option<BillCaseStatus>, u32), 
 #[utoipa::path(
     get, path = "/v1/reconciliation/cases", tag = "reconciliation", operation_id = "list_reconciliation_cases",
     params(
-        ("status" = Option<String>, Query, description = "OPEN, REPAIRED or RESOLVED; all when absent"),
-        ("limit" = Option<u32>, Query, description = "At most this many, newest first: 1 to 100, default 100"),
+        ("status" = Option<String>, Query, pattern = "^(OPEN|REPAIRED|RESOLVED)$", description = "OPEN, REPAIRED or RESOLVED; all when absent"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "At most this many, newest first: 1 to 100, default 100"),
     ),
     responses(
         (status = 200, body = CasesView),
