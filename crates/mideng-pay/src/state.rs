@@ -44,6 +44,7 @@ impl AppState {
             locks: self.ports.locks.clone(),
             events: self.ports.store.events.clone(),
             webhooks: self.ports.store.webhooks.clone(),
+            event_log: self.ports.store.event_log.clone(),
             clock: self.ports.clock.clone(),
         }
     }

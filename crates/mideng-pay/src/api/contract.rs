@@ -59,7 +59,7 @@ const KEY_BYTES_MAX: usize = 255;
 const EVENT_ID_PATTERN: &str = "^[!-~]{1,64}$";
 const EVENT_ID_BYTES_MAX: usize = 64;
 /// The tags, each with what it groups.
-const TAGS: [(&str, &str); 11] = [
+const TAGS: [(&str, &str); 12] = [
     ("tokens", "One-time submit tokens for creating a payment"),
     ("orders", "Orders and their transitions"),
     ("payments", "Payment attempts of an order, their close"),
@@ -71,6 +71,10 @@ const TAGS: [(&str, &str); 11] = [
     ("wallets", "Wallets: credits, deducts and their reversal"),
     ("entitlements", "What a paid order granted"),
     ("webhooks", "Merchant webhook endpoints and deliveries"),
+    (
+        "events",
+        "What happened to the tenant, in order, for the webhook retention",
+    ),
     (
         "reconciliation",
         "Cases found by matching the channels' daily bills",

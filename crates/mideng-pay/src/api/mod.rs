@@ -14,12 +14,14 @@ mod boundary;
 mod contract;
 mod entitlements;
 pub mod error;
+pub mod events;
 mod fields;
 pub mod models;
 mod notify;
 mod observe;
 mod ops;
 mod orders;
+pub mod page;
 mod payments;
 pub mod reconciliation;
 pub mod tenants;
@@ -291,6 +293,8 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
             "/v1/webhook-deliveries/{delivery_id}/redeliver",
             post(webhooks::redeliver),
         )
+        .route("/v1/events", get(events::list))
+        .route("/v1/events/{event_id}", get(events::show))
         .route("/v1/idempotency-keys/{key}", get(ops::inspect_key))
         .route("/v1/reconciliation/cases", get(reconciliation::list))
         .route_layer(middleware::from_fn(secret_key_only));

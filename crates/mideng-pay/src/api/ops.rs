@@ -40,6 +40,7 @@ use crate::state::AppState;
         super::webhooks::delete_endpoint, super::webhooks::rotate_secret,
         super::webhooks::list_deliveries, super::webhooks::redeliver,
         super::reconciliation::list,
+        super::events::list, super::events::show,
     ),
     modifiers(&Contract)
 )]

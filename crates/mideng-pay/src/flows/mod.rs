@@ -31,6 +31,7 @@
 //! Every idempotency decision a flow takes is logged and counted by [`decision`].
 
 pub mod clock_guard;
+pub mod events;
 pub mod grant;
 pub mod notify;
 pub mod operator;

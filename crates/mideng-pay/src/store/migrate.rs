@@ -88,6 +88,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "webhook secret rotation",
                 include_str!("../../migrations/postgres/0013_webhook_secret_rotation.sql"),
             ),
+            (
+                14,
+                "event log",
+                include_str!("../../migrations/postgres/0014_event_log.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -167,6 +172,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "webhook secret rotation",
                 include_str!("../../migrations/mysql/0013_webhook_secret_rotation.sql"),
             ),
+            (
+                14,
+                "event log",
+                include_str!("../../migrations/mysql/0014_event_log.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -241,6 +251,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 13,
                 "webhook secret rotation",
                 include_str!("../../migrations/sqlite/0013_webhook_secret_rotation.sql"),
+            ),
+            (
+                14,
+                "event log",
+                include_str!("../../migrations/sqlite/0014_event_log.sql"),
             ),
         ],
     )

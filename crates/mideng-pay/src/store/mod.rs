@@ -20,6 +20,7 @@
 //! | [`Grants`] | [`transactions::grants`] | entitlement grants: one per paid order |
 //! | [`Webhooks`] | [`rows::webhooks`] | merchant endpoints, one delivery per endpoint and event, every attempt |
 //! | [`Events`] | [`rows::events`] | the outbox and the in-database queue |
+//! | [`EventLog`] | [`rows::event_log`] | what happened to each tenant, in order, for the webhook retention |
 //! | [`EventFailures`] | [`rows::parked`] | events a consumer failed: counted, then parked for a person |
 //! | [`Overviews`] | [`transactions::overview`] | counts by state, for the operator console |
 //! | [`Backend`] | [`sql`] | [`SqlPay`], the dialect, readiness, the idempotency records |
@@ -53,6 +54,7 @@ use crate::domain::clock::Clock;
 
 pub use migrate::{migrate_mysql, migrate_postgres, migrate_sqlite};
 pub use rows::bill_cases::BillCases;
+pub use rows::event_log::{EventLog, LoggedEvent};
 pub use rows::events::{Events, OutboxRelay};
 pub use rows::orders::{OrderFence, OrderInsert};
 pub use rows::parked::{EventFailures, FailedEvent, FailureStatus};
@@ -98,6 +100,8 @@ pub struct Store {
     pub events: Arc<dyn Events>,
     /// Events a consumer failed, and the parked ones.
     pub event_failures: Arc<dyn EventFailures>,
+    /// Each tenant's events, in order.
+    pub event_log: Arc<dyn EventLog>,
     /// Merchant webhooks.
     pub webhooks: Arc<dyn Webhooks>,
     /// Counts by state, for the operator console.
@@ -121,6 +125,7 @@ impl Store {
             grants: sql.clone(),
             events: sql.clone(),
             event_failures: sql.clone(),
+            event_log: sql.clone(),
             webhooks: sql.clone(),
             overviews: sql,
         }

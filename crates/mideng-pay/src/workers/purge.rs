@@ -1,7 +1,8 @@
 //! Retention purge: idempotency records (and with them the channel-notify dedup records),
 //! one-time tokens whose retention ended, locks whose holders' time ran out, outbox rows sent longer ago than their retention
-//! (7 days by default), and webhook deliveries, with their attempts, untouched for the webhook
-//! retention (30 days by default), deleted in bounded batches. Unsent outbox rows are never
+//! (7 days by default), webhook deliveries, with their attempts, untouched for the webhook
+//! retention (30 days by default), and the tenants' event log for that retention too, deleted
+//! in bounded batches. Unsent outbox rows are never
 //! purged.
 //!
 //! What is kept how long: records of the money-moving routes (payment creation, wallet credit
@@ -20,8 +21,8 @@ use mideng::record::RecordStore;
 use mideng::token::TokenStore;
 
 use crate::domain::clock::Clock;
-use crate::store::Events;
 use crate::store::webhooks::Webhooks;
+use crate::store::{EventLog, Events};
 
 /// What the purge deletes from: the idempotency records, the tokens and the outbox.
 #[derive(Clone)]
@@ -36,6 +37,8 @@ pub struct Retained {
     pub events: Arc<dyn Events>,
     /// Webhook deliveries.
     pub webhooks: Arc<dyn Webhooks>,
+    /// The tenants' event log.
+    pub event_log: Arc<dyn EventLog>,
     /// The service's clock: what is past its retention is judged by it.
     pub clock: Arc<dyn Clock>,
 }
@@ -80,6 +83,8 @@ pub struct PurgeReport {
     pub events: u64,
     /// Webhook deliveries (with their attempts).
     pub webhook_deliveries: u64,
+    /// Logged events.
+    pub logged_events: u64,
 }
 
 /// One round: batches until a batch comes back short (or the round's bound is reached).
@@ -138,13 +143,31 @@ pub async fn purge_once(
             break;
         }
     }
+    for _ in 0..settings.batches_per_round {
+        let deleted = retained
+            .event_log
+            .purge_logged(untouched_since_ms, batch)
+            .await?;
+        report.logged_events += deleted;
+        if deleted < u64::from(batch) {
+            break;
+        }
+    }
     metrics::counter!(crate::metrics::PURGED, "kind" => "events").increment(report.events);
+    metrics::counter!(crate::metrics::PURGED, "kind" => "logged_events")
+        .increment(report.logged_events);
     metrics::counter!(crate::metrics::PURGED, "kind" => "webhook_deliveries")
         .increment(report.webhook_deliveries);
     metrics::counter!(crate::metrics::PURGED, "kind" => "records").increment(report.records);
     metrics::counter!(crate::metrics::PURGED, "kind" => "tokens").increment(report.tokens);
     metrics::counter!(crate::metrics::PURGED, "kind" => "locks").increment(report.locks);
-    if report.records + report.tokens + report.locks + report.events + report.webhook_deliveries > 0
+    if report.records
+        + report.tokens
+        + report.locks
+        + report.events
+        + report.webhook_deliveries
+        + report.logged_events
+        > 0
     {
         tracing::info!(?report, "purged past their retention");
     }

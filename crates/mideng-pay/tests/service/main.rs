@@ -6,6 +6,7 @@ mod bills;
 mod bounds;
 mod clock;
 mod endpoints;
+mod event_log;
 mod events;
 mod harness;
 mod inputs;
@@ -68,6 +69,7 @@ backend_suite!(
     crate::refunds::a_payment_after_cancel_is_refunded_once => a_payment_after_cancel_is_refunded_once,
     crate::webhooks::webhooks_retry_under_one_id_until_acknowledged => webhooks_retry_under_one_id_until_acknowledged,
     crate::endpoints::an_endpoint_is_rotated_disabled_moved_and_deleted => an_endpoint_is_rotated_disabled_moved_and_deleted,
+    crate::event_log::a_tenant_reads_what_happened_in_order_a_page_at_a_time => a_tenant_reads_what_happened_in_order_a_page_at_a_time,
     crate::webhooks::a_stalled_endpoint_delays_only_its_own_deliveries => a_stalled_endpoint_delays_only_its_own_deliveries,
     crate::webhooks::a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held => a_read_of_due_deliveries_takes_a_few_per_endpoint_and_leaves_out_what_is_held,
     crate::wallets::one_key_debits_once => one_key_debits_once,

@@ -175,6 +175,13 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(recent.webhook_deliveries, 0, "{recent:?}");
+    assert_eq!(recent.logged_events, 0, "{recent:?}");
+    let logged = service.get("/v1/events").await.json();
+    assert_eq!(
+        logged["data"].as_array().map(Vec::len),
+        Some(1),
+        "{logged:#}"
+    );
     let expired = purge_once(
         &service.state.retained(),
         &PurgeSettings {
@@ -187,6 +194,14 @@ async fn sqlite_purge_deletes_only_what_is_past_its_retention() {
     .expect("purge");
     assert_eq!(expired.events, 1, "{expired:?}");
     assert_eq!(expired.webhook_deliveries, 1, "{expired:?}");
+    assert_eq!(
+        expired.logged_events, 1,
+        "the event log keeps the webhook retention"
+    );
+    assert_eq!(
+        service.get("/v1/events").await.json(),
+        json!({"data": [], "has_more": false})
+    );
     let shown = service.get("/v1/webhook-deliveries").await.json();
     assert_eq!(shown, json!([]), "purged with its attempts");
     assert_eq!(

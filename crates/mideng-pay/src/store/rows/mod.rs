@@ -5,9 +5,10 @@
 //! several tables do together is [`super::transactions`].
 //!
 //! A port whose every method touches one aggregate only (tenants, the bill's cases, the event
-//! failures, the outbox, the webhooks) lives here with its statements: it composes nothing.
+//! failures, the outbox, the event log, the webhooks) lives here with its statements: it composes nothing.
 
 pub mod bill_cases;
+pub mod event_log;
 pub mod events;
 pub mod grants;
 pub mod orders;

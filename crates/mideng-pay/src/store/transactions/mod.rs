@@ -29,3 +29,45 @@ pub use payments::Payments;
 pub use refund_cases::RefundCases;
 pub use refunds::Refunds;
 pub use wallets::Wallets;
+
+use mideng::StoreError;
+use mideng::sqlx::Database;
+use mideng::store::sql::Dialect;
+
+use super::rows::event_log::{self, LoggedEvent};
+use super::rows::webhooks;
+
+/// Publishes `event` of `tenant_id` in the caller's transaction (the change's own): its outbox
+/// row (the relay sends it on), its entry in the tenant's event log (under the outbox row's
+/// id) and one webhook delivery per endpoint subscribed to `topic`. All or nothing, with the
+/// change.
+pub(crate) async fn publish_in<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    topic: &str,
+    key: &str,
+    event: &impl serde::Serialize,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let payload = serde_json::to_string(event)
+        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
+    let event_id =
+        mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, payload.as_bytes()).await?;
+    let logged = LoggedEvent {
+        event_id,
+        tenant_id: tenant_id.to_owned(),
+        event_type: topic.to_owned(),
+        data: payload,
+        created_at_ms: now_ms,
+    };
+    event_log::log_in::<D>(connection, &logged).await?;
+    webhooks::fan_out::<D>(
+        connection,
+        tenant_id,
+        topic,
+        &logged.event_id,
+        logged.data.as_bytes(),
+        now_ms,
+    )
+    .await
+}

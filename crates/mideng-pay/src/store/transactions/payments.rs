@@ -25,7 +25,7 @@ use crate::store::rows::payments::{
     self, PaymentInsert, find_payment, insert_pending_payment, paid_payment_for_order,
     payments_for_order, transition_payment,
 };
-use crate::store::rows::{corrupt, refund_cases, webhooks};
+use crate::store::rows::{corrupt, refund_cases};
 use crate::store::sql::SqlPay;
 
 /// What applying a channel's success found.
@@ -164,7 +164,7 @@ pub async fn apply_success<D: Dialect>(
     };
     // Same transaction: the event (and its webhook deliveries) exists if and only if the
     // payment is PAID.
-    webhooks::publish_in::<D>(
+    super::publish_in::<D>(
         connection,
         &payment.tenant_id,
         PAYMENT_SUCCEEDED,
@@ -321,7 +321,7 @@ pub(crate) async fn closed_event<D: Dialect>(
         channel: payment.channel.as_str().to_owned(),
         closed_at_ms: now_ms,
     };
-    webhooks::publish_in::<D>(
+    super::publish_in::<D>(
         connection,
         &payment.tenant_id,
         PAYMENT_CLOSED,

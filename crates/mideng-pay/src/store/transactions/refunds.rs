@@ -24,7 +24,7 @@ use crate::domain::order::OrderStatus;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::refund::{self, Refund, RefundStatus};
 use crate::store::rows::payments::{self, Reserve};
-use crate::store::rows::{corrupt, orders, refund_cases, refunds, webhooks};
+use crate::store::rows::{corrupt, orders, refund_cases, refunds};
 use crate::store::sql::SqlPay;
 
 /// A refund to open.
@@ -293,7 +293,7 @@ async fn succeeded_on<D: Dialect>(
         refunded_at_ms: refund.refunded_at_ms.unwrap_or(now_ms),
         payment_refunded,
     };
-    webhooks::publish_in::<D>(
+    super::publish_in::<D>(
         connection,
         &refund.tenant_id,
         REFUND_SUCCEEDED,

@@ -17,7 +17,7 @@ use crate::domain::webhook::Message;
 
 mod sql;
 
-pub(crate) use self::sql::publish_in;
+pub(crate) use self::sql::fan_out;
 
 /// An endpoint's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

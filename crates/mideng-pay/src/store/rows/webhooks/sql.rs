@@ -207,7 +207,7 @@ const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
 /// dispatcher reads none of them) and go out oldest first once a redelivery by hand enables it
 /// again, each under its own `webhook-id`. A merchant whose endpoint was down for a day misses
 /// nothing that happened meanwhile; what waits longer than the webhook retention is purged.
-pub(in crate::store) async fn fan_out<D: Dialect>(
+pub(crate) async fn fan_out<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     tenant_id: &str,
     event_type: &str,
@@ -258,22 +258,6 @@ pub(in crate::store) async fn fan_out<D: Dialect>(
             .map_err(store_error::<D>)?;
     }
     Ok(())
-}
-
-/// Writes `event` (as JSON) to the outbox and its webhook deliveries, in the caller's
-/// transaction.
-pub(crate) async fn publish_in<D: Dialect>(
-    connection: &mut <D::Db as Database>::Connection,
-    tenant_id: &str,
-    topic: &str,
-    key: &str,
-    event: &impl serde::Serialize,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let payload = serde_json::to_vec(event)
-        .map_err(|error| StoreError::Corrupt(format!("event not serialisable: {error}")))?;
-    let event_id = mideng::outbox::sql::enqueue_in::<D>(connection, topic, key, &payload).await?;
-    fan_out::<D>(connection, tenant_id, topic, &event_id, &payload, now_ms).await
 }
 
 /// Deletes up to `limit` deliveries untouched since `untouched_since_ms`, each with its
