@@ -274,6 +274,7 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
             post(wallets::reverse),
         )
         .route("/v1/wallets/{user_id}", get(wallets::show))
+        .route("/v1/wallets/{user_id}/entries", get(wallets::entries))
         .route(
             "/v1/webhook-endpoints",
             post(webhooks::create_endpoint).get(webhooks::list_endpoints),

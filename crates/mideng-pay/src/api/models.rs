@@ -257,8 +257,12 @@ pub struct DeliveryView {
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveriesQuery {
-    /// Only the deliveries of this event (its `webhook-id`); without it, the latest 100.
+    /// Only the deliveries of this event (its `webhook-id`); without it, all of them.
     pub event_id: Option<String>,
+    /// Deliveries per page, 1 ..= 100 (default 100).
+    pub limit: Option<u32>,
+    /// The last delivery of the previous page.
+    pub starting_after: Option<String>,
 }
 
 /// A deduction put back.

@@ -33,7 +33,7 @@ use crate::state::AppState;
         super::payments::refund, super::payments::show_refund,
         super::notify::alipay, super::notify::wechat,
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
-        super::wallets::reverse,
+        super::wallets::reverse, super::wallets::entries,
         super::entitlements::list,
         super::webhooks::create_endpoint, super::webhooks::list_endpoints,
         super::webhooks::show_endpoint, super::webhooks::update_endpoint,

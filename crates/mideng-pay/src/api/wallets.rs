@@ -12,7 +12,8 @@
 //! answers are sent, not stored.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use mideng::http::{IdempotencyClaim, Tenant};
@@ -24,6 +25,7 @@ use super::fields::identifier;
 use super::models::{
     CreditBody, CreditView, DeductBody, DeductionView, EntryView, ReversalView, WalletView,
 };
+use super::page::{PageQuery, PageView, unknown_cursor};
 use crate::domain::ids::{OrderId, PaymentNo, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
 use crate::flows::wallet::{
@@ -352,6 +354,47 @@ pub(super) async fn show(
         balance: wallet.balance_fen,
         currency: "CNY".to_owned(),
         entries: wallet.entries.iter().map(EntryView::of).collect(),
+    }))
+}
+
+/// The wallet's whole ledger, a page at a time, oldest first (the wallet's own order: by its
+/// version after each entry). `GET /v1/wallets/{user_id}` shows the balance and the latest 100.
+#[utoipa::path(
+    get, path = "/v1/wallets/{user_id}/entries", tag = "wallets", operation_id = "list_wallet_entries",
+    params(
+        ("user_id" = String, Path, description = "Wallet owner"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Entries per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last entry (entry_no) of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<EntryView>),
+        (status = 400, description = "invalid-query: the limit, or a cursor that is no entry of this wallet", body = super::ProblemBody),
+        (status = 404, body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn entries(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(user_id): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<EntryView>>, ApiError> {
+    let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("wallet"))?;
+    let Query(query) = query?;
+    let page = query.checked()?;
+    let entries = wallet::entries(
+        &state.ports,
+        &tenant,
+        &user_id,
+        page.after.as_deref(),
+        page.read_limit(),
+    )
+    .await?
+    .ok_or_else(unknown_cursor)?;
+    let shown = page.answer(entries);
+    Ok(axum::Json(PageView {
+        data: shown.data.iter().map(EntryView::of).collect(),
+        has_more: shown.has_more,
     }))
 }
 

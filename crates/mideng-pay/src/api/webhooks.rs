@@ -13,6 +13,7 @@ use super::models::{
     AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, RotateSecret,
     UpdateEndpoint, rfc3339,
 };
+use super::page::{PageQuery, PageView, unknown_cursor};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
 use crate::domain::webhook::{
@@ -288,19 +289,26 @@ pub(super) async fn rotate_secret(
     )))
 }
 
-/// Deliveries of an event (its `webhook-id`), or the latest 100, each with every attempt and
-/// the endpoint's answer.
+/// The tenant's deliveries (of one event, or all of them) in the order they were written,
+/// each with every attempt (at most 100) and the endpoint's answer; paged by `starting_after`.
 #[utoipa::path(
     get, path = "/v1/webhook-deliveries", tag = "webhooks", operation_id = "list_webhook_deliveries",
-    params(("event_id" = Option<String>, Query, description = "The event's id (the messages' webhook-id)")),
-    responses((status = 200, body = Vec<DeliveryView>), (status = 400, description = "invalid-query", body = super::ProblemBody)),
+    params(
+        ("event_id" = Option<String>, Query, description = "The event's id (the messages' webhook-id)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Deliveries per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last delivery of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<DeliveryView>),
+        (status = 400, description = "invalid-query: the event id, the limit or the cursor (no delivery of yours)", body = super::ProblemBody),
+    ),
     security(("api_key" = []))
 )]
 pub(super) async fn list_deliveries(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
     query: Result<Query<DeliveriesQuery>, QueryRejection>,
-) -> Result<axum::Json<Vec<DeliveryView>>, ApiError> {
+) -> Result<axum::Json<PageView<DeliveryView>>, ApiError> {
     let Query(query) = query?;
     if query.event_id.as_deref().is_some_and(|id| {
         id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic())
@@ -310,13 +318,29 @@ pub(super) async fn list_deliveries(
             "event_id must be 1 to 64 visible ASCII characters",
         ));
     }
-    let deliveries = webhook::deliveries(&state.ports, &tenant, query.event_id.as_deref()).await?;
-    Ok(axum::Json(
-        deliveries
+    let page = PageQuery {
+        limit: query.limit,
+        starting_after: query.starting_after,
+    }
+    .checked()?;
+    let deliveries = webhook::deliveries(
+        &state.ports,
+        &tenant,
+        query.event_id.as_deref(),
+        page.after.as_deref(),
+        page.read_limit(),
+    )
+    .await?
+    .ok_or_else(unknown_cursor)?;
+    let shown = page.answer(deliveries);
+    Ok(axum::Json(PageView {
+        data: shown
+            .data
             .iter()
             .map(|(delivery, attempts)| delivery_view(delivery, attempts))
             .collect(),
-    ))
+        has_more: shown.has_more,
+    }))
 }
 
 /// Sends a delivery again by hand, under the same `webhook-id`, with a fresh schedule; enables

@@ -174,3 +174,19 @@ pub async fn statement(
 ) -> Result<WalletStatement, StoreError> {
     ports.store.wallets.wallet(tenant, user_id.as_str()).await
 }
+
+/// A page of the wallet's ledger in its order, after the entry `after`, at most `limit`;
+/// `None` when `after` is no entry of this wallet.
+pub async fn entries(
+    ports: &Ports,
+    tenant: &str,
+    user_id: &UserId,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<crate::domain::wallet::WalletEntry>>, StoreError> {
+    ports
+        .store
+        .wallets
+        .entries(tenant, user_id.as_str(), after, limit)
+        .await
+}

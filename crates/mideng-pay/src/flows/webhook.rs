@@ -72,13 +72,21 @@ pub async fn register(
         .map(Ok)
 }
 
-/// The tenant's deliveries of an event (or its latest), each with its attempts.
+/// The tenant's deliveries (of an event, or of all) in the order they were written, each with
+/// its attempts, after the delivery `after`, at most `limit`; `None` when `after` is none of
+/// the tenant's.
 pub async fn deliveries(
     ports: &Ports,
     tenant: &str,
     event_id: Option<&str>,
-) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError> {
-    ports.store.webhooks.deliveries(tenant, event_id).await
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<(Delivery, Vec<Attempt>)>>, StoreError> {
+    ports
+        .store
+        .webhooks
+        .deliveries(tenant, event_id, after, limit)
+        .await
 }
 
 /// Makes a delivery due now again, under the same `webhook-id`, and enables its endpoint,

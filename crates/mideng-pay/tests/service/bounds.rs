@@ -247,7 +247,7 @@ async fn failed_delivery(service: &Service, webhook_id: Option<&str>) -> Value {
         let answer = service.get(&path).await;
         assert_eq!(answer.status, 200, "{}", answer.json());
         let shown = answer.json();
-        if let Some(delivery) = shown
+        if let Some(delivery) = shown["data"]
             .as_array()
             .and_then(|deliveries| deliveries.first())
             .filter(|delivery| delivery["status"] == "FAILED")
@@ -330,7 +330,7 @@ pub(crate) async fn a_delivery_is_attempted_at_most_a_hundred_times() {
         "nothing sent past the bound"
     );
     let listed = service.get("/v1/webhook-deliveries").await.json();
-    let shown = listed
+    let shown = listed["data"]
         .as_array()
         .and_then(|deliveries| {
             deliveries

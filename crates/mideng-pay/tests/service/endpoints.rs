@@ -197,7 +197,7 @@ pub(crate) async fn an_endpoint_is_rotated_disabled_moved_and_deleted(backend: B
         "a disabled endpoint was sent a message"
     );
     let deliveries = service.get("/v1/webhook-deliveries").await.json();
-    let pending = deliveries
+    let pending = deliveries["data"]
         .as_array()
         .expect("list")
         .iter()
@@ -266,7 +266,7 @@ pub(crate) async fn an_endpoint_is_rotated_disabled_moved_and_deleted(backend: B
     assert_eq!(again.status, 404);
     let deliveries = service.get("/v1/webhook-deliveries").await.json();
     assert!(
-        deliveries
+        deliveries["data"]
             .as_array()
             .expect("list")
             .iter()

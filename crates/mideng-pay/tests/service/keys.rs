@@ -67,6 +67,32 @@ pub(crate) async fn a_publishable_key_opens_the_checkout_and_nothing_else(backen
             None,
             vec![],
         ),
+        (Method::GET, "/v1/events".to_owned(), None, vec![]),
+        (Method::GET, "/v1/events/evt_1".to_owned(), None, vec![]),
+        (
+            Method::GET,
+            "/v1/webhook-endpoints/E1".to_owned(),
+            None,
+            vec![],
+        ),
+        (
+            Method::PATCH,
+            "/v1/webhook-endpoints/E1".to_owned(),
+            Some(json!({"status": "DISABLED"})),
+            vec![],
+        ),
+        (
+            Method::DELETE,
+            "/v1/webhook-endpoints/E1".to_owned(),
+            None,
+            vec![],
+        ),
+        (
+            Method::POST,
+            "/v1/webhook-endpoints/E1/rotate-secret".to_owned(),
+            Some(json!({})),
+            vec![("Idempotency-Key", "rotate-1")],
+        ),
         (
             Method::POST,
             "/v1/webhook-deliveries/D1/redeliver".to_owned(),

@@ -305,6 +305,43 @@ pub(crate) async fn distinct_keys_never_overdraw(backend: Backend) {
     }
     assert_eq!(entries[33]["kind"], "CREDIT");
     assert_eq!(entries[33]["balance_after"], 1_000);
+    // The whole ledger a page at a time, oldest first: the same entries in the wallet's order,
+    // each once, whatever page size.
+    for limit in [5, 34, 100] {
+        let mut paged = Vec::new();
+        let mut after = String::new();
+        let mut pages = 0;
+        loop {
+            let path = if after.is_empty() {
+                format!("/v1/wallets/{user}/entries?limit={limit}")
+            } else {
+                format!("/v1/wallets/{user}/entries?limit={limit}&starting_after={after}")
+            };
+            let page = service.get(&path).await.json();
+            let data = page["data"].as_array().expect("data").clone();
+            pages += 1;
+            if let Some(last) = data.last() {
+                after = last["entry_no"].as_str().expect("entry_no").to_owned();
+            }
+            paged.extend(data);
+            if page["has_more"] != true {
+                break;
+            }
+        }
+        let mut oldest_first = entries.clone();
+        oldest_first.reverse();
+        assert_eq!(paged, oldest_first, "limit {limit}");
+        assert_eq!(pages, 34_usize.div_ceil(limit), "limit {limit}");
+    }
+    let refused = service
+        .get(&format!(
+            "/v1/wallets/{user}/entries?starting_after=E-nobody"
+        ))
+        .await;
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (400, "invalid-query")
+    );
 
     // A refusal is stored: retrying it answers the same, even after money arrived.
     let refused_index = answers

@@ -109,7 +109,10 @@ pub(crate) async fn deliveries_until(
     loop {
         let answer = service.get("/v1/webhook-deliveries").await;
         assert_eq!(answer.status, 200, "{}", answer.json());
-        let deliveries = answer.json().as_array().cloned().unwrap_or_default();
+        let deliveries = answer.json()["data"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         if check(&deliveries) {
             return deliveries;
         }
@@ -236,8 +239,8 @@ pub(crate) async fn webhooks_retry_under_one_id_until_acknowledged(backend: Back
             .get(&format!("/v1/webhook-deliveries?event_id={webhook_id}"))
             .await;
         let shown = answer.json();
-        if shown[0]["status"] == "DELIVERED"
-            && shown[0]["attempts"]
+        if shown["data"][0]["status"] == "DELIVERED"
+            && shown["data"][0]["attempts"]
                 .as_array()
                 .is_some_and(|again| again.len() > attempts.len())
         {
@@ -350,7 +353,7 @@ pub(crate) async fn webhooks_retry_under_one_id_until_acknowledged(backend: Back
         .get(&format!("/v1/webhook-deliveries?event_id={waiting_id}"))
         .await
         .json();
-    let kept = shown
+    let kept = shown["data"]
         .as_array()
         .and_then(|deliveries| {
             deliveries
@@ -574,7 +577,7 @@ pub(crate) async fn a_stalled_endpoint_delays_only_its_own_deliveries(backend: B
     );
     let pending = stalled_tenant.get("/v1/webhook-deliveries").await.json();
     assert!(
-        pending
+        pending["data"]
             .as_array()
             .expect("list")
             .iter()

@@ -32,6 +32,7 @@ use mideng::store::sql::{
 };
 use mideng::{StoreError, dialect_sql};
 
+use super::cursor_page;
 use crate::domain::money::{Amount, Balance};
 use crate::domain::wallet::{
     Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStrategy,
@@ -435,19 +436,78 @@ pub async fn statement<D: Dialect>(
         .await
         .map_err(store_error::<D>)?
         .iter()
-        .map(|row| {
-            Ok(WalletEntry {
-                entry_no: row.text(0).map_err(read)?,
-                kind: row.text(1).map_err(read)?,
-                amount_fen: row.int(2).map_err(read)?,
-                reference: row.text(3).map_err(read)?,
-                order_id: row.opt_text(4).map_err(read)?,
-                balance_after_fen: row.int(5).map_err(read)?,
-                created_at_ms: row.int(6).map_err(read)?,
-            })
-        })
+        .map(decode_entry)
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok((balance, entries))
+}
+
+/// Where a page of the ledger starts: the entry's place in its wallet's order.
+const ENTRY_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT wallet_version, entry_no FROM pay_wallet_entries WHERE tenant_id = " ? " AND user_id = "
+    ? " AND entry_no = " ?
+);
+
+/// A page of the ledger in the wallet's order, after a cursor (wallet version, number).
+const ENTRIES_PAGE: PerDialect<&str> = dialect_sql!(
+    "SELECT entry_no, kind, amount, reference, order_id, balance_after, created_at FROM pay_wallet_entries WHERE tenant_id = " ?
+    " AND user_id = " ?
+    " AND (wallet_version > " ? " OR (wallet_version = " ? " AND entry_no > " ? "))"
+    " ORDER BY wallet_version, entry_no LIMIT " ?
+);
+
+/// The wallet's ledger in its order (oldest first: by the wallet's version after each entry,
+/// then by number), after the entry `after` (from the first when `None`), at most `limit`;
+/// `None` when `after` is no entry of this wallet. Entries written before the version column
+/// (all version 0) come first, by number (which starts with their time, to the second).
+pub async fn entries_page<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    user_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<WalletEntry>>, StoreError> {
+    let cursor = match after {
+        Some(entry_no) => {
+            let Some(row) = connection
+                .row(
+                    ENTRY_CURSOR.get::<D>(),
+                    &[
+                        Arg::Text(tenant_id),
+                        Arg::Text(user_id),
+                        Arg::Text(entry_no),
+                    ],
+                )
+                .await
+                .map_err(store_error::<D>)?
+            else {
+                return Ok(None);
+            };
+            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
+        }
+        None => None,
+    };
+    cursor_page::<D, _>(
+        connection,
+        ENTRIES_PAGE.get::<D>(),
+        &[Arg::Text(tenant_id), Arg::Text(user_id)],
+        cursor.as_ref().map(|(version, no)| (*version, no.as_str())),
+        limit,
+        decode_entry,
+    )
+    .await
+    .map(Some)
+}
+
+fn decode_entry<R: SqlRow>(row: &R) -> Result<WalletEntry, StoreError> {
+    Ok(WalletEntry {
+        entry_no: row.text(0).map_err(read)?,
+        kind: row.text(1).map_err(read)?,
+        amount_fen: row.int(2).map_err(read)?,
+        reference: row.text(3).map_err(read)?,
+        order_id: row.opt_text(4).map_err(read)?,
+        balance_after_fen: row.int(5).map_err(read)?,
+        created_at_ms: row.int(6).map_err(read)?,
+    })
 }
 
 // After the statements' macros, which the strategies' statements use.

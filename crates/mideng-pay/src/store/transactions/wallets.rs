@@ -10,9 +10,12 @@ use mideng::record::StoredResponse;
 use mideng::store::sql::{Claim, Dialect, FirstClaim, Once, SqlDialect};
 
 use crate::domain::money::Amount;
-use crate::domain::wallet::{CreditOutcome, DeductOutcome, WalletStatement, WalletStrategy};
+use crate::domain::wallet::{
+    CreditOutcome, DeductOutcome, WalletEntry, WalletStatement, WalletStrategy,
+};
 use crate::store::rows::wallets::{
-    Deduct, ReverseOutcome, credit, deduct, deduct_claimed_postgres, reverse, statement,
+    Deduct, ReverseOutcome, credit, deduct, deduct_claimed_postgres, entries_page, reverse,
+    statement,
 };
 use crate::store::sql::SqlPay;
 
@@ -82,6 +85,14 @@ pub trait Wallets: Send + Sync {
     ) -> Result<Answered<DeductOutcome>, StoreError>;
     /// The wallet's balance and latest entries.
     async fn wallet(&self, tenant_id: &str, user_id: &str) -> Result<WalletStatement, StoreError>;
+    /// A page of the wallet's ledger, oldest first ([`entries_page`]).
+    async fn entries(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<WalletEntry>>, StoreError>;
     /// Puts a deduction back once, in one transaction ([`reverse`]).
     async fn reverse(
         &self,
@@ -249,5 +260,17 @@ impl<D: Dialect> Wallets for SqlPay<D> {
             balance_fen,
             entries,
         })
+    }
+
+    async fn entries(
+        &self,
+        tenant_id: &str,
+        user_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<WalletEntry>>, StoreError> {
+        let _timer = self.timer("wallets.entries");
+        let mut connection = self.connection().await?;
+        entries_page::<D>(&mut connection, tenant_id, user_id, after, i64::from(limit)).await
     }
 }

@@ -369,12 +369,17 @@ pub trait Webhooks: Send + Sync {
         untouched_since_ms: i64,
         limit: u32,
     ) -> Result<u64, StoreError>;
-    /// The tenant's deliveries of an event (or its latest 100), each with its attempts.
+    /// The tenant's deliveries (of one event, or of all), each with its attempts (at most
+    /// [`ATTEMPTS_PER_DELIVERY_MAX`]), in the order they were written, after the delivery
+    /// `after` (from the first when `None`), at most `limit`; `None` when `after` is no
+    /// delivery of the tenant's.
     async fn deliveries(
         &self,
         tenant_id: &str,
         event_id: Option<&str>,
-    ) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError>;
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<(Delivery, Vec<Attempt>)>>, StoreError>;
     /// Makes a delivery due now with a fresh schedule (same `webhook-id`), and enables its
     /// endpoint, unless it has [`ATTEMPTS_PER_DELIVERY_MAX`] attempts already.
     async fn redeliver(&self, tenant_id: &str, delivery_id: &str)

@@ -6,7 +6,7 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error}
 use mideng::{StoreError, dialect_sql};
 
 use super::*;
-use crate::store::rows::{corrupt, read};
+use crate::store::rows::{corrupt, cursor_page, read};
 use crate::store::sql::SqlPay;
 
 macro_rules! endpoint_columns {
@@ -187,12 +187,20 @@ const ENDPOINT_SET_STATUS: PerDialect<&str> = dialect_sql!(
 
 const DELIVERIES_OF_EVENT: PerDialect<&str> = dialect_sql!(
     "SELECT " delivery_columns!() " FROM pay_webhook_deliveries d WHERE d.tenant_id = " ?
-    " AND d.event_id = " ? " ORDER BY d.created_at, d.delivery_id LIMIT 100"
+    " AND d.event_id = " ?
+    " AND (d.created_at > " ? " OR (d.created_at = " ? " AND d.delivery_id > " ? "))"
+    " ORDER BY d.created_at, d.delivery_id LIMIT " ?
 );
 
 const DELIVERIES_OF_TENANT: PerDialect<&str> = dialect_sql!(
     "SELECT " delivery_columns!() " FROM pay_webhook_deliveries d WHERE d.tenant_id = " ?
-    " ORDER BY d.created_at DESC, d.delivery_id DESC LIMIT 100"
+    " AND (d.created_at > " ? " OR (d.created_at = " ? " AND d.delivery_id > " ? "))"
+    " ORDER BY d.created_at, d.delivery_id LIMIT " ?
+);
+
+const DELIVERY_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, delivery_id FROM pay_webhook_deliveries WHERE tenant_id = " ?
+    " AND delivery_id = " ?
 );
 
 const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
@@ -838,35 +846,59 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
         &self,
         tenant_id: &str,
         event_id: Option<&str>,
-    ) -> Result<Vec<(Delivery, Vec<Attempt>)>, StoreError> {
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<(Delivery, Vec<Attempt>)>>, StoreError> {
         let _timer = self.timer("webhooks.deliveries");
         let mut connection = self.connection().await?;
-        let rows = match event_id {
-            Some(event_id) => {
-                connection
-                    .rows(
-                        DELIVERIES_OF_EVENT.get::<D>(),
-                        &[Arg::Text(tenant_id), Arg::Text(event_id)],
+        let cursor = match after {
+            Some(delivery_id) => {
+                let Some(row) = connection
+                    .row(
+                        DELIVERY_CURSOR.get::<D>(),
+                        &[Arg::Text(tenant_id), Arg::Text(delivery_id)],
                     )
                     .await
+                    .map_err(store_error::<D>)?
+                else {
+                    return Ok(None);
+                };
+                Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
+            }
+            None => None,
+        };
+        let cursor = cursor.as_ref().map(|(at_ms, id)| (*at_ms, id.as_str()));
+        let limit = i64::from(limit);
+        let deliveries = match event_id {
+            Some(event_id) => {
+                cursor_page::<D, _>(
+                    &mut connection,
+                    DELIVERIES_OF_EVENT.get::<D>(),
+                    &[Arg::Text(tenant_id), Arg::Text(event_id)],
+                    cursor,
+                    limit,
+                    decode_delivery,
+                )
+                .await?
             }
             None => {
-                connection
-                    .rows(DELIVERIES_OF_TENANT.get::<D>(), &[Arg::Text(tenant_id)])
-                    .await
+                cursor_page::<D, _>(
+                    &mut connection,
+                    DELIVERIES_OF_TENANT.get::<D>(),
+                    &[Arg::Text(tenant_id)],
+                    cursor,
+                    limit,
+                    decode_delivery,
+                )
+                .await?
             }
-        }
-        .map_err(store_error::<D>)?;
-        let deliveries = rows
-            .iter()
-            .map(decode_delivery)
-            .collect::<Result<Vec<_>, _>>()?;
+        };
         let mut shown = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
             let attempts = attempts_of::<D>(&mut connection, &delivery.delivery_id).await?;
             shown.push((delivery, attempts));
         }
-        Ok(shown)
+        Ok(Some(shown))
     }
 
     async fn redeliver(
