@@ -226,7 +226,11 @@ fn init_logging(
     command: &Command,
     format: LogFormat,
     journal: &mideng_pay::web::journal::Journal,
-) -> anyhow::Result<Option<std::path::PathBuf>> {
+    telemetry: Option<&mideng_pay::telemetry::TelemetryConfig>,
+) -> anyhow::Result<(
+    Option<std::path::PathBuf>,
+    Option<mideng_pay::telemetry::Pipeline>,
+)> {
     use tracing_subscriber::Layer as _;
 
     let (default_filter, log_file) = match command {
@@ -290,13 +294,21 @@ fn init_logging(
     // The journal only where the console reads it: elsewhere its decisions would cost the
     // bench and the storm a record per request.
     let journal_layer = matches!(command, Command::Serve { .. }).then(|| journal.layer());
+    // Traces over OTLP when `[telemetry] otlp_endpoint` is set (serve only).
+    let (trace_layer, pipeline) = match telemetry {
+        Some(config) => mideng_pay::telemetry::layer(config)
+            .map_err(|error| anyhow::anyhow!(error))?
+            .unzip(),
+        None => (None, None),
+    };
     tracing_subscriber::registry()
         .with(fmt_layer)
         .with(journal_layer)
+        .with(trace_layer)
         .init();
     match failure {
         Some(error) => Err(error),
-        None => Ok(written_to),
+        None => Ok((written_to, pipeline)),
     }
 }
 
@@ -327,8 +339,8 @@ fn show_outputs(
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // The operator console's memory of decisions, filled by its own layer of the subscriber.
     let journal = mideng_pay::web::journal::Journal::new(mideng::clock::now_ms());
-    let log_file = init_logging(&cli.command, cli.log_format, &journal)?;
-    match cli.command {
+    // `serve` reads its configuration first: its telemetry section shapes the subscriber.
+    let serve_config = match &cli.command {
         Command::Serve {
             config,
             listen,
@@ -338,13 +350,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             demo_api_key,
         } => {
             let overrides = mideng_pay::config::Overrides {
-                listen,
-                metrics_listen,
-                data_dir,
-                sim_listen,
-                demo_api_key,
+                listen: *listen,
+                metrics_listen: *metrics_listen,
+                data_dir: data_dir.clone(),
+                sim_listen: *sim_listen,
+                demo_api_key: demo_api_key.clone(),
             };
-            serve::run(config, overrides, journal.clone()).await?;
+            Some(mideng_pay::config::ServeConfig::load(
+                config.as_deref(),
+                &overrides,
+            )?)
+        }
+        _ => None,
+    };
+    let (log_file, _pipeline) = init_logging(
+        &cli.command,
+        cli.log_format,
+        &journal,
+        serve_config.as_ref().map(|config| &config.telemetry),
+    )?;
+    match cli.command {
+        Command::Serve { .. } => {
+            let config = serve_config.expect("read above for serve");
+            serve::run(config, journal.clone()).await?;
         }
         Command::Reconcile {
             config,

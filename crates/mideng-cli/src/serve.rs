@@ -22,12 +22,7 @@ use mideng_sim::Simulator;
 ///
 /// `journal` is the operator console's memory of decisions; the caller installed its layer in
 /// the `tracing` subscriber.
-pub(crate) async fn run(
-    config_file: Option<PathBuf>,
-    overrides: Overrides,
-    journal: Journal,
-) -> anyhow::Result<()> {
-    let config = ServeConfig::load(config_file.as_deref(), &overrides)?;
+pub(crate) async fn run(config: ServeConfig, journal: Journal) -> anyhow::Result<()> {
     crate::memory::start_trimming();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
@@ -89,7 +84,11 @@ pub(crate) async fn run(
         checkout: settings.pages.checkout.is_some(),
         console: settings.pages.console.is_some(),
     };
-    tracing::info!(settings = %settings.summary(), "starting");
+    let traces = config.telemetry.otlp_endpoint.as_deref().map_or_else(
+        || "traces off".to_owned(),
+        |endpoint| format!("traces to {endpoint}"),
+    );
+    tracing::info!(settings = %format!("{}; {traces}", settings.summary()), "starting");
     let application = Application::build(settings, listener)
         .await?
         .with_metrics_listener(metrics_listener);

@@ -24,6 +24,8 @@
 //! - [`state`] — [`state::AppState`], what every handler and page shares.
 //! - [`app`] — [`app::Application`]: connect, migrate, provision, route (the API and the
 //!   pages under one boundary), serve (with the workers).
+//! - [`telemetry`] — traces over OTLP when configured: the exporter, `traceparent` in and
+//!   out, `traceresponse` on every answer.
 //! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
 //!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`, and the channel
@@ -40,6 +42,7 @@ pub mod limits;
 pub mod metrics;
 pub mod state;
 pub mod store;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;

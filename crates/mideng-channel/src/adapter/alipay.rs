@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
     NotifyRejection, NotifyVerdict, Payment, RawNotify, Refund, RefundState, RefundTrade,
-    TradeState, VerifiedNotify, bills, check_refund, check_refund_numbers, http_client, read_body,
-    transport_error,
+    SendTraced as _, TradeState, VerifiedNotify, bills, check_refund, check_refund_numbers,
+    http_client, read_body, transport_error,
 };
 use crate::alipay::{self as protocol, response_node, v3};
 use crate::bill::{self, Bill, BillDate};
@@ -145,7 +145,7 @@ impl AlipayChannel {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "application/json")
             .body(body)
-            .send()
+            .send_traced(method)
             .await
             .map_err(|error| transport_error(&error))?;
         let status = response.status();
@@ -219,7 +219,7 @@ impl AlipayChannel {
             .client
             .post(&self.config.gateway_url)
             .form(&params)
-            .send()
+            .send_traced(method)
             .await
             .map_err(|error| transport_error(&error))?;
         if response.status().is_server_error() {
@@ -672,7 +672,7 @@ impl Channel for AlipayChannel {
         }
         let response = bills::download_client()?
             .get(url)
-            .send()
+            .send_traced("alipay.bill.download")
             .await
             .map_err(|error| transport_error(&error))?;
         let bytes = bills::read_download(response).await?;

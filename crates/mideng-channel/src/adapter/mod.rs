@@ -429,6 +429,40 @@ pub(crate) fn http_client() -> Result<reqwest::Client, ChannelError> {
         .map_err(|error| ChannelError::Invalid(format!("HTTP client: {error}")))
 }
 
+/// Where requests to a channel take their trace headers from: installed once by the service
+/// ([`propagate_with`]), none otherwise. The channel crate knows nothing of exporters.
+static PROPAGATION: std::sync::OnceLock<fn() -> reqwest::header::HeaderMap> =
+    std::sync::OnceLock::new();
+
+/// Installs where requests to a channel take their trace headers from (the W3C `traceparent`
+/// of the span they are sent in); the first call wins, later ones are ignored.
+pub fn propagate_with(source: fn() -> reqwest::header::HeaderMap) {
+    let _first = PROPAGATION.set(source);
+}
+
+/// Sending a request to a channel in a client span of its own.
+pub(crate) trait SendTraced {
+    /// Sends in a client span named `name` (`alipay.trade.query`, `GET wechatpay`), with the
+    /// trace headers of that span when a source is installed ([`propagate_with`]).
+    fn send_traced(
+        self,
+        name: &str,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send;
+}
+
+impl SendTraced for reqwest::RequestBuilder {
+    fn send_traced(
+        self,
+        name: &str,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!("channel.request", otel.name = name, otel.kind = "client");
+        let headers =
+            span.in_scope(|| PROPAGATION.get().map(|source| source()).unwrap_or_default());
+        self.headers(headers).send().instrument(span)
+    }
+}
+
 /// A transport failure: the request may have reached the channel, so the outcome is unknown.
 pub(crate) fn transport_error(error: &reqwest::Error) -> ChannelError {
     ChannelError::OutcomeUnknown(format!("transport: {error}"))

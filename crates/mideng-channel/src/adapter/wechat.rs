@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use super::{
     Channel, ChannelError, ChannelKind, CreateTrade, CreatedTrade, NotifiedState, NotifyAnswer,
     NotifyRejection, NotifyVerdict, Payment, RawNotify, Refund, RefundState, RefundTrade,
-    TradeState, VerifiedNotify, check_refund, check_refund_numbers, http_client, is_channel_amount,
-    read_body, transport_error,
+    SendTraced as _, TradeState, VerifiedNotify, check_refund, check_refund_numbers, http_client,
+    is_channel_amount, read_body, transport_error,
 };
 use crate::bill::{Bill, BillDate};
 use crate::keys::{PrivateKey, PublicKey, aes_gcm_decrypt, random_nonce};
@@ -400,8 +400,8 @@ impl WechatChannel {
         body: Option<&Value>,
     ) -> Result<(StatusCode, AnswerSignature, String), ChannelError> {
         let response = self
-            .signed_request(&self.client, method, path_and_query, body)?
-            .send()
+            .signed_request(&self.client, method.clone(), path_and_query, body)?
+            .send_traced(&format!("{method} wechatpay"))
             .await
             .map_err(|error| transport_error(&error))?;
         let status = response.status();

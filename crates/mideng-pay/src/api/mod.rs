@@ -323,8 +323,10 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .layer(middleware::from_fn(boundary::contract))
         .layer(middleware::from_fn(observe::request_duration))
-        // Outermost: every answer, refusals at the boundary included, names its request.
+        // Every answer, refusals at the boundary included, names its request.
         .layer(middleware::from_fn(mideng::http::request_id))
+        // Outermost: the request's trace, around everything else (when traces are exported).
+        .layer(middleware::from_fn(observe::traced))
         .with_state(state))
 }
 

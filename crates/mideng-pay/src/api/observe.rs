@@ -28,6 +28,46 @@ use crate::metrics::HTTP_REQUEST_DURATION as REQUEST_DURATION_HISTOGRAM;
 /// The `route` of a request no route matched.
 const UNMATCHED: &str = "unmatched";
 
+/// The request's server span when spans are exported ([`crate::telemetry`]): named after its
+/// method and route, a child of the caller's `traceparent` when it sent one, and named on the
+/// answer by `traceresponse`. Nothing at all when they are not.
+pub(super) async fn traced(request: Request, next: Next) -> Response {
+    use tracing::Instrument as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if !crate::telemetry::exporting() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED, MatchedPath::as_str);
+    let method = method_label(request.method());
+    let span = tracing::info_span!(
+        "http.server",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if let Some(parent) = crate::telemetry::parent_of(request.headers()) {
+        let _ = span.set_parent(parent);
+    }
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    if let Some(value) = crate::telemetry::traceresponse(&span) {
+        response
+            .headers_mut()
+            .insert(crate::telemetry::TRACERESPONSE, value);
+    }
+    response
+}
+
 /// The middleware; see the module documentation.
 pub(super) async fn request_duration(request: Request, next: Next) -> Response {
     let received = Instant::now();

@@ -37,6 +37,10 @@
 //! [console]                       # the operator console at /console
 //! api_key_sha256 = "…"            # of the key that opens it (`mideng api-key`)
 //!
+//! [telemetry]                     # off unless an endpoint is set
+//! otlp_endpoint = "http://otel-collector.internal:4318"   # OTLP/HTTP; spans go to …/v1/traces
+//! service_name = "mideng"
+//!
 //! [[tenants]]
 //! id = "shop-1"
 //! api_key_sha256 = "…"            # `mideng api-key` prints a key and its hash
@@ -136,6 +140,8 @@ pub struct ServeConfig {
     pub events: EventsConfig,
     /// The merchants' webhook dispatcher.
     pub webhooks: WebhooksConfig,
+    /// Traces over OTLP.
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 impl Default for ServeConfig {
@@ -158,6 +164,7 @@ impl Default for ServeConfig {
             purge: PurgeConfig::default(),
             events: EventsConfig::default(),
             webhooks: WebhooksConfig::default(),
+            telemetry: crate::telemetry::TelemetryConfig::default(),
         }
     }
 }
@@ -263,6 +270,9 @@ impl ServeConfig {
         }
         if self.payments.lock_wait_ms > 10_000 {
             return invalid("payments.lock_wait_ms must be at most 10000");
+        }
+        if let Err(error) = self.telemetry.validate() {
+            return invalid(&error);
         }
         if !(1..=30).contains(&self.webhooks.timeout_secs) {
             return invalid("webhooks.timeout_secs must be 1 to 30");

@@ -20,6 +20,7 @@ mod payments;
 mod purge;
 mod reconcile;
 mod refunds;
+mod telemetry;
 mod transport;
 mod wallets;
 mod webhook_targets;

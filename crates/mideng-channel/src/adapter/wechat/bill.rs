@@ -4,7 +4,7 @@
 
 use reqwest::Method;
 
-use super::super::{ChannelError, bills, transport_error};
+use super::super::{ChannelError, SendTraced as _, bills, transport_error};
 use super::{WechatChannel, protocol};
 use crate::bill::{self, Bill, BillDate};
 use crate::strict;
@@ -66,7 +66,7 @@ impl WechatChannel {
                 &path_and_query,
                 None,
             )?
-            .send()
+            .send_traced("GET wechatpay bill")
             .await
             .map_err(|error| transport_error(&error))?;
         let compressed = bills::read_download(response).await?;

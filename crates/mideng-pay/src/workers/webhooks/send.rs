@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use super::WebhookSettings;
 use crate::domain::outbound::{TargetPolicy, literal_address};
 use crate::domain::webhook::{secret_key, signatures, signing_secrets};
@@ -148,14 +150,26 @@ pub(super) async fn attempt(
                 timestamp,
                 delivery.payload.as_bytes(),
             );
+            // Its own span (a trace of its own: the event's request ended long ago), whose
+            // `traceparent` the merchant's tracing may continue.
+            let span = tracing::info_span!(
+                "webhook.deliver",
+                otel.name = "POST webhook",
+                otel.kind = "client",
+                webhook.id = %delivery.event_id,
+                webhook.endpoint_id = %delivery.endpoint_id,
+            );
+            let traced = span.in_scope(crate::telemetry::outbound_headers);
             let sent = client
                 .post(url)
+                .headers(traced)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .header("webhook-id", &delivery.event_id)
                 .header("webhook-timestamp", timestamp.to_string())
                 .header("webhook-signature", signed)
                 .body(delivery.payload.clone())
                 .send()
+                .instrument(span)
                 .await;
             match sent {
                 Ok(response) if response.status().is_success() => {
