@@ -254,6 +254,8 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
             "/v1/orders/{order_id}/transitions",
             post(orders::transition),
         )
+        .route("/v1/payments", get(payments::list))
+        .route("/v1/refunds", get(payments::list_refunds))
         .route("/v1/payments/{payment_no}", get(payments::show))
         .route("/v1/payments/{payment_no}/close", post(payments::close))
         .route(

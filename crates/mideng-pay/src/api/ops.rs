@@ -31,6 +31,7 @@ use crate::state::AppState;
         super::orders::create, super::orders::show, super::orders::transition,
         super::payments::create, super::payments::show, super::payments::close,
         super::payments::refund, super::payments::show_refund,
+        super::payments::list, super::payments::list_refunds,
         super::notify::alipay, super::notify::wechat,
         super::wallets::credit, super::wallets::deduct, super::wallets::show,
         super::wallets::reverse, super::wallets::entries,

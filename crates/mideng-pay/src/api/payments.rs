@@ -4,7 +4,8 @@
 //! lock, the order's row lock and the one-pending-payment constraint, and the channel's own
 //! idempotency by `out_trade_no`.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mideng::http::{IDEMPOTENT_REPLAYED, IdempotencyContext, Tenant, not_final};
@@ -13,6 +14,7 @@ use mideng_channel::ChannelKind;
 
 use super::error::Code;
 use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
+use super::page::{PageQuery, PageView, unknown_cursor};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::keys::KeyKind;
@@ -298,4 +300,75 @@ pub(super) async fn show_refund(
         .await?
         .ok_or_else(|| ApiError::not_found("refund"))?;
     Ok(axum::Json(RefundView::of(&refund)))
+}
+
+/// The tenant's payment attempts in the order they were created (oldest first), a page at a
+/// time; each as `GET /v1/payments/{payment_no}` shows it, without its refunds.
+#[utoipa::path(
+    get, path = "/v1/payments", tag = "payments", operation_id = "list_payments",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Payments per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last payment (payment_no) of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<PaymentView>),
+        (status = 400, description = "invalid-query: the limit, or a cursor that is no payment of yours", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn list(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<PaymentView>>, ApiError> {
+    let Query(query) = query?;
+    let page = query.checked()?;
+    let payments = payment::page(
+        &state.ports,
+        &tenant,
+        page.after.as_deref(),
+        page.read_limit(),
+    )
+    .await?
+    .ok_or_else(unknown_cursor)?;
+    let shown = page.answer(payments);
+    Ok(axum::Json(PageView {
+        data: shown.data.iter().map(PaymentView::of).collect(),
+        has_more: shown.has_more,
+    }))
+}
+
+/// The tenant's refunds in the order they were created (oldest first), a page at a time.
+#[utoipa::path(
+    get, path = "/v1/refunds", tag = "refunds", operation_id = "list_refunds",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Refunds per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last refund (refund_no) of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<RefundView>),
+        (status = 400, description = "invalid-query: the limit, or a cursor that is no refund of yours", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn list_refunds(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<RefundView>>, ApiError> {
+    let Query(query) = query?;
+    let page = query.checked()?;
+    let refunds = refund::page(
+        &state.ports,
+        &tenant,
+        page.after.as_deref(),
+        page.read_limit(),
+    )
+    .await?
+    .ok_or_else(unknown_cursor)?;
+    let shown = page.answer(refunds);
+    Ok(axum::Json(PageView {
+        data: shown.data.iter().map(RefundView::of).collect(),
+        has_more: shown.has_more,
+    }))
 }

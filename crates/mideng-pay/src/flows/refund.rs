@@ -260,6 +260,17 @@ pub async fn reconcile(ports: &Ports, refund: Refund) -> Result<Refund, StoreErr
     }
 }
 
+/// The tenant's refunds in the order they were created, a page at a time; `None` when `after`
+/// is none of the tenant's.
+pub async fn page(
+    ports: &Ports,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<Refund>>, StoreError> {
+    ports.store.refunds.refunds_page(tenant, after, limit).await
+}
+
 /// A refund of this tenant, by its number.
 pub async fn own_refund(
     ports: &Ports,

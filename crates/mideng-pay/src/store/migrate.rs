@@ -93,6 +93,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "event log",
                 include_str!("../../migrations/postgres/0014_event_log.sql"),
             ),
+            (
+                15,
+                "tenant lists",
+                include_str!("../../migrations/postgres/0015_tenant_lists.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -177,6 +182,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "event log",
                 include_str!("../../migrations/mysql/0014_event_log.sql"),
             ),
+            (
+                15,
+                "tenant lists",
+                include_str!("../../migrations/mysql/0015_tenant_lists.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -256,6 +266,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 14,
                 "event log",
                 include_str!("../../migrations/sqlite/0014_event_log.sql"),
+            ),
+            (
+                15,
+                "tenant lists",
+                include_str!("../../migrations/sqlite/0015_tenant_lists.sql"),
             ),
         ],
     )

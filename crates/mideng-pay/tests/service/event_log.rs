@@ -1,6 +1,7 @@
 //! What happened to a tenant, read back in order a page at a time (`GET /v1/events`): every
 //! event its webhooks carry, under the same id as their messages, in the order it happened,
-//! paged by cursor without a gap or a repeat, and no other tenant's.
+//! paged by cursor without a gap or a repeat, and no other tenant's; its payments and refunds
+//! listed the same way.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -13,12 +14,22 @@ use crate::harness::{Backend, Service, unique};
 
 /// Every page of the tenant's events, `limit` at a time; each page's answer too.
 async fn every_page(service: &Service, limit: u32) -> (Vec<Value>, Vec<Value>) {
+    every_page_of(service, "/v1/events", "event_id", limit).await
+}
+
+/// Every page of the list at `list`, whose items' ids are `id`, `limit` at a time.
+async fn every_page_of(
+    service: &Service,
+    list: &str,
+    id: &str,
+    limit: u32,
+) -> (Vec<Value>, Vec<Value>) {
     let (mut events, mut pages) = (Vec::new(), Vec::new());
     let mut after: Option<String> = None;
     loop {
         let path = match &after {
-            Some(id) => format!("/v1/events?limit={limit}&starting_after={id}"),
-            None => format!("/v1/events?limit={limit}"),
+            Some(after) => format!("{list}?limit={limit}&starting_after={after}"),
+            None => format!("{list}?limit={limit}"),
         };
         let answer = service.get(&path).await;
         assert_eq!(answer.status, 200, "{}", answer.json());
@@ -27,7 +38,7 @@ async fn every_page(service: &Service, limit: u32) -> (Vec<Value>, Vec<Value>) {
         assert!(data.len() <= limit as usize, "{page:#}");
         after = data
             .last()
-            .map(|event| event["event_id"].as_str().expect("id").to_owned());
+            .map(|item| item[id].as_str().expect("id").to_owned());
         events.extend(data);
         let more = page["has_more"] == true;
         pages.push(page);
@@ -132,6 +143,19 @@ pub(crate) async fn a_tenant_reads_what_happened_in_order_a_page_at_a_time(backe
         .collect();
     assert_eq!(webhook_ids, event_ids);
 
+    // The payments and the refunds, listed the same way.
+    for limit in [1, 2, 100] {
+        let (payments, _) = every_page_of(&service, "/v1/payments", "payment_no", limit).await;
+        let numbers: Vec<_> = payments
+            .iter()
+            .map(|payment| payment["payment_no"].as_str().expect("number").to_owned())
+            .collect();
+        assert_eq!(numbers, paid, "limit {limit}");
+        let (refunds, _) = every_page_of(&service, "/v1/refunds", "refund_no", limit).await;
+        assert_eq!(refunds.len(), 1, "{refunds:#?}");
+        assert_eq!(refunds[0]["payment_no"], paid[0].as_str());
+    }
+
     // Refused: a limit out of range, a cursor that is nobody's.
     for query in [
         "limit=0",
@@ -155,6 +179,17 @@ pub(crate) async fn a_tenant_reads_what_happened_in_order_a_page_at_a_time(backe
         json!({"data": [], "has_more": false})
     );
     assert_eq!(stranger.get(&format!("/v1/events/{id}")).await.status, 404);
+    assert_eq!(
+        stranger.get("/v1/payments").await.json(),
+        json!({"data": [], "has_more": false})
+    );
+    assert_eq!(
+        stranger
+            .get(&format!("/v1/payments?starting_after={}", paid[0]))
+            .await
+            .status,
+        400
+    );
     assert_eq!(
         stranger
             .get(&format!("/v1/events?starting_after={id}"))

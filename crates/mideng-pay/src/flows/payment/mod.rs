@@ -10,6 +10,6 @@ pub mod show;
 pub use close::{Closed, close, close_sibling};
 pub use create::{Created, create};
 pub use settle::{OnClose, Settled, settle};
-pub use show::{Payable, Shown, payable, show};
+pub use show::{Payable, Shown, page, payable, show};
 
 pub(in crate::flows) use crate::flows::order_lock::{Locked, lock_order, lost_the_lock, unlock};

@@ -19,6 +19,21 @@ pub struct Shown {
     pub refundable_fen: i64,
 }
 
+/// The tenant's payments in the order they were created, a page at a time; `None` when `after`
+/// is none of the tenant's.
+pub async fn page(
+    ports: &Ports,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<Payment>>, StoreError> {
+    ports
+        .store
+        .payments
+        .payments_page(tenant, after, limit)
+        .await
+}
+
 /// The tenant's payment `payment_no` with its refunds, if it exists.
 pub async fn show(
     ports: &Ports,

@@ -344,6 +344,52 @@ pub async fn pending_before<D: Dialect>(
     }
 }
 
+const PAYMENT_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, payment_no FROM pay_payments WHERE tenant_id = " ? " AND payment_no = " ?
+);
+
+const PAYMENTS_OF_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT " payment_columns!() " FROM pay_payments WHERE tenant_id = " ?
+    " AND (created_at > " ? " OR (created_at = " ? " AND payment_no > " ? "))"
+    " ORDER BY created_at, payment_no LIMIT " ?
+);
+
+/// The tenant's payments in the order they were created, after the payment `after` (from the
+/// first when `None`), at most `limit`; `None` when `after` is no payment of the tenant's.
+pub async fn tenant_page<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<Payment>>, StoreError> {
+    let cursor = match after {
+        Some(payment_no) => {
+            let Some(row) = connection
+                .row(
+                    PAYMENT_CURSOR.get::<D>(),
+                    &[Arg::Text(tenant_id), Arg::Text(payment_no)],
+                )
+                .await
+                .map_err(store_error::<D>)?
+            else {
+                return Ok(None);
+            };
+            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
+        }
+        None => None,
+    };
+    cursor_page::<D, _>(
+        connection,
+        PAYMENTS_OF_TENANT.get::<D>(),
+        &[Arg::Text(tenant_id)],
+        cursor.as_ref().map(|(at_ms, no)| (*at_ms, no.as_str())),
+        limit,
+        decode_payment,
+    )
+    .await
+    .map(Some)
+}
+
 /// One page of `channel`'s PAID payments paid in `[from_ms, to_ms)`, after the `after` cursor
 /// (paid time, payment number), oldest first, at most `limit`.
 pub async fn paid_between<D: Dialect>(

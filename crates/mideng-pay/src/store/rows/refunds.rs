@@ -214,6 +214,52 @@ pub async fn refunds_of_payment<D: Dialect>(
         .collect()
 }
 
+const REFUND_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, refund_no FROM pay_refunds WHERE tenant_id = " ? " AND refund_no = " ?
+);
+
+const REFUNDS_OF_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT " refund_columns!() " FROM pay_refunds WHERE tenant_id = " ?
+    " AND (created_at > " ? " OR (created_at = " ? " AND refund_no > " ? "))"
+    " ORDER BY created_at, refund_no LIMIT " ?
+);
+
+/// The tenant's refunds in the order they were created, after the refund `after` (from the
+/// first when `None`), at most `limit`; `None` when `after` is no refund of the tenant's.
+pub async fn tenant_page<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<Refund>>, StoreError> {
+    let cursor = match after {
+        Some(refund_no) => {
+            let Some(row) = connection
+                .row(
+                    REFUND_CURSOR.get::<D>(),
+                    &[Arg::Text(tenant_id), Arg::Text(refund_no)],
+                )
+                .await
+                .map_err(store_error::<D>)?
+            else {
+                return Ok(None);
+            };
+            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
+        }
+        None => None,
+    };
+    cursor_page::<D, _>(
+        connection,
+        REFUNDS_OF_TENANT.get::<D>(),
+        &[Arg::Text(tenant_id)],
+        cursor.as_ref().map(|(at_ms, no)| (*at_ms, no.as_str())),
+        limit,
+        decode_refund,
+    )
+    .await
+    .map(Some)
+}
+
 /// One page of `channel`'s SUCCESS refunds refunded in `[from_ms, to_ms)`, after the cursor
 /// (refund time, number), oldest first.
 pub async fn succeeded_between<D: Dialect>(

@@ -361,6 +361,14 @@ pub trait Payments: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// A payment.
     async fn payment(&self, payment_no: &str) -> Result<Option<Payment>, StoreError>;
+    /// The tenant's payments in the order they were created, after the payment `after`, at
+    /// most `limit`; `None` when `after` is none of the tenant's.
+    async fn payments_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<Payment>>, StoreError>;
     /// The local half of closing a payment: row lock, then CAS PENDING → CLOSED.
     async fn close_payment(
         &self,
@@ -474,6 +482,17 @@ impl<D: Dialect> Payments for SqlPay<D> {
         let _timer = self.timer("payments.payment");
         let mut connection = self.connection().await?;
         find_payment::<D>(&mut connection, payment_no, false).await
+    }
+
+    async fn payments_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<Payment>>, StoreError> {
+        let _timer = self.timer("payments.page");
+        let mut connection = self.connection().await?;
+        payments::tenant_page::<D>(&mut connection, tenant_id, after, i64::from(limit)).await
     }
 
     async fn close_payment(

@@ -319,6 +319,14 @@ pub trait Refunds: Send + Sync {
     ) -> Result<SettledRefund, StoreError>;
     /// A refund.
     async fn refund(&self, refund_no: &str) -> Result<Option<Refund>, StoreError>;
+    /// The tenant's refunds in the order they were created, after the refund `after`, at most
+    /// `limit`; `None` when `after` is none of the tenant's.
+    async fn refunds_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<Refund>>, StoreError>;
     /// A payment's refunds, oldest first (at most 100).
     async fn refunds_of(&self, payment_no: &str) -> Result<Vec<Refund>, StoreError>;
     /// PROCESSING refunds of every tenant created before `created_before_ms`, oldest first,
@@ -376,6 +384,17 @@ impl<D: Dialect> Refunds for SqlPay<D> {
         let _timer = self.timer("refunds.refund");
         let mut connection = self.connection().await?;
         refunds::find_refund::<D>(&mut connection, refund_no, false).await
+    }
+
+    async fn refunds_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<Refund>>, StoreError> {
+        let _timer = self.timer("refunds.page");
+        let mut connection = self.connection().await?;
+        refunds::tenant_page::<D>(&mut connection, tenant_id, after, i64::from(limit)).await
     }
 
     async fn refunds_of(&self, payment_no: &str) -> Result<Vec<Refund>, StoreError> {
