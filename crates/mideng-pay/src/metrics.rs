@@ -24,6 +24,9 @@ pub const OUTBOX_DEFERRED: &str = "mideng_outbox_deferred_total";
 pub const OUTBOX_UNSENT: &str = "mideng_outbox_unsent_messages";
 /// Webhook delivery attempts, per `outcome`.
 pub const WEBHOOK_ATTEMPTS: &str = "mideng_webhook_attempts_total";
+/// Gauge: reconciliation cases from the channels' daily bills still open, over every tenant
+/// (set by the reconciler every round).
+pub const RECONCILIATION_CASES_OPEN: &str = "mideng_reconciliation_cases_open";
 
 /// Describes every metric family of the service and of the toolkit to the installed recorder.
 pub fn describe() {
@@ -79,5 +82,10 @@ pub fn describe() {
         WEBHOOK_ATTEMPTS,
         Unit::Count,
         "Webhook delivery attempts, by outcome"
+    );
+    metrics::describe_gauge!(
+        RECONCILIATION_CASES_OPEN,
+        Unit::Count,
+        "Reconciliation cases from the channels' daily bills still open, over every tenant"
     );
 }

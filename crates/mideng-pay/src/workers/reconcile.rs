@@ -402,6 +402,13 @@ pub async fn run(
         } else if let Err(error) = reconcile_once(&ports, &settings).await {
             tracing::warn!(%error, "reconciliation round failed");
         }
+        // The daily bills' open cases, for the alert that asks a person to look at them.
+        match ports.store.bill_cases.open_count().await {
+            Ok(open) => {
+                metrics::gauge!(crate::metrics::RECONCILIATION_CASES_OPEN).set(open as f64);
+            }
+            Err(error) => tracing::warn!(%error, "counting open reconciliation cases failed"),
+        }
         tokio::select! {
             () = tokio::time::sleep(settings.interval) => {}
             _ = stop.wait_for(|stop| *stop) => return,

@@ -41,6 +41,9 @@ const CASES_BY_STATUS: PerDialect<&str> = dialect_sql!(
     " ORDER BY created_at DESC, case_id LIMIT " ?
 );
 
+const CASES_OPEN_COUNT: PerDialect<&str> =
+    dialect_sql!("SELECT COUNT(*) FROM pay_bill_cases WHERE status = 'OPEN'");
+
 const CASE_SETTLE: PerDialect<&str> = dialect_sql!(
     "UPDATE pay_bill_cases SET status = " ? ", resolution = " ? ", updated_at = " ?
     " WHERE case_id = " ? " AND status = 'OPEN'"
@@ -109,6 +112,8 @@ pub trait BillCases: Send + Sync {
         status: Option<BillCaseStatus>,
         limit: u32,
     ) -> Result<Vec<BillCase>, StoreError>;
+    /// How many cases are open, over every tenant (one count on the status index).
+    async fn open_count(&self) -> Result<u64, StoreError>;
     /// OPEN → `to` (REPAIRED or RESOLVED) with `resolution`; false when the case is not open.
     async fn settle(
         &self,
@@ -125,6 +130,17 @@ impl<D: Dialect> BillCases for SqlPay<D> {
         self.store
             .write(|transaction| Box::pin(record_on::<D>(transaction, case)))
             .await
+    }
+
+    async fn open_count(&self) -> Result<u64, StoreError> {
+        let _timer = self.timer("bill_cases.open_count");
+        let mut connection = self.connection().await?;
+        let count = connection
+            .row(CASES_OPEN_COUNT.get::<D>(), &[])
+            .await
+            .map_err(store_error::<D>)?
+            .map_or(Ok(0), |row| row.int(0).map_err(read))?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     async fn case(&self, case_id: &str) -> Result<Option<BillCase>, StoreError> {
