@@ -192,6 +192,13 @@ async fn every_scenario_limit_and_strategy_runs_and_replays_are_replays() {
         .await
         .expect("the bench runs");
     let table = report.table();
+    // The process's resident memory, before, at the peak of and after the run.
+    let memory = report.memory.expect("Linux has /proc");
+    assert!(
+        memory.peak_kib >= memory.before_kib.max(memory.after_kib) && memory.before_kib > 0,
+        "{memory:?}"
+    );
+    assert!(table.contains("resident memory"), "{table}");
     let run = only_run(&report, 2);
 
     assert_every_scenario_ran(run, &table);

@@ -570,6 +570,7 @@ mod tests {
             concurrency: vec![16],
             wallet_strategies: Vec::new(),
             runs: vec![run],
+            memory: None,
             notes: vec!["a <note>".to_owned()],
         }
     }

@@ -132,6 +132,7 @@ pub mod cpu;
 mod html;
 mod limits;
 mod load;
+pub mod memory;
 mod pgbench;
 mod profile;
 mod report;
@@ -319,6 +320,7 @@ pub async fn run(
     } else {
         indicatif::ProgressBar::hidden()
     };
+    let memory_before = memory::now();
     let mut report = BenchReport {
         stack: stack.label().to_owned(),
         duration_secs: args.duration_secs,
@@ -326,6 +328,7 @@ pub async fn run(
         concurrency: levels.clone(),
         wallet_strategies: strategies.clone(),
         runs: Vec::new(),
+        memory: None,
         notes: notes(&stack),
     };
     for concurrency in levels {
@@ -344,6 +347,7 @@ pub async fn run(
         report.runs.push(run);
     }
     bar.finish_and_clear();
+    report.memory = memory::between(memory_before, memory::now());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -313,6 +313,9 @@ pub struct BenchReport {
     pub wallet_strategies: Vec<WalletStrategy>,
     /// One run per concurrency.
     pub runs: Vec<BenchRun>,
+    /// Resident memory of this process (clients and the in-process service) before, at the
+    /// peak of and after the runs; `None` where `/proc` is not.
+    pub memory: Option<super::memory::Resident>,
     /// What is worth knowing to read the figures.
     pub notes: Vec<String>,
 }

@@ -33,6 +33,17 @@ impl BenchReport {
             let _ = writeln!(out);
             run.write_table(&mut out);
         }
+        if let Some(memory) = &self.memory {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "resident memory of this process (clients and the in-process service): \
+                 {:.1} MiB before, {:.1} MiB at the peak, {:.1} MiB after",
+                mib(memory.before_kib),
+                mib(memory.peak_kib),
+                mib(memory.after_kib)
+            );
+        }
         if !self.notes.is_empty() {
             let _ = writeln!(out);
             let _ = writeln!(out, "notes");
@@ -379,4 +390,9 @@ impl BenchRun {
             }
         }
     }
+}
+
+/// KiB as MiB, for the table.
+fn mib(kib: u64) -> f64 {
+    f64::from(u32::try_from(kib).unwrap_or(u32::MAX)) / 1024.0
 }

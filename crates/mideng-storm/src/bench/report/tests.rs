@@ -193,10 +193,16 @@ fn each_strategy_is_read_against_its_limit_and_the_fastest_is_named() {
         concurrency: vec![16],
         wallet_strategies: vec![WalletStrategy::RowLock, WalletStrategy::ConditionalUpdate],
         runs: vec![run],
+        memory: Some(crate::bench::memory::Resident {
+            before_kib: 40_960,
+            peak_kib: 133_120,
+            after_kib: 51_200,
+        }),
         notes: Vec::new(),
     };
     let table = report.table();
     for expected in [
+        "40.0 MiB before, 130.0 MiB at the peak, 50.0 MiB after",
         "goals at 16 concurrent clients",
         "wallet strategies",
         "fastest, deduct, one hot wallet: row-lock",
