@@ -374,6 +374,10 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
         metrics: metrics_handle(),
         pages: Arc::new(Pages::new(settings.pages.clone())),
     };
+    crate::metrics::initialize(
+        settings.events.broker.name(),
+        state.ports.store.backend.dialect(),
+    );
     // The first verdict on the clock before the first request: a far-off clock refuses from
     // the start.
     if let Err(error) = clock_guard::check(&state.ports).await {

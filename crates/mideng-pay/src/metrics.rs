@@ -89,3 +89,22 @@ pub fn describe() {
         "Reconciliation cases from the channels' daily bills still open, over every tenant"
     );
 }
+
+/// Writes a zero for the series the shipped alerts count increases of, before anything
+/// happens: Prometheus' `increase()` sees nothing in a series that first appears at 1, so a
+/// counter born with its first event would hide that event from its alert (the first parked
+/// event, the first endpoint disabled, the first lost COMMIT). `publisher` is the outbox's
+/// broker (`queue`, `rabbitmq`, `nats`), `backend` the database's dialect.
+pub fn initialize(publisher: &'static str, backend: &'static str) {
+    for outcome in ["delivered", "retried", "exhausted"] {
+        metrics::counter!(WEBHOOK_ATTEMPTS, "outcome" => outcome).absolute(0);
+    }
+    for consumer in [
+        crate::domain::events::GRANT_KIND,
+        crate::domain::events::REVOKE_KIND,
+    ] {
+        metrics::counter!(EVENTS_PARKED, "consumer" => consumer).absolute(0);
+    }
+    metrics::counter!(mideng::metrics::OUTBOX_PARKED, "publisher" => publisher).absolute(0);
+    metrics::counter!(mideng::metrics::COMMIT_OUTCOME_UNKNOWN, "backend" => backend).absolute(0);
+}

@@ -188,6 +188,13 @@ pub fn outbound_headers() -> HeaderMap {
     if exporting() {
         let context = tracing::Span::current().context();
         TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(&mut headers));
+        // No state to pass on: no empty `tracestate:` header either.
+        if headers
+            .get("tracestate")
+            .is_some_and(|value| value.is_empty())
+        {
+            headers.remove("tracestate");
+        }
     }
     headers
 }

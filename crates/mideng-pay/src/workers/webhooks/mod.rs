@@ -205,7 +205,8 @@ async fn attempt_and_record(
         AttemptOutcome::Retry { .. } => "retried",
         AttemptOutcome::Exhausted => {
             tracing::error!(
-                delivery_id = %delivery.delivery_id, endpoint_id = %delivery.endpoint_id,
+                tenant = %delivery.tenant_id, endpoint_id = %delivery.endpoint_id,
+                delivery_id = %delivery.delivery_id,
                 "webhook delivery exhausted its schedule; the endpoint is disabled"
             );
             "exhausted"
