@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::ApiError;
 use super::error::Code;
 use super::models::rfc3339;
-use super::page::{PageQuery, PageView, unknown_cursor};
+use super::page::{PageQuery, PageView};
 use crate::flows::events::{self, LoggedEvent};
 use crate::state::AppState;
 
@@ -68,19 +68,14 @@ pub(super) async fn list(
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<axum::Json<PageView<EventView>>, ApiError> {
     let Query(query) = query?;
-    let page = query.checked()?;
-    let events = events::page(
-        &state.ports,
-        &tenant,
-        page.after.as_deref(),
-        page.read_limit(),
-    )
-    .await?
-    .ok_or_else(unknown_cursor)?;
-    let shown = page.answer(events);
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| events::page(ports, &tenant, after.as_deref(), limit).await)
+        .await?;
     Ok(axum::Json(PageView {
-        data: shown.data.iter().map(view).collect::<Result<_, _>>()?,
-        has_more: shown.has_more,
+        data: page.data.iter().map(view).collect::<Result<_, _>>()?,
+        has_more: page.has_more,
     }))
 }
 

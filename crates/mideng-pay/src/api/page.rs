@@ -40,6 +40,21 @@ impl Page {
         self.limit + 1
     }
 
+    /// The page `read` gives for the cursor and [`Page::read_limit`]: `read` answers `None`
+    /// when the cursor names no item of the caller's, which is refused ([`unknown_cursor`]).
+    pub async fn read<T, Fut>(
+        self,
+        read: impl FnOnce(Option<String>, u32) -> Fut,
+    ) -> Result<PageView<T>, ApiError>
+    where
+        Fut: std::future::Future<Output = Result<Option<Vec<T>>, mideng::StoreError>>,
+    {
+        let items = read(self.after.clone(), self.read_limit())
+            .await?
+            .ok_or_else(unknown_cursor)?;
+        Ok(self.answer(items))
+    }
+
     /// `items` (as read with [`Page::read_limit`]) as a page of at most `limit`.
     pub fn answer<T>(&self, mut items: Vec<T>) -> PageView<T> {
         let wanted = usize::try_from(self.limit).unwrap_or(usize::MAX);
@@ -92,6 +107,16 @@ pub struct PageView<T> {
     pub data: Vec<T>,
     /// Whether more follow: ask again with `starting_after` the last item's id.
     pub has_more: bool,
+}
+
+impl<T> PageView<T> {
+    /// The same page with each item rendered by `view`.
+    pub fn map<U>(self, view: impl FnMut(T) -> U) -> PageView<U> {
+        PageView {
+            data: self.data.into_iter().map(view).collect(),
+            has_more: self.has_more,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use mideng_channel::ChannelKind;
 
 use super::error::Code;
 use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
-use super::page::{PageQuery, PageView, unknown_cursor};
+use super::page::{PageQuery, PageView};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, PaymentNo};
 use crate::domain::keys::KeyKind;
@@ -322,20 +322,12 @@ pub(super) async fn list(
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<axum::Json<PageView<PaymentView>>, ApiError> {
     let Query(query) = query?;
-    let page = query.checked()?;
-    let payments = payment::page(
-        &state.ports,
-        &tenant,
-        page.after.as_deref(),
-        page.read_limit(),
-    )
-    .await?
-    .ok_or_else(unknown_cursor)?;
-    let shown = page.answer(payments);
-    Ok(axum::Json(PageView {
-        data: shown.data.iter().map(PaymentView::of).collect(),
-        has_more: shown.has_more,
-    }))
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| payment::page(ports, &tenant, after.as_deref(), limit).await)
+        .await?;
+    Ok(axum::Json(page.map(|payment| PaymentView::of(&payment))))
 }
 
 /// The tenant's refunds in the order they were created (oldest first), a page at a time.
@@ -357,18 +349,10 @@ pub(super) async fn list_refunds(
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<axum::Json<PageView<RefundView>>, ApiError> {
     let Query(query) = query?;
-    let page = query.checked()?;
-    let refunds = refund::page(
-        &state.ports,
-        &tenant,
-        page.after.as_deref(),
-        page.read_limit(),
-    )
-    .await?
-    .ok_or_else(unknown_cursor)?;
-    let shown = page.answer(refunds);
-    Ok(axum::Json(PageView {
-        data: shown.data.iter().map(RefundView::of).collect(),
-        has_more: shown.has_more,
-    }))
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| refund::page(ports, &tenant, after.as_deref(), limit).await)
+        .await?;
+    Ok(axum::Json(page.map(|refund| RefundView::of(&refund))))
 }

@@ -25,7 +25,7 @@ use super::fields::identifier;
 use super::models::{
     CreditBody, CreditView, DeductBody, DeductionView, EntryView, ReversalView, WalletView,
 };
-use super::page::{PageQuery, PageView, unknown_cursor};
+use super::page::{PageQuery, PageView};
 use crate::domain::ids::{OrderId, PaymentNo, Reference, UserId};
 use crate::domain::wallet::{Credit, CreditOutcome, Debit, DeductOutcome};
 use crate::flows::wallet::{
@@ -381,21 +381,14 @@ pub(super) async fn entries(
 ) -> Result<axum::Json<PageView<EntryView>>, ApiError> {
     let user_id = UserId::parse(&user_id).map_err(|_| ApiError::not_found("wallet"))?;
     let Query(query) = query?;
-    let page = query.checked()?;
-    let entries = wallet::entries(
-        &state.ports,
-        &tenant,
-        &user_id,
-        page.after.as_deref(),
-        page.read_limit(),
-    )
-    .await?
-    .ok_or_else(unknown_cursor)?;
-    let shown = page.answer(entries);
-    Ok(axum::Json(PageView {
-        data: shown.data.iter().map(EntryView::of).collect(),
-        has_more: shown.has_more,
-    }))
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| {
+            wallet::entries(ports, &tenant, &user_id, after.as_deref(), limit).await
+        })
+        .await?;
+    Ok(axum::Json(page.map(|entry| EntryView::of(&entry))))
 }
 
 /// Puts a deduction back into the wallet, once: a second call answers the same reversal

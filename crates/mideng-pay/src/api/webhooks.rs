@@ -13,7 +13,7 @@ use super::models::{
     AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, RotateSecret,
     UpdateEndpoint, rfc3339,
 };
-use super::page::{PageQuery, PageView, unknown_cursor};
+use super::page::{PageQuery, PageView};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
 use crate::domain::webhook::{
@@ -323,24 +323,16 @@ pub(super) async fn list_deliveries(
         starting_after: query.starting_after,
     }
     .checked()?;
-    let deliveries = webhook::deliveries(
-        &state.ports,
-        &tenant,
-        query.event_id.as_deref(),
-        page.after.as_deref(),
-        page.read_limit(),
-    )
-    .await?
-    .ok_or_else(unknown_cursor)?;
-    let shown = page.answer(deliveries);
-    Ok(axum::Json(PageView {
-        data: shown
-            .data
-            .iter()
-            .map(|(delivery, attempts)| delivery_view(delivery, attempts))
-            .collect(),
-        has_more: shown.has_more,
-    }))
+    let ports = &state.ports;
+    let event_id = query.event_id.as_deref();
+    let page = page
+        .read(async |after, limit| {
+            webhook::deliveries(ports, &tenant, event_id, after.as_deref(), limit).await
+        })
+        .await?;
+    Ok(axum::Json(page.map(|(delivery, attempts)| {
+        delivery_view(&delivery, &attempts)
+    })))
 }
 
 /// Sends a delivery again by hand, under the same `webhook-id`, with a fresh schedule; enables

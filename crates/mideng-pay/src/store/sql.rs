@@ -56,6 +56,49 @@ pub(crate) async fn cursor_page<D: Dialect, T>(
         .collect()
 }
 
+/// A page of a list whose client names the item it starts after by its id: `cursor` (taking
+/// `scope`, then the id) reads that item's (time, number) place, and the page is
+/// [`cursor_page`] of `page` (taking `scope` too) after it; from the start when `after` is
+/// `None`. `Ok(None)` when `after` names no item in `scope` (another tenant's, or none): a
+/// cursor is refused, never read as "from the start".
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn page_after<D: Dialect, T>(
+    connection: &mut <D::Db as Database>::Connection,
+    cursor: &'static str,
+    page: &'static str,
+    scope: &[Arg<'_>],
+    after: Option<&str>,
+    limit: i64,
+    decode: impl Fn(&<<D::Db as Database>::Connection as SqlConn>::Row) -> Result<T, StoreError>,
+) -> Result<Option<Vec<T>>, StoreError> {
+    let place = match after {
+        Some(id) => {
+            let mut args = scope.to_vec();
+            args.push(Arg::Text(id));
+            let Some(row) = connection
+                .row(cursor, &args)
+                .await
+                .map_err(store_error::<D>)?
+            else {
+                return Ok(None);
+            };
+            let read = |error| StoreError::Corrupt(format!("unreadable row: {error}"));
+            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
+        }
+        None => None,
+    };
+    cursor_page::<D, _>(
+        connection,
+        page,
+        scope,
+        place.as_ref().map(|(at, id)| (*at, id.as_str())),
+        limit,
+        decode,
+    )
+    .await
+    .map(Some)
+}
+
 /// Every storage port of the service ([`super::Store`]) on one SQL dialect.
 pub struct SqlPay<D: Dialect> {
     pub(super) store: SqlStore<D>,

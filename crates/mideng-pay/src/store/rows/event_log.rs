@@ -13,7 +13,7 @@ use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::{cursor_page, read};
+use super::{page_after, read};
 use crate::store::sql::SqlPay;
 
 /// One logged event.
@@ -66,6 +66,10 @@ const INSERT: PerDialect<&str> = dialect_sql!(
 
 const SELECT_ONE: PerDialect<&str> = dialect_sql!(
     "SELECT " columns!() " FROM pay_event_log WHERE tenant_id = " ? " AND event_id = " ?
+);
+
+const CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, event_id FROM pay_event_log WHERE tenant_id = " ? " AND event_id = " ?
 );
 
 const SELECT_PAGE: PerDialect<&str> = dialect_sql!(
@@ -164,23 +168,16 @@ impl<D: Dialect> EventLog for SqlPay<D> {
     ) -> Result<Option<Vec<LoggedEvent>>, StoreError> {
         let _timer = self.timer("event_log.page");
         let mut connection = self.connection().await?;
-        let cursor = match after {
-            Some(event_id) => match one::<D>(&mut connection, tenant_id, event_id).await? {
-                Some(event) => Some((event.created_at_ms, event.event_id)),
-                None => return Ok(None),
-            },
-            None => None,
-        };
-        cursor_page::<D, _>(
+        page_after::<D, _>(
             &mut connection,
+            CURSOR.get::<D>(),
             SELECT_PAGE.get::<D>(),
             &[Arg::Text(tenant_id)],
-            cursor.as_ref().map(|(at_ms, id)| (*at_ms, id.as_str())),
+            after,
             i64::from(limit),
             decode,
         )
         .await
-        .map(Some)
     }
 
     async fn logged_event(

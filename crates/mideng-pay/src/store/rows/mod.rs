@@ -20,7 +20,7 @@ pub mod tenants;
 pub mod wallets;
 pub mod webhooks;
 
-pub(crate) use super::sql::cursor_page;
+pub(crate) use super::sql::{cursor_page, page_after};
 use mideng::StoreError;
 
 /// A stored value this code cannot have written.

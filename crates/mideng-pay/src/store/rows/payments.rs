@@ -14,7 +14,7 @@ use mideng::{StoreError, dialect_sql};
 
 use mideng_channel::ChannelKind;
 
-use super::{corrupt, cursor_page, read};
+use super::{corrupt, cursor_page, page_after, read};
 use crate::domain::money::{Amount, Currency};
 use crate::domain::payment::{Payment, PaymentStatus};
 
@@ -362,32 +362,16 @@ pub async fn tenant_page<D: Dialect>(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Option<Vec<Payment>>, StoreError> {
-    let cursor = match after {
-        Some(payment_no) => {
-            let Some(row) = connection
-                .row(
-                    PAYMENT_CURSOR.get::<D>(),
-                    &[Arg::Text(tenant_id), Arg::Text(payment_no)],
-                )
-                .await
-                .map_err(store_error::<D>)?
-            else {
-                return Ok(None);
-            };
-            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
-        }
-        None => None,
-    };
-    cursor_page::<D, _>(
+    page_after::<D, _>(
         connection,
+        PAYMENT_CURSOR.get::<D>(),
         PAYMENTS_OF_TENANT.get::<D>(),
         &[Arg::Text(tenant_id)],
-        cursor.as_ref().map(|(at_ms, no)| (*at_ms, no.as_str())),
+        after,
         limit,
         decode_payment,
     )
     .await
-    .map(Some)
 }
 
 /// One page of `channel`'s PAID payments paid in `[from_ms, to_ms)`, after the `after` cursor

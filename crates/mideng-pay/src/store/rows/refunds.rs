@@ -6,7 +6,7 @@ use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::{corrupt, cursor_page, read};
+use super::{corrupt, cursor_page, page_after, read};
 use crate::domain::refund::{Refund, RefundStatus};
 
 /// The columns of the refund selects, in the order `decode_refund` reads them.
@@ -232,32 +232,16 @@ pub async fn tenant_page<D: Dialect>(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Option<Vec<Refund>>, StoreError> {
-    let cursor = match after {
-        Some(refund_no) => {
-            let Some(row) = connection
-                .row(
-                    REFUND_CURSOR.get::<D>(),
-                    &[Arg::Text(tenant_id), Arg::Text(refund_no)],
-                )
-                .await
-                .map_err(store_error::<D>)?
-            else {
-                return Ok(None);
-            };
-            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
-        }
-        None => None,
-    };
-    cursor_page::<D, _>(
+    page_after::<D, _>(
         connection,
+        REFUND_CURSOR.get::<D>(),
         REFUNDS_OF_TENANT.get::<D>(),
         &[Arg::Text(tenant_id)],
-        cursor.as_ref().map(|(at_ms, no)| (*at_ms, no.as_str())),
+        after,
         limit,
         decode_refund,
     )
     .await
-    .map(Some)
 }
 
 /// One page of `channel`'s SUCCESS refunds refunded in `[from_ms, to_ms)`, after the cursor

@@ -32,7 +32,7 @@ use mideng::store::sql::{
 };
 use mideng::{StoreError, dialect_sql};
 
-use super::cursor_page;
+use super::page_after;
 use crate::domain::money::{Amount, Balance};
 use crate::domain::wallet::{
     Credit, CreditOutcome, Debit, DeductOutcome, LedgerEntry, WalletEntry, WalletStrategy,
@@ -466,36 +466,16 @@ pub async fn entries_page<D: Dialect>(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Option<Vec<WalletEntry>>, StoreError> {
-    let cursor = match after {
-        Some(entry_no) => {
-            let Some(row) = connection
-                .row(
-                    ENTRY_CURSOR.get::<D>(),
-                    &[
-                        Arg::Text(tenant_id),
-                        Arg::Text(user_id),
-                        Arg::Text(entry_no),
-                    ],
-                )
-                .await
-                .map_err(store_error::<D>)?
-            else {
-                return Ok(None);
-            };
-            Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
-        }
-        None => None,
-    };
-    cursor_page::<D, _>(
+    page_after::<D, _>(
         connection,
+        ENTRY_CURSOR.get::<D>(),
         ENTRIES_PAGE.get::<D>(),
         &[Arg::Text(tenant_id), Arg::Text(user_id)],
-        cursor.as_ref().map(|(version, no)| (*version, no.as_str())),
+        after,
         limit,
         decode_entry,
     )
     .await
-    .map(Some)
 }
 
 fn decode_entry<R: SqlRow>(row: &R) -> Result<WalletEntry, StoreError> {

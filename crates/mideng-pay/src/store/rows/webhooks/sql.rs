@@ -6,7 +6,7 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error}
 use mideng::{StoreError, dialect_sql};
 
 use super::*;
-use crate::store::rows::{corrupt, cursor_page, read};
+use crate::store::rows::{corrupt, page_after, read};
 use crate::store::sql::SqlPay;
 
 macro_rules! endpoint_columns {
@@ -201,6 +201,11 @@ const DELIVERIES_OF_TENANT: PerDialect<&str> = dialect_sql!(
 const DELIVERY_CURSOR: PerDialect<&str> = dialect_sql!(
     "SELECT created_at, delivery_id FROM pay_webhook_deliveries WHERE tenant_id = " ?
     " AND delivery_id = " ?
+);
+
+const DELIVERY_CURSOR_OF_EVENT: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, delivery_id FROM pay_webhook_deliveries WHERE tenant_id = " ?
+    " AND event_id = " ? " AND delivery_id = " ?
 );
 
 const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
@@ -851,47 +856,30 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
     ) -> Result<Option<Vec<(Delivery, Vec<Attempt>)>>, StoreError> {
         let _timer = self.timer("webhooks.deliveries");
         let mut connection = self.connection().await?;
-        let cursor = match after {
-            Some(delivery_id) => {
-                let Some(row) = connection
-                    .row(
-                        DELIVERY_CURSOR.get::<D>(),
-                        &[Arg::Text(tenant_id), Arg::Text(delivery_id)],
-                    )
-                    .await
-                    .map_err(store_error::<D>)?
-                else {
-                    return Ok(None);
-                };
-                Some((row.int(0).map_err(read)?, row.text(1).map_err(read)?))
-            }
-            None => None,
+        let (cursor, page, scope) = match event_id {
+            Some(event_id) => (
+                DELIVERY_CURSOR_OF_EVENT.get::<D>(),
+                DELIVERIES_OF_EVENT.get::<D>(),
+                vec![Arg::Text(tenant_id), Arg::Text(event_id)],
+            ),
+            None => (
+                DELIVERY_CURSOR.get::<D>(),
+                DELIVERIES_OF_TENANT.get::<D>(),
+                vec![Arg::Text(tenant_id)],
+            ),
         };
-        let cursor = cursor.as_ref().map(|(at_ms, id)| (*at_ms, id.as_str()));
-        let limit = i64::from(limit);
-        let deliveries = match event_id {
-            Some(event_id) => {
-                cursor_page::<D, _>(
-                    &mut connection,
-                    DELIVERIES_OF_EVENT.get::<D>(),
-                    &[Arg::Text(tenant_id), Arg::Text(event_id)],
-                    cursor,
-                    limit,
-                    decode_delivery,
-                )
-                .await?
-            }
-            None => {
-                cursor_page::<D, _>(
-                    &mut connection,
-                    DELIVERIES_OF_TENANT.get::<D>(),
-                    &[Arg::Text(tenant_id)],
-                    cursor,
-                    limit,
-                    decode_delivery,
-                )
-                .await?
-            }
+        let Some(deliveries) = page_after::<D, _>(
+            &mut connection,
+            cursor,
+            page,
+            &scope,
+            after,
+            i64::from(limit),
+            decode_delivery,
+        )
+        .await?
+        else {
+            return Ok(None);
         };
         let mut shown = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
