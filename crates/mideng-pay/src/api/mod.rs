@@ -240,7 +240,12 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
     // publishable key made.
     let checkout = Router::new()
         .route("/v1/tokens", post(ops::issue_token))
-        .route("/v1/orders", post(orders::create))
+        // Creating an order is the checkout's; listing them takes the secret key.
+        .route(
+            "/v1/orders",
+            post(orders::create)
+                .merge(get(orders::list).route_layer(middleware::from_fn(secret_key_only))),
+        )
         .route("/v1/orders/{order_id}", get(orders::show))
         .route(
             "/v1/orders/{order_id}/payments",

@@ -29,6 +29,7 @@ use crate::state::AppState;
     paths(
         issue_token, inspect_key, healthz, readyz,
         super::orders::create, super::orders::show, super::orders::transition,
+        super::orders::list,
         super::payments::create, super::payments::show, super::payments::close,
         super::payments::refund, super::payments::show_refund,
         super::payments::list, super::payments::list_refunds,

@@ -1,7 +1,8 @@
 //! Orders over HTTP: parse, run the flow ([`crate::flows::order`]), render. Creation is
 //! idempotent by the order id (the business key); transitions are compare-and-set on the status.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mideng::Fingerprint;
@@ -11,6 +12,7 @@ use mideng::state::StateMachine;
 use super::error::Code;
 use super::fields::identifier;
 use super::models::{CreateOrder, OrderView, TransitionBody};
+use super::page::{PageQuery, PageView};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, Sku, UserId};
 use crate::domain::keys::KeyKind;
@@ -181,4 +183,35 @@ pub(super) async fn transition(
             ),
         )),
     }
+}
+
+/// The tenant's orders in the order they were created (oldest first), each with its payments,
+/// a page at a time. The secret key only: a publishable key reads only the orders it made, by
+/// id.
+#[utoipa::path(
+    get, path = "/v1/orders", tag = "orders", operation_id = "list_orders",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Orders per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last order (order_id) of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<OrderView>),
+        (status = 400, description = "invalid-query: the limit, or a cursor that is no order of yours", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn list(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<OrderView>>, ApiError> {
+    let Query(query) = query?;
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| order::page(ports, &tenant, after.as_deref(), limit).await)
+        .await?;
+    Ok(axum::Json(
+        page.map(|(order, payments)| OrderView::of(&order, &payments)),
+    ))
 }

@@ -35,6 +35,17 @@ pub async fn show(
     ports.store.orders.order(tenant, order_id.as_str()).await
 }
 
+/// The tenant's orders in the order they were created, each with its payments, a page at a
+/// time; `None` when `after` is none of the tenant's.
+pub async fn page(
+    ports: &Ports,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<(Order, Vec<Payment>)>>, StoreError> {
+    ports.store.orders.orders_page(tenant, after, limit).await
+}
+
 /// Creates `order` unless its id exists in its tenant.
 pub async fn create(ports: &Ports, order: &Order) -> Result<OrderCreated, StoreError> {
     let tenant = order.tenant_id.as_str();

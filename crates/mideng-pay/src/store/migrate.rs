@@ -98,6 +98,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "tenant lists",
                 include_str!("../../migrations/postgres/0015_tenant_lists.sql"),
             ),
+            (
+                16,
+                "order list",
+                include_str!("../../migrations/postgres/0016_order_list.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -187,6 +192,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "tenant lists",
                 include_str!("../../migrations/mysql/0015_tenant_lists.sql"),
             ),
+            (
+                16,
+                "order list",
+                include_str!("../../migrations/mysql/0016_order_list.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -271,6 +281,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 15,
                 "tenant lists",
                 include_str!("../../migrations/sqlite/0015_tenant_lists.sql"),
+            ),
+            (
+                16,
+                "order list",
+                include_str!("../../migrations/sqlite/0016_order_list.sql"),
             ),
         ],
     )

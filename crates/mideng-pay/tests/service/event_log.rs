@@ -1,7 +1,7 @@
 //! What happened to a tenant, read back in order a page at a time (`GET /v1/events`): every
 //! event its webhooks carry, under the same id as their messages, in the order it happened,
 //! paged by cursor without a gap or a repeat, and no other tenant's; its payments and refunds
-//! listed the same way.
+//! and orders listed the same way.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -151,6 +151,17 @@ pub(crate) async fn a_tenant_reads_what_happened_in_order_a_page_at_a_time(backe
             .map(|payment| payment["payment_no"].as_str().expect("number").to_owned())
             .collect();
         assert_eq!(numbers, paid, "limit {limit}");
+        let (orders, _) = every_page_of(&service, "/v1/orders", "order_id", limit).await;
+        let paid_orders: Vec<_> = orders
+            .iter()
+            .map(|order| {
+                order["payments"][0]["payment_no"]
+                    .as_str()
+                    .expect("paid")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(paid_orders, paid, "limit {limit}: {orders:#?}");
         let (refunds, _) = every_page_of(&service, "/v1/refunds", "refund_no", limit).await;
         assert_eq!(refunds.len(), 1, "{refunds:#?}");
         assert_eq!(refunds[0]["payment_no"], paid[0].as_str());

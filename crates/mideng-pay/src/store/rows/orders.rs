@@ -9,7 +9,7 @@ use mideng::state::StateMachine;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
 use mideng::{StoreError, dialect_sql};
 
-use super::{corrupt, read};
+use super::{corrupt, page_after, read};
 use crate::domain::order::{Order, OrderStatus};
 
 /// What inserting an order found.
@@ -45,6 +45,37 @@ fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<O
         version: row.int(7).map_err(read)?,
         publishable: row.int(8).map_err(read)? != 0,
     })
+}
+
+const ORDER_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, order_id FROM pay_orders WHERE tenant_id = " ? " AND order_id = " ?
+);
+
+/// A page of the tenant's orders; the order id after the order columns.
+const ORDERS_OF_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT " order_columns!() ", order_id FROM pay_orders WHERE tenant_id = " ?
+    " AND (created_at > " ? " OR (created_at = " ? " AND order_id > " ? "))"
+    " ORDER BY created_at, order_id LIMIT " ?
+);
+
+/// The tenant's orders in the order they were created, after the order `after` (from the
+/// first when `None`), at most `limit`; `None` when `after` is no order of the tenant's.
+pub async fn tenant_page<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<Order>>, StoreError> {
+    page_after::<D, _>(
+        connection,
+        ORDER_CURSOR.get::<D>(),
+        ORDERS_OF_TENANT.get::<D>(),
+        &[Arg::Text(tenant_id)],
+        after,
+        limit,
+        |row| decode_order(row, tenant_id, &row.text(9).map_err(read)?),
+    )
+    .await
 }
 
 /// Inserts an order in CREATED; a duplicate order id inserts nothing, so that the caller reads

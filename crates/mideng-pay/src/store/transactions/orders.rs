@@ -7,7 +7,7 @@ use mideng::store::sql::Dialect;
 
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::Payment;
-use crate::store::rows::orders::{OrderInsert, find_order, insert_order, transition_order};
+use crate::store::rows::orders::{self, OrderInsert, find_order, insert_order, transition_order};
 use crate::store::rows::payments;
 use crate::store::sql::SqlPay;
 
@@ -41,6 +41,15 @@ pub trait Orders: Send + Sync {
         tenant_id: &str,
         order_id: &str,
     ) -> Result<Option<(Order, Vec<Payment>)>, StoreError>;
+    /// The tenant's orders in the order they were created, each with its payments, after the
+    /// order `after`, at most `limit`; `None` when `after` is none of the tenant's. One read of
+    /// the page, then one indexed read of each order's payments, on one connection.
+    async fn orders_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<(Order, Vec<Payment>)>>, StoreError>;
     /// Moves an order along its state machine (CAS on the current status).
     async fn transition_order(
         &self,
@@ -58,6 +67,29 @@ impl<D: Dialect> Orders for SqlPay<D> {
         self.store
             .write(|transaction| Box::pin(insert_order::<D>(transaction, order, now_ms)))
             .await
+    }
+
+    async fn orders_page(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<(Order, Vec<Payment>)>>, StoreError> {
+        let _timer = self.timer("orders.page");
+        let mut connection = self.connection().await?;
+        let Some(orders) =
+            orders::tenant_page::<D>(&mut connection, tenant_id, after, i64::from(limit)).await?
+        else {
+            return Ok(None);
+        };
+        let mut shown = Vec::with_capacity(orders.len());
+        for order in orders {
+            let payments =
+                payments::payments_for_order::<D>(&mut connection, tenant_id, &order.order_id)
+                    .await?;
+            shown.push((order, payments));
+        }
+        Ok(Some(shown))
     }
 
     async fn order(

@@ -1,0 +1,3 @@
+-- The tenant's orders, listed a page at a time in the order they were created
+-- (`GET /v1/orders`): a cursor (created_at, order id) read by index.
+CREATE INDEX IF NOT EXISTS pay_orders_tenant_time ON pay_orders (tenant_id, created_at, order_id);
