@@ -298,6 +298,10 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
         )
         .route("/v1/webhook-deliveries", get(webhooks::list_deliveries))
         .route(
+            "/v1/webhook-deliveries/{delivery_id}/attempts",
+            get(webhooks::list_attempts),
+        )
+        .route(
             "/v1/webhook-deliveries/{delivery_id}/redeliver",
             post(webhooks::redeliver),
         )

@@ -41,6 +41,7 @@ use crate::state::AppState;
         super::webhooks::show_endpoint, super::webhooks::update_endpoint,
         super::webhooks::delete_endpoint, super::webhooks::rotate_secret,
         super::webhooks::list_deliveries, super::webhooks::redeliver,
+        super::webhooks::list_attempts,
         super::reconciliation::list,
         super::events::list, super::events::show,
     ),

@@ -54,6 +54,16 @@ fn endpoint_id(text: &str) -> Result<PaymentNo, ApiError> {
     PaymentNo::parse(text).map_err(|_| ApiError::not_found("webhook endpoint"))
 }
 
+fn attempt_view(attempt: &Attempt) -> AttemptView {
+    AttemptView {
+        attempt: attempt.attempt,
+        at: rfc3339(attempt.at_ms),
+        status_code: attempt.status_code,
+        error: attempt.error.clone(),
+        duration_ms: attempt.duration_ms,
+    }
+}
+
 fn delivery_view(delivery: &Delivery, attempts: &[Attempt]) -> DeliveryView {
     DeliveryView {
         delivery_id: delivery.delivery_id.clone(),
@@ -63,16 +73,7 @@ fn delivery_view(delivery: &Delivery, attempts: &[Attempt]) -> DeliveryView {
         status: delivery.status.as_str().to_owned(),
         next_attempt_at: (delivery.status == DeliveryStatus::Pending)
             .then(|| rfc3339(delivery.next_attempt_at_ms)),
-        attempts: attempts
-            .iter()
-            .map(|attempt| AttemptView {
-                attempt: attempt.attempt,
-                at: rfc3339(attempt.at_ms),
-                status_code: attempt.status_code,
-                error: attempt.error.clone(),
-                duration_ms: attempt.duration_ms,
-            })
-            .collect(),
+        attempts: attempts.iter().map(attempt_view).collect(),
     }
 }
 
@@ -376,4 +377,58 @@ pub(super) async fn redeliver(
         axum::Json(delivery_view(&delivery, &attempts)),
     )
         .into_response())
+}
+
+/// One delivery's attempts a page at a time, oldest first (a delivery has at most 100; the
+/// list of deliveries shows them too). `starting_after` is an attempt's number.
+#[utoipa::path(
+    get, path = "/v1/webhook-deliveries/{delivery_id}/attempts", tag = "webhooks", operation_id = "list_webhook_attempts",
+    params(
+        ("delivery_id" = String, Path, description = "The delivery"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Attempts per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[0-9]{1,9}$", description = "The last attempt's number of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<AttemptView>),
+        (status = 400, description = "invalid-query: the limit, or starting_after not an attempt number", body = super::ProblemBody),
+        (status = 404, body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn list_attempts(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    Path(delivery_id): Path<String>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<AttemptView>>, ApiError> {
+    let delivery_id =
+        PaymentNo::parse(&delivery_id).map_err(|_| ApiError::not_found("delivery"))?;
+    let Query(query) = query?;
+    let page = query.checked()?;
+    let after = match page.after.as_deref() {
+        None => 0,
+        Some(number) => number
+            .parse::<u32>()
+            .ok()
+            .filter(|number| *number < 1_000_000_000)
+            .map(i64::from)
+            .ok_or_else(|| {
+                ApiError::new(
+                    Code::InvalidQuery,
+                    "starting_after must be an attempt number",
+                )
+            })?,
+    };
+    let attempts = webhook::attempts(
+        &state.ports,
+        &tenant,
+        delivery_id.as_str(),
+        after,
+        page.read_limit(),
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("delivery"))?;
+    Ok(axum::Json(
+        page.answer(attempts).map(|attempt| attempt_view(&attempt)),
+    ))
 }

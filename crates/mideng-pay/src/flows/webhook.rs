@@ -89,6 +89,22 @@ pub async fn deliveries(
         .await
 }
 
+/// A page of one of the tenant's deliveries' attempts, numbered after `after`; `None` when the
+/// delivery is not the tenant's.
+pub async fn attempts(
+    ports: &Ports,
+    tenant: &str,
+    delivery_id: &str,
+    after: i64,
+    limit: u32,
+) -> Result<Option<Vec<Attempt>>, StoreError> {
+    ports
+        .store
+        .webhooks
+        .attempts(tenant, delivery_id, after, limit)
+        .await
+}
+
 /// Makes a delivery due now again, under the same `webhook-id`, and enables its endpoint,
 /// unless it has as many attempts as a delivery may have.
 pub async fn redeliver(

@@ -70,6 +70,12 @@ pub(crate) async fn a_publishable_key_opens_the_checkout_and_nothing_else(backen
         (Method::GET, "/v1/events".to_owned(), None, vec![]),
         (Method::GET, "/v1/payments".to_owned(), None, vec![]),
         (Method::GET, "/v1/orders".to_owned(), None, vec![]),
+        (
+            Method::GET,
+            "/v1/webhook-deliveries/W1/attempts".to_owned(),
+            None,
+            vec![],
+        ),
         (Method::GET, "/v1/refunds".to_owned(), None, vec![]),
         (Method::GET, "/v1/events/evt_1".to_owned(), None, vec![]),
         (

@@ -203,6 +203,44 @@ pub(crate) async fn webhooks_retry_under_one_id_until_acknowledged(backend: Back
     for failed in failed {
         assert!(failed["error"].is_string(), "{paid:#}");
     }
+    // The same attempts a page of one at a time, then refusals of a cursor that is no number
+    // and of a delivery that is not this tenant's.
+    let delivery_path = format!(
+        "/v1/webhook-deliveries/{}/attempts",
+        paid["delivery_id"].as_str().expect("id")
+    );
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = service
+            .get(&format!("{delivery_path}?limit=1&starting_after={after}"))
+            .await
+            .json();
+        let data = page["data"].as_array().expect("data").clone();
+        if let Some(last) = data.last() {
+            after = last["attempt"].as_i64().expect("number");
+        }
+        paged.extend(data);
+        if page["has_more"] != true {
+            break;
+        }
+    }
+    // Other instances may record one more attempt meanwhile: the pages start as the list did.
+    assert_eq!(&paged[..attempts.len()], &attempts[..], "{paged:#?}");
+    let refused = service
+        .get(&format!("{delivery_path}?starting_after=first"))
+        .await;
+    assert_eq!(
+        (refused.status, refused.code().as_str()),
+        (400, "invalid-query")
+    );
+    assert_eq!(
+        service
+            .get("/v1/webhook-deliveries/W20260101000000aaaaaaaaaaaaaaaa/attempts")
+            .await
+            .status,
+        404
+    );
     let webhook_id = paid["webhook_id"].as_str().expect("id").to_owned();
     let messages = received.messages.lock().expect("lock").clone();
     let for_payment: Vec<_> = messages

@@ -380,6 +380,15 @@ pub trait Webhooks: Send + Sync {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Option<Vec<(Delivery, Vec<Attempt>)>>, StoreError>;
+    /// The attempts of one of the tenant's deliveries numbered after `after` (0: from the
+    /// first), oldest first, at most `limit`; `None` when the delivery is not the tenant's.
+    async fn attempts(
+        &self,
+        tenant_id: &str,
+        delivery_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Option<Vec<Attempt>>, StoreError>;
     /// Makes a delivery due now with a fresh schedule (same `webhook-id`), and enables its
     /// endpoint, unless it has [`ATTEMPTS_PER_DELIVERY_MAX`] attempts already.
     async fn redeliver(&self, tenant_id: &str, delivery_id: &str)

@@ -208,6 +208,15 @@ const DELIVERY_CURSOR_OF_EVENT: PerDialect<&str> = dialect_sql!(
     " AND event_id = " ? " AND delivery_id = " ?
 );
 
+const DELIVERY_OF_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT delivery_id FROM pay_webhook_deliveries WHERE tenant_id = " ? " AND delivery_id = " ?
+);
+
+const ATTEMPTS_PAGE: PerDialect<&str> = dialect_sql!(
+    "SELECT attempt, at, status_code, error, duration_ms FROM pay_webhook_attempts"
+    " WHERE delivery_id = " ? " AND attempt > " ? " ORDER BY attempt LIMIT " ?
+);
+
 const ATTEMPTS_OF_DELIVERY: PerDialect<&str> = dialect_sql!(
     "SELECT attempt, at, status_code, error, duration_ms FROM pay_webhook_attempts WHERE delivery_id = "
     ? " ORDER BY attempt LIMIT 100"
@@ -308,6 +317,16 @@ async fn purge_on<D: Dialect>(
     Ok(deleted)
 }
 
+fn decode_attempt<R: SqlRow>(row: &R) -> Result<Attempt, StoreError> {
+    Ok(Attempt {
+        attempt: row.int(0).map_err(read)?,
+        at_ms: row.int(1).map_err(read)?,
+        status_code: row.opt_int(2).map_err(read)?,
+        error: row.opt_text(3).map_err(read)?,
+        duration_ms: row.int(4).map_err(read)?,
+    })
+}
+
 async fn attempts_of<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     delivery_id: &str,
@@ -317,15 +336,7 @@ async fn attempts_of<D: Dialect>(
         .await
         .map_err(store_error::<D>)?
         .iter()
-        .map(|row| {
-            Ok(Attempt {
-                attempt: row.int(0).map_err(read)?,
-                at_ms: row.int(1).map_err(read)?,
-                status_code: row.opt_int(2).map_err(read)?,
-                error: row.opt_text(3).map_err(read)?,
-                duration_ms: row.int(4).map_err(read)?,
-            })
-        })
+        .map(decode_attempt)
         .collect()
 }
 
@@ -887,6 +898,43 @@ impl<D: Dialect> Webhooks for SqlPay<D> {
             shown.push((delivery, attempts));
         }
         Ok(Some(shown))
+    }
+
+    async fn attempts(
+        &self,
+        tenant_id: &str,
+        delivery_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Option<Vec<Attempt>>, StoreError> {
+        let _timer = self.timer("webhooks.attempts");
+        let mut connection = self.connection().await?;
+        let ours = connection
+            .row(
+                DELIVERY_OF_TENANT.get::<D>(),
+                &[Arg::Text(tenant_id), Arg::Text(delivery_id)],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .is_some();
+        if !ours {
+            return Ok(None);
+        }
+        connection
+            .rows(
+                ATTEMPTS_PAGE.get::<D>(),
+                &[
+                    Arg::Text(delivery_id),
+                    Arg::Int(after),
+                    Arg::Int(i64::from(limit)),
+                ],
+            )
+            .await
+            .map_err(store_error::<D>)?
+            .iter()
+            .map(decode_attempt)
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     async fn redeliver(
