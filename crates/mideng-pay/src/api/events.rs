@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use super::ApiError;
 use super::error::Code;
 use super::models::rfc3339;
-use super::page::{PageQuery, PageView};
+use super::page::{PageQuery, PageView, plausible_id};
 use crate::flows::events::{self, LoggedEvent};
 use crate::state::AppState;
 
@@ -40,11 +40,6 @@ fn view(event: &LoggedEvent) -> Result<EventView, ApiError> {
         created_at: rfc3339(event.created_at_ms),
         data,
     })
-}
-
-/// Whether `text` could be an event id: 1 to 64 visible ASCII characters.
-fn plausible_id(text: &str) -> bool {
-    !text.is_empty() && text.len() <= 64 && text.bytes().all(|byte| byte.is_ascii_graphic())
 }
 
 /// The tenant's events in the order they happened (oldest first), kept for the webhook

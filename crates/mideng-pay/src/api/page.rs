@@ -76,9 +76,7 @@ impl PageQuery {
             return Err(ApiError::new(Code::InvalidQuery, "limit must be 1 to 100"));
         }
         if let Some(after) = &self.starting_after
-            && (after.is_empty()
-                || after.len() > CURSOR_BYTES_MAX
-                || !after.bytes().all(|byte| byte.is_ascii_graphic()))
+            && !plausible_id(after)
         {
             return Err(ApiError::new(
                 Code::InvalidQuery,
@@ -90,6 +88,14 @@ impl PageQuery {
             after: self.starting_after.clone(),
         })
     }
+}
+
+/// Whether `text` could be an id of the service's, as a cursor, an event id or a query's id is
+/// read: 1 to 64 visible ASCII characters.
+pub fn plausible_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= CURSOR_BYTES_MAX
+        && text.bytes().all(|byte| byte.is_ascii_graphic())
 }
 
 /// The refusal of a cursor that names no item of the caller's list.

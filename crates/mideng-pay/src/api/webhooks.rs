@@ -13,7 +13,7 @@ use super::models::{
     AttemptView, CreateEndpoint, DeliveriesQuery, DeliveryView, EndpointView, RotateSecret,
     UpdateEndpoint, rfc3339,
 };
-use super::page::{PageQuery, PageView};
+use super::page::{PageQuery, PageView, plausible_id};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::PaymentNo;
 use crate::domain::webhook::{
@@ -311,9 +311,11 @@ pub(super) async fn list_deliveries(
     query: Result<Query<DeliveriesQuery>, QueryRejection>,
 ) -> Result<axum::Json<PageView<DeliveryView>>, ApiError> {
     let Query(query) = query?;
-    if query.event_id.as_deref().is_some_and(|id| {
-        id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_graphic())
-    }) {
+    if query
+        .event_id
+        .as_deref()
+        .is_some_and(|id| !plausible_id(id))
+    {
         return Err(ApiError::new(
             Code::InvalidQuery,
             "event_id must be 1 to 64 visible ASCII characters",

@@ -15,6 +15,7 @@ use mideng::StoreError;
 
 use crate::domain::webhook::Message;
 
+mod endpoint_sql;
 mod sql;
 
 pub(crate) use self::sql::fan_out;
