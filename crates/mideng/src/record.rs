@@ -103,6 +103,89 @@ impl StoredResponse {
     }
 }
 
+/// A stored answer with one hole in its body, for a record written by the same statement that
+/// makes the effect, when the answer carries a value only that statement learns (the balance
+/// after a debit): the body is kept as the bytes before the hole and the bytes after it, and
+/// the statement writes `prefix ‖ value ‖ suffix`
+/// ([`postgres_recorded_cte!`](crate::postgres_recorded_cte)). [`AnswerTemplate::fill`] makes
+/// the same bytes on the caller's side, so the answer sent and the answer stored are one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerTemplate {
+    status: u16,
+    headers: Vec<(String, String)>,
+    headers_json: String,
+    prefix: Vec<u8>,
+    suffix: Vec<u8>,
+}
+
+/// How many bytes a value filled into an [`AnswerTemplate`] may take (an `i64` in decimal
+/// takes at most 20).
+pub const TEMPLATE_VALUE_BYTES_MAX: usize = 32;
+
+impl AnswerTemplate {
+    /// `response` with the bytes `hole` standing for the value; `None` unless `hole` is not
+    /// empty and appears exactly once in the body (a value that could stand in two places is
+    /// ambiguous), or when the response with a value filled in would break the storage limits.
+    pub fn new(response: &StoredResponse, hole: &[u8]) -> Option<Self> {
+        if hole.is_empty() || response.validate().is_err() {
+            return None;
+        }
+        if response.body.len() - hole.len() + TEMPLATE_VALUE_BYTES_MAX > RESPONSE_BODY_BYTES_MAX {
+            return None;
+        }
+        let mut found = response
+            .body
+            .windows(hole.len())
+            .enumerate()
+            .filter(|(_, window)| *window == hole)
+            .map(|(at, _)| at);
+        let at = found.next()?;
+        if found.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            status: response.status,
+            headers: response.headers.clone(),
+            headers_json: response.headers_json(),
+            prefix: response.body[..at].to_vec(),
+            suffix: response.body[at + hole.len()..].to_vec(),
+        })
+    }
+
+    /// The answer with `value` in the hole: the bytes the statement stores for the same value.
+    pub fn fill(&self, value: &str) -> StoredResponse {
+        let mut body = Vec::with_capacity(self.prefix.len() + value.len() + self.suffix.len());
+        body.extend_from_slice(&self.prefix);
+        body.extend_from_slice(value.as_bytes());
+        body.extend_from_slice(&self.suffix);
+        StoredResponse {
+            status: self.status,
+            headers: self.headers.clone(),
+            body,
+        }
+    }
+
+    /// The status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The headers as stored (JSON).
+    pub fn headers_json(&self) -> &str {
+        &self.headers_json
+    }
+
+    /// The body's bytes before the hole.
+    pub fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// The body's bytes after the hole.
+    pub fn suffix(&self) -> &[u8] {
+        &self.suffix
+    }
+}
+
 /// How long a request may hold its key, and how long its record is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordPolicy {
@@ -420,6 +503,43 @@ mod tests {
 
     fn print(text: &str) -> Fingerprint {
         Fingerprint::of_parts(&[text.as_bytes()])
+    }
+
+    #[test]
+    fn a_template_has_one_hole_and_fills_it_as_the_statement_does() {
+        let rendered = |balance: i64| StoredResponse {
+            status: 200,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: format!("{{\"amount\":300,\"balance_after\":{balance}}}").into_bytes(),
+        };
+        let hole = i64::MIN.to_string();
+        let template = AnswerTemplate::new(&rendered(i64::MIN), hole.as_bytes()).expect("one hole");
+        for balance in [0, 7, 1_000_000, i64::MAX] {
+            assert_eq!(template.fill(&balance.to_string()), rendered(balance));
+        }
+        assert_eq!(template.prefix(), b"{\"amount\":300,\"balance_after\":");
+        assert_eq!(template.suffix(), b"}");
+        assert_eq!(
+            template.headers_json(),
+            r#"[["content-type","application/json"]]"#
+        );
+
+        // No hole, two holes, an empty hole: no template (the caller takes the slow way).
+        assert_eq!(AnswerTemplate::new(&rendered(5), hole.as_bytes()), None);
+        let twice = StoredResponse {
+            body: format!("[{hole},{hole}]").into_bytes(),
+            ..rendered(0)
+        };
+        assert_eq!(AnswerTemplate::new(&twice, hole.as_bytes()), None);
+        assert_eq!(AnswerTemplate::new(&rendered(5), b""), None);
+        // A body that a filled value could push over the limit.
+        let mut big = vec![b' '; RESPONSE_BODY_BYTES_MAX - 4];
+        big.extend_from_slice(b"HOLE");
+        let near = StoredResponse {
+            body: big,
+            ..rendered(0)
+        };
+        assert_eq!(AnswerTemplate::new(&near, b"HOLE"), None);
     }
 
     #[test]

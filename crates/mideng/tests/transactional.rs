@@ -507,6 +507,140 @@ macro_rules! dialect_suite {
     };
 }
 
+/// A record written by the act's own statement, outside a transaction
+/// (`postgres_recorded_cte!`): the first statement of a key acts and stores the template's
+/// answer with the statement's value in its hole, which `begin` then replays byte for byte;
+/// the same key sent by many tasks at once acts once, every other statement acting on nothing
+/// (the key was taken before it, or its record insert met the first one's and undid it).
+#[cfg(feature = "postgres")]
+mod recorded_by_the_act {
+    use std::sync::Arc;
+
+    use mideng::record::AnswerTemplate;
+    use mideng::store::sql::{Arg, FirstClaim, SqlConn, SqlRow, is_unique_violation};
+    use mideng::{Decision, Fingerprint, IdempotencyKey, RecordStore, Scope, StoredResponse};
+
+    use super::{policy, support, unique};
+
+    /// `$13` is a counter's name: the act adds one to it and answers the count after.
+    const ACT: &str = concat!(
+        "WITH ",
+        mideng::postgres_unrecorded_cte!(),
+        ", acted AS (INSERT INTO mideng_test_counters (name, count) SELECT $13, 1 FROM claim \
+         ON CONFLICT (name) DO UPDATE SET count = mideng_test_counters.count + 1 RETURNING count), ",
+        mideng::postgres_recorded_cte!("acted", "count"),
+        " SELECT (SELECT count FROM acted), (SELECT COUNT(*) FROM recorded)"
+    );
+
+    fn rendered(count: &str) -> StoredResponse {
+        StoredResponse {
+            status: 201,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: format!("{{\"count\":{count}}}").into_bytes(),
+        }
+    }
+
+    /// Runs the act once: the count it answered, `None` when it acted on nothing.
+    async fn act(
+        store: &mideng::store::sql::postgres::PostgresStore,
+        first: &FirstClaim,
+        name: &str,
+    ) -> Option<i64> {
+        let template = AnswerTemplate::new(&rendered("HOLE"), b"HOLE").expect("template");
+        let mut connection = store.pool().acquire().await.expect("connection");
+        let [a, b, c, d, e, f, g, h, i, j, k, l] = first.recorded_args(&template);
+        let args = [a, b, c, d, e, f, g, h, i, j, k, l, Arg::Text(name)];
+        match connection.row(ACT, &args).await {
+            Ok(row) => {
+                let row = row.expect("one row");
+                let count = row.opt_int(0).expect("count");
+                let recorded = row.int(1).expect("recorded");
+                assert_eq!(
+                    recorded,
+                    i64::from(count.is_some()),
+                    "a record with every act"
+                );
+                count
+            }
+            Err(error) if is_unique_violation(&error) => None,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    async fn count(store: &mideng::store::sql::postgres::PostgresStore, name: &str) -> i64 {
+        let mut connection = store.pool().acquire().await.expect("connection");
+        connection
+            .row(
+                "SELECT count FROM mideng_test_counters WHERE name = $1",
+                &[Arg::Text(name)],
+            )
+            .await
+            .expect("read")
+            .map_or(0, |row| row.int(0).expect("count"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_act_and_its_record_are_one_statement() {
+        let store = Arc::new(support::postgres_store().await);
+        let mut connection = store.pool().acquire().await.expect("connection");
+        connection
+            .run(
+                "CREATE TABLE IF NOT EXISTS mideng_test_counters (name TEXT PRIMARY KEY, count BIGINT NOT NULL)",
+                &[],
+            )
+            .await
+            .expect("table");
+        drop(connection);
+        let scope = Scope::new(&unique("tenant"), "counter.add").expect("scope");
+        let fingerprint = Fingerprint::of_parts(&[b"add one"]);
+
+        // Alone: it acts, and the record replays the answer with the count filled in.
+        let key = IdempotencyKey::parse(&unique("key")).expect("key");
+        let name = unique("counter");
+        let first = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+        assert_eq!(act(&store, &first, &name).await, Some(1));
+        let again = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+        assert_eq!(act(&store, &again, &name).await, None, "the key is taken");
+        assert_eq!(count(&store, &name).await, 1);
+        match store
+            .begin(&scope, &key, &fingerprint, &policy())
+            .await
+            .expect("begin")
+        {
+            Decision::Replay(stored) => assert_eq!(stored, rendered("1")),
+            other => panic!("the statement's record replays its answer, not {other:?}"),
+        }
+
+        // Thirty-two at once under one key: one acts.
+        let key = IdempotencyKey::parse(&unique("key")).expect("key");
+        let name = unique("counter");
+        let tasks: Vec<_> = (0..32)
+            .map(|_| {
+                let (store, scope, key, name) =
+                    (store.clone(), scope.clone(), key.clone(), name.clone());
+                tokio::spawn(async move {
+                    let first = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+                    act(&store, &first, &name).await
+                })
+            })
+            .collect();
+        let mut acted = Vec::new();
+        for task in tasks {
+            acted.extend(task.await.expect("task"));
+        }
+        assert_eq!(acted, vec![1], "exactly one statement acted");
+        assert_eq!(count(&store, &name).await, 1, "exactly one effect");
+        match store
+            .begin(&scope, &key, &fingerprint, &policy())
+            .await
+            .expect("begin")
+        {
+            Decision::Replay(stored) => assert_eq!(stored, rendered("1")),
+            other => panic!("the winner's record replays its answer, not {other:?}"),
+        }
+    }
+}
+
 #[cfg(feature = "sqlite")]
 dialect_suite!(sqlite, support::sqlite_store, support::sqlite_store);
 #[cfg(feature = "postgres")]

@@ -281,17 +281,30 @@ pub fn store_error<D: Dialect>(error: sqlx::Error) -> StoreError {
 pub(crate) async fn commit<D: Dialect>(
     transaction: Transaction<'_, D::Db>,
 ) -> Result<(), StoreError> {
-    transaction.commit().await.map_err(|error| {
-        if lost_answer(&error) {
-            let backend = Backend::of_dialect(D::KIND).label();
-            tracing::warn!(target: "mideng::store", backend, %error, "commit outcome unknown: the connection broke before the database answered COMMIT");
-            metrics::counter!(crate::metrics::COMMIT_OUTCOME_UNKNOWN, "backend" => backend)
-                .increment(1);
-            StoreError::OutcomeUnknown(error.to_string())
-        } else {
-            store_error::<D>(error)
-        }
-    })
+    transaction.commit().await.map_err(autocommit_error::<D>)
+}
+
+/// The error of a statement that commits itself (a `COMMIT`, or a statement run outside a
+/// transaction): a connection that broke before its answer was read is
+/// [`StoreError::OutcomeUnknown`] — it may have committed — logged and counted
+/// (`mideng_commit_outcome_unknown_total{backend}`); any other error is [`store_error`]'s.
+pub fn autocommit_error<D: Dialect>(error: sqlx::Error) -> StoreError {
+    if lost_answer(&error) {
+        let backend = Backend::of_dialect(D::KIND).label();
+        tracing::warn!(target: "mideng::store", backend, %error, "commit outcome unknown: the connection broke before the database answered");
+        metrics::counter!(crate::metrics::COMMIT_OUTCOME_UNKNOWN, "backend" => backend)
+            .increment(1);
+        StoreError::OutcomeUnknown(error.to_string())
+    } else {
+        store_error::<D>(error)
+    }
+}
+
+/// Whether the database refused a statement for a unique constraint (a key taken).
+pub fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|database| database.is_unique_violation())
 }
 
 /// Whether `error` is a connection that broke, with no answer from the database read: for a

@@ -31,8 +31,8 @@ use crate::key::{Fingerprint, IdempotencyKey, Scope};
 use crate::latency::op;
 use crate::limits::PURGE_BATCH_ROWS_MAX;
 use crate::record::{
-    Decision, Lease, Record, RecordPolicy, RecordState, RecordStore, StoredResponse, Verdict,
-    judge, new_owner, retry_after,
+    AnswerTemplate, Decision, Lease, Record, RecordPolicy, RecordState, RecordStore,
+    StoredResponse, Verdict, judge, new_owner, retry_after,
 };
 
 /// The columns `decode_record` reads, in its order.
@@ -197,6 +197,129 @@ macro_rules! postgres_unrecorded_cte {
         "claim AS (SELECT 1 AS fence WHERE NOT EXISTS (SELECT 1 FROM mideng_records \
          WHERE tenant = $1 AND operation = $2 AND idempotency_key = $3))"
     };
+}
+
+/// A `WITH` item named `recorded`, for a PostgreSQL statement built on
+/// [`postgres_unrecorded_cte!`](crate::postgres_unrecorded_cte) that writes the key's record,
+/// completed with its answer, in the same statement as the act, so that a first-time request
+/// is one statement and, outside a transaction, one round trip and one commit. For each row of
+/// the caller's item `$source` (one, when the act happened) it inserts the record with the
+/// answer of an [`AnswerTemplate`](crate::record::AnswerTemplate): `$9` status, `$10`
+/// headers, the body `$11 ‖ $value ‖ $12`, where `$value` is an integer column of `$source`
+/// (written in decimal, as [`AnswerTemplate::fill`](crate::record::AnswerTemplate::fill) does
+/// with `i64::to_string`). [`FirstClaim::recorded_args`] gives `$1` … `$12`; the caller's
+/// parameters number from `$13`.
+///
+/// It has no `ON CONFLICT`: a record of the key written by a duplicate meanwhile makes the
+/// statement fail with a unique violation, which undoes the whole statement (the act too), and
+/// the caller goes the way of `begin_in`. So the act must be all in the statement and should
+/// itself meet a unique constraint a duplicate's act would meet (a business key), so that
+/// duplicates wait for each other instead of both acting. Run outside a transaction, a broken
+/// connection after the statement was sent leaves its outcome unknown, as a broken `COMMIT`
+/// does ([`autocommit_error`](super::autocommit_error)).
+#[macro_export]
+macro_rules! postgres_recorded_cte {
+    ($source:literal, $value:literal) => {
+        concat!(
+            "recorded AS (INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at, response_status, response_headers, response_body) \
+             SELECT $1, $2, $3, $4, 'completed', 1, $5, $6, $7, $8, $9, $10, $11 || convert_to(",
+            $value,
+            "::text, 'UTF8') || $12 FROM ",
+            $source,
+            " RETURNING 1)"
+        )
+    };
+}
+
+/// The columns of one request's record in a batch, as a `jsonb_to_recordset` column list: a
+/// PostgreSQL statement that acts for many requests at once reads its input with them (each
+/// request's object made by [`FirstClaim::recorded_row`]) beside its own columns, and writes
+/// the records with [`postgres_recorded_rows_cte!`](crate::postgres_recorded_rows_cte).
+#[macro_export]
+macro_rules! postgres_recorded_row_columns {
+    () => {
+        "tenant text, operation text, idempotency_key text, fingerprint text, owner text, \
+         lease_until bigint, created_at bigint, expires_at bigint, response_status integer, \
+         response_headers text, body_prefix text, body_suffix text"
+    };
+}
+
+/// [`postgres_recorded_cte!`](crate::postgres_recorded_cte) for many requests at once: a `WITH`
+/// item named `recorded` that inserts, for each row of the caller's item `$source` (which has
+/// the [`postgres_recorded_row_columns!`](crate::postgres_recorded_row_columns) and an integer
+/// column `$value`), that request's record completed with its answer, `$value` filled into the
+/// hole. Like the single form it has no `ON CONFLICT`: a record of any of the keys written
+/// meanwhile fails the whole statement, and every request goes the way of `begin_in`.
+#[macro_export]
+macro_rules! postgres_recorded_rows_cte {
+    ($source:literal, $value:literal) => {
+        concat!(
+            "recorded AS (INSERT INTO mideng_records (tenant, operation, idempotency_key, fingerprint, state, fence, owner, lease_until, created_at, expires_at, response_status, response_headers, response_body) \
+             SELECT tenant, operation, idempotency_key, fingerprint, 'completed', 1, owner, lease_until, created_at, expires_at, response_status, response_headers, \
+             decode(body_prefix, 'hex') || convert_to(",
+            $value,
+            "::text, 'UTF8') || decode(body_suffix, 'hex') FROM ",
+            $source,
+            " RETURNING 1)"
+        )
+    };
+}
+
+/// One request's record in a batch: the object a statement built on
+/// [`postgres_recorded_rows_cte!`](crate::postgres_recorded_rows_cte) reads with
+/// `jsonb_to_recordset` (the body's bytes in hex).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RecordedRow {
+    tenant: String,
+    operation: String,
+    idempotency_key: String,
+    fingerprint: String,
+    owner: String,
+    lease_until: i64,
+    created_at: i64,
+    expires_at: i64,
+    response_status: u16,
+    response_headers: String,
+    body_prefix: String,
+    body_suffix: String,
+}
+
+impl FirstClaim {
+    /// This request's record in a batch, completed with `template`'s answer
+    /// ([`postgres_recorded_rows_cte!`](crate::postgres_recorded_rows_cte)).
+    pub fn recorded_row(&self, template: &AnswerTemplate) -> RecordedRow {
+        RecordedRow {
+            tenant: self.lease.scope.tenant().to_owned(),
+            operation: self.lease.scope.operation().to_owned(),
+            idempotency_key: self.lease.key.as_str().to_owned(),
+            fingerprint: self.fingerprint_hex.clone(),
+            owner: self.lease.owner.clone(),
+            lease_until: self.lease.lease_until_ms,
+            created_at: self.now_ms,
+            expires_at: self.expires_at_ms,
+            response_status: template.status(),
+            response_headers: template.headers_json().to_owned(),
+            body_prefix: hex::encode(template.prefix()),
+            body_suffix: hex::encode(template.suffix()),
+        }
+    }
+
+    /// `$1` … `$12` of a statement with a [`postgres_recorded_cte!`](crate::postgres_recorded_cte)
+    /// item: [`FirstClaim::args`], then the template's status, headers, and the body's bytes
+    /// before and after the hole.
+    pub fn recorded_args<'a>(&'a self, template: &'a AnswerTemplate) -> [Arg<'a>; 12] {
+        let claim = self.args();
+        let answer = [
+            Arg::Int(i64::from(template.status())),
+            Arg::Text(template.headers_json()),
+            Arg::OptBytes(Some(template.prefix())),
+            Arg::OptBytes(Some(template.suffix())),
+        ];
+        let mut args = [Arg::Int(0); 12];
+        args[..8].copy_from_slice(&claim);
+        args[8..].copy_from_slice(&answer);
+        args
+    }
 }
 
 impl<D: Dialect> SqlStore<D> {
