@@ -73,3 +73,13 @@ pub const QR_TEXT_BYTES_MAX: usize = 1_024;
 /// How long the console's counts by state are reused: any number of open consoles costs one
 /// round of counting statements per interval.
 pub const CONSOLE_OVERVIEW_TTL: Duration = Duration::from_secs(2);
+
+/// The most first-time deducts one group commit takes (`group-commit` wallet strategy): what
+/// queued while the groups before it were in flight, up to this many, goes as one statement.
+pub const GROUP_COMMIT_REQUESTS_MAX: usize = 32;
+
+/// Groups of deducts in flight at once per instance, each on a connection of its own.
+pub const GROUP_COMMIT_IN_FLIGHT: usize = 2;
+
+/// Deducts waiting for a group per instance; past this a deduct goes its own way at once.
+pub const GROUP_COMMIT_QUEUE_MAX: usize = 1_024;

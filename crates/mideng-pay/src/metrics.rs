@@ -27,6 +27,8 @@ pub const WEBHOOK_ATTEMPTS: &str = "mideng_webhook_attempts_total";
 /// Gauge: reconciliation cases from the channels' daily bills still open, over every tenant
 /// (set by the reconciler every round).
 pub const RECONCILIATION_CASES_OPEN: &str = "mideng_reconciliation_cases_open";
+/// Deducts per group commit (`group-commit` wallet strategy).
+pub const GROUP_COMMIT_SIZE: &str = "mideng_group_commit_deducts";
 
 /// Describes every metric family of the service and of the toolkit to the installed recorder.
 pub fn describe() {
@@ -42,6 +44,12 @@ pub fn describe() {
         Unit::Count,
         "What each idempotency layer decided on a money path (first, duplicate, refused, ...), \
          by layer, operation and outcome"
+    );
+    metrics::describe_histogram!(
+        GROUP_COMMIT_SIZE,
+        Unit::Count,
+        "First-time deducts sent to the database together, per group (the group-commit wallet \
+         strategy): 1 when the service is idle, more as requests queue behind groups in flight"
     );
     metrics::describe_gauge!(
         CLOCK_SKEW,

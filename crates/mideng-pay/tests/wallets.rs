@@ -243,3 +243,253 @@ dialect_suite!(
     concurrent_deducts_for_one_order_debit_once,
     concurrent_credits_for_one_reference_credit_once
 );
+
+/// The group commit's statement on PostgreSQL, given a group made to cover each case: two
+/// wallets' requests debited in one statement, one wallet's in the group's order, each checked
+/// against what the ones before it left; a request whose key has a record, one whose order was
+/// debited, one the balance no longer covers and the wallet's requests after it, each left
+/// out with nothing written; every
+/// debited request's record holding its answer with its balance filled in. Then a group that
+/// meets a taken entry number in flight is undone whole.
+mod group_commit {
+    use std::time::Duration;
+
+    use mideng::clock::now_ms;
+    use mideng::record::{AnswerTemplate, RecordPolicy, RecordStore, StoredResponse};
+    use mideng::store::sql::FirstClaim;
+    use mideng::{Decision, Fingerprint, IdempotencyKey, Scope};
+    use mideng_pay::domain::wallet::{CreditOutcome, DeductOutcome, WalletStrategy};
+    use mideng_pay::store::rows::wallets::{
+        Deduct, GroupOutcome, GroupedDeduct, balance, credit, deduct, deduct_group_postgres,
+    };
+
+    use super::{fen, support, unique};
+
+    fn policy() -> RecordPolicy {
+        RecordPolicy::new(Duration::from_secs(30), Duration::from_secs(3600)).expect("policy")
+    }
+
+    fn answer(order: &str, balance: &str) -> StoredResponse {
+        StoredResponse {
+            status: 200,
+            headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: format!("{{\"order\":\"{order}\",\"balance_after\":{balance}}}").into_bytes(),
+        }
+    }
+
+    struct Request {
+        key: IdempotencyKey,
+        claim: FirstClaim,
+        template: AnswerTemplate,
+        user: &'static str,
+        order: String,
+        amount: i64,
+        entry_no: String,
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_group_settles_what_it_can_in_one_statement() {
+        let store = support::postgres().await;
+        let tenant = unique("t");
+        let scope = Scope::new(&tenant, "wallet.deduct").expect("scope");
+        let fingerprint = Fingerprint::of_parts(&[b"deduct"]);
+        for (user, amount) in [("a", 1_000), ("b", 500), ("c", 100)] {
+            let top_up = unique("E");
+            let credited = store
+                .write(|connection| {
+                    Box::pin(credit::<mideng::store::sql::postgres::PostgresDialect>(
+                        connection,
+                        &tenant,
+                        user,
+                        fen(amount),
+                        "top-up",
+                        &top_up,
+                        now_ms(),
+                    ))
+                })
+                .await
+                .expect("credit");
+            assert!(matches!(credited, CreditOutcome::Credited(_)));
+        }
+        // c's order o-c1 debited before, outside the group.
+        let entry = unique("D");
+        let debited = store
+            .write(|connection| {
+                let (tenant, entry) = (&tenant, &entry);
+                Box::pin(async move {
+                    let request = Deduct {
+                        tenant_id: tenant,
+                        user_id: "c",
+                        order_id: "o-c1",
+                        amount: fen(10),
+                        entry_no: entry,
+                        now_ms: now_ms(),
+                    };
+                    deduct::<mideng::store::sql::postgres::PostgresDialect>(
+                        connection,
+                        WalletStrategy::ConditionalUpdate,
+                        &request,
+                    )
+                    .await
+                })
+            })
+            .await
+            .expect("deduct");
+        assert!(matches!(debited, DeductOutcome::Debited(_)));
+
+        let request = |user: &'static str, order: &str, amount: i64| {
+            let key = IdempotencyKey::parse(&unique("k")).expect("key");
+            let claim = FirstClaim::new(&scope, &key, &fingerprint, &policy());
+            let template = AnswerTemplate::new(&answer(order, "HOLE"), b"HOLE").expect("template");
+            Request {
+                key,
+                claim,
+                template,
+                user,
+                order: order.to_owned(),
+                amount,
+                entry_no: unique("D"),
+            }
+        };
+        let group = [
+            request("a", "o-a1", 400),
+            request("b", "o-b1", 200),
+            request("a", "o-a2", 400),
+            request("a", "o-a3", 400), // 1000 - 400 - 400 = 200: not covered
+            request("c", "o-c1", 10),  // the order was debited before
+            request("b", "o-b2", 300),
+            request("c", "o-c2", 20),  // its key has a record: see below
+            request("a", "o-a4", 200), // after one not covered: left for its own way
+        ];
+        // The last c request's key is taken before the group runs.
+        assert!(matches!(
+            store
+                .begin(&scope, &group[6].key, &fingerprint, &policy())
+                .await
+                .expect("begin"),
+            Decision::Proceed(_)
+        ));
+        let deducts: Vec<Deduct<'_>> = group
+            .iter()
+            .map(|request| Deduct {
+                tenant_id: &tenant,
+                user_id: request.user,
+                order_id: &request.order,
+                amount: fen(request.amount),
+                entry_no: &request.entry_no,
+                now_ms: request.claim.now_ms(),
+            })
+            .collect();
+        let input: Vec<GroupedDeduct<'_>> = group
+            .iter()
+            .zip(&deducts)
+            .zip(0..)
+            .map(|((request, deduct), seq)| {
+                GroupedDeduct::new(seq, &request.claim, &request.template, deduct)
+            })
+            .collect();
+        let mut connection = store.pool().acquire().await.expect("connection");
+        let outcome = deduct_group_postgres::<mideng::store::sql::postgres::PostgresDialect>(
+            &mut connection,
+            &input,
+            now_ms(),
+        )
+        .await
+        .expect("the group's statement");
+        let GroupOutcome::Committed(mut settled) = outcome else {
+            panic!("the group commits: {outcome:?}");
+        };
+        settled.sort_by_key(|(seq, _)| *seq);
+        let settled: Vec<(i64, i64)> = settled
+            .into_iter()
+            .map(|(seq, after)| (seq, after.fen()))
+            .collect();
+        assert_eq!(settled, [(0, 600), (1, 300), (2, 200), (5, 0)]);
+        for (seq, after) in &settled {
+            let request = &group[usize::try_from(*seq).expect("seq")];
+            match store
+                .begin(&scope, &request.key, &fingerprint, &policy())
+                .await
+                .expect("begin")
+            {
+                Decision::Replay(stored) => {
+                    assert_eq!(stored, request.template.fill(&after.to_string()));
+                    assert_eq!(stored, answer(&request.order, &after.to_string()));
+                }
+                other => panic!("request {seq} has its record, not {other:?}"),
+            }
+        }
+        // The ones left out wrote nothing: their keys are free (but the one taken before).
+        for seq in [3, 4, 7] {
+            assert!(matches!(
+                store
+                    .begin(&scope, &group[seq].key, &fingerprint, &policy())
+                    .await
+                    .expect("begin"),
+                Decision::Proceed(_)
+            ));
+        }
+        type Pg = mideng::store::sql::postgres::PostgresDialect;
+        for (user, left) in [("a", 200), ("b", 0), ("c", 90)] {
+            let balance = store
+                .write(|connection| Box::pin(balance::<Pg>(connection, &tenant, user, now_ms())))
+                .await
+                .expect("balance");
+            assert_eq!(balance.fen(), left, "{user}");
+        }
+        let statement =
+            mideng_pay::store::rows::wallets::statement::<Pg>(&mut connection, &tenant, "a")
+                .await
+                .expect("statement");
+        let afters: Vec<i64> = statement
+            .1
+            .iter()
+            .map(|entry| entry.balance_after_fen)
+            .collect();
+        assert_eq!(
+            afters,
+            [200, 600, 1_000],
+            "a's ledger, newest first, one entry each"
+        );
+
+        // A group meeting an entry number taken meanwhile is undone whole.
+        let mut taken = request("a", "o-a5", 1);
+        taken.entry_no = group[1].entry_no.clone();
+        let fresh = request("c", "o-c3", 5);
+        let late: Vec<Deduct<'_>> = [&fresh, &taken]
+            .iter()
+            .map(|request| Deduct {
+                tenant_id: &tenant,
+                user_id: request.user,
+                order_id: &request.order,
+                amount: fen(request.amount),
+                entry_no: &request.entry_no,
+                now_ms: request.claim.now_ms(),
+            })
+            .collect();
+        let input: Vec<GroupedDeduct<'_>> = [&fresh, &taken]
+            .iter()
+            .zip(&late)
+            .zip(0..)
+            .map(|((request, deduct), seq)| {
+                GroupedDeduct::new(seq, &request.claim, &request.template, deduct)
+            })
+            .collect();
+        let outcome = deduct_group_postgres::<Pg>(&mut connection, &input, now_ms())
+            .await
+            .expect("the group's statement");
+        assert!(matches!(outcome, GroupOutcome::Undone), "{outcome:?}");
+        let balance = store
+            .write(|connection| Box::pin(balance::<Pg>(connection, &tenant, "c", now_ms())))
+            .await
+            .expect("balance");
+        assert_eq!(balance.fen(), 90, "nothing of an undone group stays");
+        assert!(matches!(
+            store
+                .begin(&scope, &fresh.key, &fingerprint, &policy())
+                .await
+                .expect("begin"),
+            Decision::Proceed(_)
+        ));
+    }
+}

@@ -104,6 +104,9 @@ pub struct SqlPay<D: Dialect> {
     pub(super) store: SqlStore<D>,
     /// The service's one clock: every time a statement writes is read from it.
     pub(super) clock: Arc<dyn Clock>,
+    /// The group commit of deducts, started by the first deduct that asks for it (on the
+    /// runtime that serves it).
+    pub(super) group_commit: std::sync::OnceLock<super::transactions::wallets::GroupCommit>,
 }
 
 impl<D: Dialect> std::fmt::Debug for SqlPay<D> {
@@ -116,7 +119,11 @@ impl<D: Dialect> SqlPay<D> {
     /// The service's storage on the toolkit store's pool (migrated by the caller), reading the
     /// time from `clock`.
     pub fn new(store: SqlStore<D>, clock: Arc<dyn Clock>) -> Self {
-        Self { store, clock }
+        Self {
+            store,
+            clock,
+            group_commit: std::sync::OnceLock::new(),
+        }
     }
 
     /// Now, by the service's clock.

@@ -9,6 +9,7 @@
 //! | [`LinkFault::Latency`] | every chunk, each way, delayed by the latency ± the jitter (in order: a TCP stream never reorders) |
 //! | [`LinkFault::Held`] | nothing passes either way, nothing is closed — a partition: bytes wait (as TCP retransmits them) and flow again when it heals |
 //! | [`LinkFault::CommitAnswersLost`] | a connection that sends `COMMIT` gets no byte back from then on, and is closed [`SWALLOWED_FOR`] later: the transaction committed (or not) and the client cannot know |
+//! | [`LinkFault::AnswersLostAfter`] | the same once a connection that prepared a statement whose text holds the given bytes sends its next message (the statement's execution): for a statement that commits itself, outside a transaction (a connection prepares a statement, with its text, the first time it runs it, and waits for the answer before it runs it) |
 //!
 //! The kernel's own tools for this (`tc netem`, nftables) need network namespaces and a kernel
 //! with `sch_netem`; this forwarder needs neither, and sees the protocol well enough to aim a
@@ -50,6 +51,11 @@ pub enum LinkFault {
     /// A connection that sends `COMMIT` hears nothing more and is closed [`SWALLOWED_FOR`]
     /// later.
     CommitAnswersLost,
+    /// A connection that sends these bytes (a statement's text, which goes with its
+    /// preparation the first time a connection runs it) and then its next message (the
+    /// statement's execution) hears nothing more from then on, and is closed [`SWALLOWED_FOR`]
+    /// later.
+    AnswersLostAfter(&'static [u8]),
 }
 
 /// What the link's state is shared as.
@@ -197,6 +203,9 @@ async fn pump(
 ) {
     let mut buffer = vec![0_u8; CHUNK];
     let mut rng = fastrand::Rng::new();
+    // Up: the statement named by `AnswersLostAfter` was prepared on this connection; what the
+    // connection sends next runs it.
+    let mut armed = false;
     loop {
         let since = *swallowed_since.lock().unwrap_or_else(|e| e.into_inner());
         let read = match since {
@@ -234,7 +243,7 @@ async fn pump(
                     break;
                 }
                 LinkFault::CommitAnswersLost
-                    if direction == Direction::Up && names_commit(chunk) =>
+                    if direction == Direction::Up && names(chunk, b"COMMIT") =>
                 {
                     let mut since = swallowed_since.lock().unwrap_or_else(|e| e.into_inner());
                     if since.is_none() {
@@ -243,7 +252,23 @@ async fn pump(
                     }
                     break;
                 }
-                LinkFault::None | LinkFault::CommitAnswersLost => break,
+                LinkFault::AnswersLostAfter(needle)
+                    if direction == Direction::Up && !armed && names(chunk, needle) =>
+                {
+                    armed = true;
+                    break;
+                }
+                LinkFault::AnswersLostAfter(_) if direction == Direction::Up && armed => {
+                    let mut since = swallowed_since.lock().unwrap_or_else(|e| e.into_inner());
+                    if since.is_none() {
+                        *since = Some(Instant::now());
+                        link.swallowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    break;
+                }
+                LinkFault::None | LinkFault::CommitAnswersLost | LinkFault::AnswersLostAfter(_) => {
+                    break;
+                }
             }
         }
         if to.write_all(chunk).await.is_err() {
@@ -252,12 +277,14 @@ async fn pump(
     }
 }
 
-/// Whether a chunk the client sent carries a `COMMIT` statement (PostgreSQL's simple query and
-/// MySQL's `COM_QUERY` both send its text as is).
-fn names_commit(chunk: &[u8]) -> bool {
-    chunk
-        .windows(6)
-        .any(|window| window.eq_ignore_ascii_case(b"COMMIT"))
+/// Whether a chunk the client sent carries `needle`, in any case: a `COMMIT` statement
+/// (PostgreSQL's simple query and MySQL's `COM_QUERY` both send its text as is), or a
+/// statement's text.
+fn names(chunk: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && chunk
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 #[cfg(test)]
@@ -266,9 +293,10 @@ mod tests {
 
     #[test]
     fn a_commit_is_seen_in_any_case_and_nothing_else_is() {
-        assert!(names_commit(b"Q\0\0\0\x0bCOMMIT\0"));
-        assert!(names_commit(b"\x07\0\0\0\x03commit"));
-        assert!(!names_commit(b"Q\0\0\0\x0eROLLBACK\0"));
-        assert!(!names_commit(b"COMMI"));
+        assert!(names(b"Q\0\0\0\x0bCOMMIT\0", b"COMMIT"));
+        assert!(names(b"\x07\0\0\0\x03commit", b"COMMIT"));
+        assert!(!names(b"Q\0\0\0\x0eROLLBACK\0", b"COMMIT"));
+        assert!(!names(b"COMMI", b"COMMIT"));
+        assert!(!names(b"anything", b""));
     }
 }

@@ -48,9 +48,14 @@ pub(crate) async fn a_commit_whose_answer_is_lost_is_settled_by_the_retry(backen
         .await;
     assert_eq!(credited.status, 200, "{}", credited.json());
 
-    // The deduct's one transaction (its key's record, the debit, the entry, the stored answer)
-    // commits, and the answer to its COMMIT is lost on the way back.
-    proxy.set_fault(LinkFault::CommitAnswersLost);
+    // The deduct (its key's record, the debit, the entry, the stored answer) commits, and the
+    // answer is lost on the way back: on PostgreSQL the answer to its one statement, which
+    // commits itself (its text goes with its first run on a connection, and it is the only
+    // statement that writes a record), elsewhere the answer to its transaction's COMMIT.
+    proxy.set_fault(match backend {
+        Backend::Postgres => LinkFault::AnswersLostAfter(b"INSERT INTO mideng_records"),
+        _ => LinkFault::CommitAnswersLost,
+    });
     let path = format!("/v1/wallets/{user}/deduct");
     let deduct = || {
         service.post(

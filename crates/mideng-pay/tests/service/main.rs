@@ -81,6 +81,7 @@ backend_suite!(
     crate::wallets::a_deduction_is_put_back_once => a_deduction_is_put_back_once,
     crate::wallets::distinct_keys_for_one_order_debit_once => distinct_keys_for_one_order_debit_once,
     crate::wallets::without_the_machinery_the_constraint_still_refuses => without_the_machinery_the_constraint_still_refuses,
+    crate::wallets::group_commit_settles_each_deduct_once => group_commit_settles_each_deduct_once,
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
     crate::pages::pages_are_served_only_as_configured_and_guarded => pages_are_served_only_as_configured_and_guarded,

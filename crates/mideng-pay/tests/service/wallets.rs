@@ -414,6 +414,128 @@ pub(crate) async fn distinct_keys_for_one_order_debit_once(backend: Backend) {
     }
 }
 
+/// Group commit under a crowd: 150 deducts at once, 60 on one hot wallet, 60 spread over six
+/// wallets and 30 sent twice under the same key. Each wallet is debited exactly as far as its
+/// balance allows, each answer's balance is the one its ledger entry holds, each wallet's
+/// ledger is a chain (every balance the one before it moved by the entry), the duplicates
+/// answer the same bytes, and a retry of every success replays it.
+pub(crate) async fn group_commit_settles_each_deduct_once(backend: Backend) {
+    let payments = PaymentSettings {
+        wallet_strategy: WalletStrategy::GroupCommit,
+        ..PaymentSettings::default()
+    };
+    let service = Arc::new(Service::start_with(backend, payments).await);
+    let hot = unique("hot");
+    let users: Vec<String> = (0..6).map(|_| unique("u")).collect();
+    credit(&service, &hot, 1_000).await;
+    for user in &users {
+        credit(&service, user, 1_000).await;
+    }
+    // What each request is: its wallet, its key, its order, its amount.
+    let requests: Vec<(String, String, String, i64)> = (0..150)
+        .map(|index| match index {
+            0..60 => (hot.clone(), format!("k-{index}"), format!("o-{index}"), 30),
+            60..120 => (
+                users[index % 6].clone(),
+                format!("k-{index}"),
+                format!("o-{index}"),
+                300,
+            ),
+            // The same request as index - 30 (on a spread wallet), sent again at once.
+            _ => (
+                users[(index - 30) % 6].clone(),
+                format!("k-{}", index - 30),
+                format!("o-{}", index - 30),
+                300,
+            ),
+        })
+        .collect();
+    let requests = Arc::new(requests);
+    let answers = race(requests.len(), |index| {
+        let (service, requests) = (service.clone(), requests.clone());
+        async move {
+            let (user, key, order, amount) = &requests[index];
+            service
+                .post(
+                    &format!("/v1/wallets/{user}/deduct"),
+                    json!({"order_id": order, "amount": amount}),
+                    &[("Idempotency-Key", key)],
+                )
+                .await
+        }
+    })
+    .await;
+    for (index, answer) in answers.iter().enumerate() {
+        assert!(
+            answer.status == 200 || (answer.status == 422 && answer.code() == "insufficient-funds"),
+            "request {index}: {} {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    for index in 120..150 {
+        assert_eq!(
+            answers[index].body,
+            answers[index - 30].body,
+            "a duplicate answers the same bytes"
+        );
+    }
+    let debited = |range: std::ops::Range<usize>| {
+        answers[range]
+            .iter()
+            .filter(|answer| answer.status == 200)
+            .count()
+    };
+    assert_eq!(debited(0..60), 33, "1000 / 30 on the hot wallet");
+    assert_eq!(debited(60..120), 6 * 3, "1000 / 300 on each spread wallet");
+    for (user, left) in users
+        .iter()
+        .map(|user| (user, 100))
+        .chain(std::iter::once((&hot, 10)))
+    {
+        let wallet = service.get(&format!("/v1/wallets/{user}")).await.json();
+        assert_eq!(wallet["balance"], left, "{user}");
+        let entries = wallet["entries"].as_array().expect("entries");
+        for pair in entries.windows(2) {
+            let (newer, older) = (&pair[0], &pair[1]);
+            let moved = match newer["kind"].as_str() {
+                Some("DEBIT") => -newer["amount"].as_i64().expect("amount"),
+                _ => newer["amount"].as_i64().expect("amount"),
+            };
+            assert_eq!(
+                newer["balance_after"].as_i64(),
+                older["balance_after"].as_i64().map(|before| before + moved),
+                "{user}: {newer} after {older}"
+            );
+        }
+        for answer in answers.iter().filter(|answer| answer.status == 200) {
+            let debit = answer.json();
+            if let Some(entry) = entries
+                .iter()
+                .find(|entry| entry["entry_no"] == debit["deduction_no"])
+            {
+                assert_eq!(entry["balance_after"], debit["balance_after"], "{debit}");
+            }
+        }
+    }
+    // Every success again: a replay of the same bytes.
+    for (index, answer) in answers.iter().enumerate().take(120) {
+        if answer.status != 200 {
+            continue;
+        }
+        let (user, key, order, amount) = &requests[index];
+        let again = service
+            .post(
+                &format!("/v1/wallets/{user}/deduct"),
+                json!({"order_id": order, "amount": amount}),
+                &[("Idempotency-Key", key)],
+            )
+            .await;
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert_eq!(again.body, answer.body);
+    }
+}
+
 /// With the idempotency machinery off (measurement only), the money routes take no key and
 /// keep no record, and the ledger's one-debit-per-order constraint still refuses a second
 /// deduct for an order.

@@ -1,6 +1,7 @@
 //! The machine's limits on the same run, through the same driver, pool size and transaction
 //! shape as the service: one-row-insert commits, conditional updates of one hot row, and a
-//! deduct done by SQL alone, on the deployment's database (SQLite, PostgreSQL, MySQL or
+//! deduct done by SQL alone (on PostgreSQL one statement outside a transaction, as the
+//! service's first-time deduct is), on the deployment's database (SQLite, PostgreSQL, MySQL or
 //! MariaDB); and Redis round trips through the same client as the service's stores. The
 //! pgbench scripts of the same statements are made here too, so that both tools run the same
 //! SQL (see `super::pgbench`).
@@ -291,7 +292,7 @@ impl BenchDatabase {
     /// How this dialect's SQL deduct is made, for the limit's name.
     pub(super) fn deduct_shape(&self) -> &'static str {
         match self.statements.deduct {
-            SqlDeduct::OneStatement(_) => "in one statement (writable CTEs)",
+            SqlDeduct::OneStatement(_) => "in one statement (writable CTEs), committing itself",
             SqlDeduct::ThreeStatements { .. } => {
                 "in three statements, one transaction (no writable CTEs)"
             }
@@ -331,22 +332,25 @@ impl BenchDatabase {
         })
     }
 
-    /// One write transaction doing a deduct by SQL alone on `wallet`, committed.
+    /// A deduct by SQL alone on `wallet`, committed: the one statement on its own (it commits
+    /// itself, as the service's one-statement deduct and pgbench's do), or the three in one
+    /// write transaction.
     async fn deduct(&self, key: i64, wallet: i64) -> Result<(), String> {
         on_store!(&self.store, store => {
-            let mut transaction = store.begin_write().await.map_err(text)?;
             match self.statements.deduct {
                 SqlDeduct::OneStatement(sql) => {
+                    let mut connection = store.pool().acquire().await.map_err(text)?;
                     let entries = mideng::sqlx::query(sql)
                         .bind(key)
                         .bind(wallet)
-                        .execute(&mut *transaction)
+                        .execute(&mut *connection)
                         .await
                         .map_err(text)?
                         .rows_affected();
-                    one_row(entries, "the ledger entry")?;
+                    one_row(entries, "the ledger entry")
                 }
                 SqlDeduct::ThreeStatements { record, debit, ledger } => {
+                    let mut transaction = store.begin_write().await.map_err(text)?;
                     mideng::sqlx::query(record)
                         .bind(key)
                         .execute(&mut *transaction)
@@ -365,9 +369,9 @@ impl BenchDatabase {
                         .execute(&mut *transaction)
                         .await
                         .map_err(text)?;
+                    transaction.commit().await.map_err(text)
                 }
             }
-            transaction.commit().await.map_err(text)
         })
     }
 

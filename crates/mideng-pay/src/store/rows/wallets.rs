@@ -26,9 +26,11 @@
 //! back at most once ([`reverse`]): its reversal is a credit whose reference names the
 //! deduction, so the one-credit-per-reference unique index holds it.
 
+use mideng::record::AnswerTemplate;
 use mideng::sqlx::Database;
 use mideng::store::sql::{
-    Arg, Dialect, FirstClaim, PerDialect, SqlConn, SqlDialect, SqlRow, store_error,
+    Arg, Dialect, FirstClaim, PerDialect, RecordedRow, SqlConn, SqlDialect, SqlRow,
+    autocommit_error, is_unique_violation, store_error,
 };
 use mideng::{StoreError, dialect_sql};
 
@@ -492,5 +494,7 @@ fn decode_entry<R: SqlRow>(row: &R) -> Result<WalletEntry, StoreError> {
 
 // After the statements' macros, which the strategies' statements use.
 mod deduct;
+mod group;
 
-pub use deduct::{Deduct, deduct, deduct_claimed_postgres};
+pub use deduct::{Deduct, deduct, deduct_recorded_postgres};
+pub use group::{GroupOutcome, GroupedDeduct, deduct_group_postgres};

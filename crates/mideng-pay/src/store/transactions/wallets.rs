@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use mideng::StoreError;
-use mideng::record::StoredResponse;
+use mideng::record::{AnswerTemplate, StoredResponse};
 use mideng::store::sql::{Claim, Dialect, FirstClaim, Once, SqlDialect};
 
 use crate::domain::money::Amount;
@@ -14,10 +14,19 @@ use crate::domain::wallet::{
     CreditOutcome, DeductOutcome, WalletEntry, WalletStatement, WalletStrategy,
 };
 use crate::store::rows::wallets::{
-    Deduct, ReverseOutcome, credit, deduct, deduct_claimed_postgres, entries_page, reverse,
+    Deduct, ReverseOutcome, credit, deduct, deduct_recorded_postgres, entries_page, reverse,
     statement,
 };
 use crate::store::sql::SqlPay;
+
+mod group_commit;
+
+pub(crate) use group_commit::GroupCommit;
+use group_commit::{Grouped, Settled};
+
+/// The balance rendered into a deduct's answer to find where the answer carries the balance
+/// after the debit ([`AnswerTemplate`]): no balance is negative, so it stands for none.
+const BALANCE_HOLE: i64 = i64::MIN;
 
 /// Renders an outcome as the answer stored with the request's idempotency record: a pure
 /// function supplied by the caller (the API renders its own answers; storage knows nothing of
@@ -161,54 +170,56 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         let tenant_id = record.tenant();
         if let (
             SqlDialect::Postgres,
-            WalletStrategy::ConditionalUpdate,
+            WalletStrategy::ConditionalUpdate | WalletStrategy::GroupCommit,
             WalletRecord::Claim(claim),
         ) = (D::KIND, strategy, record)
         {
-            // One round trip for the money, acting only if no record holds the key, and one
-            // more for the record, written once with its answer. A key taken before (nothing
-            // written) goes the usual way below; so does a duplicate that wrote the record
-            // while this one worked: this transaction's debit is rolled back (the conflict
-            // makes `write` try again, and the second try finds the record).
-            let fast = self
-                .store
-                .write(|transaction| {
-                    Box::pin(async move {
-                        let first = FirstClaim::new(
-                            claim.scope,
-                            claim.key,
-                            claim.fingerprint,
-                            &claim.policy,
-                        );
-                        let request = Deduct {
-                            tenant_id,
-                            user_id,
-                            order_id,
-                            amount,
-                            entry_no,
-                            now_ms: first.now_ms(),
-                        };
-                        let Some(outcome) =
-                            deduct_claimed_postgres::<D>(transaction, &first, &request).await?
-                        else {
-                            return Ok(None);
-                        };
-                        let response = render(&outcome);
-                        if !self
-                            .store
-                            .insert_completed_in(transaction, &first, &response)
-                            .await?
-                        {
-                            return Err(StoreError::Conflict(
-                                "a duplicate wrote the key's record meanwhile".to_owned(),
-                            ));
+            // One statement outside a transaction (alone, or with the group of deducts that
+            // arrived together): the debit, the ledger entry and the record with its answer, or
+            // nothing. Whatever it did not settle (a key taken before, a balance that does not
+            // cover the amount, a duplicate that came first) goes the usual way below, where
+            // the record is begun first and judges it.
+            let first = FirstClaim::new(claim.scope, claim.key, claim.fingerprint, &claim.policy);
+            let request = Deduct {
+                tenant_id,
+                user_id,
+                order_id,
+                amount,
+                entry_no,
+                now_ms: first.now_ms(),
+            };
+            let hole = BALANCE_HOLE.to_string();
+            let answer = render(&request.debited_to(BALANCE_HOLE));
+            if let Some(template) = AnswerTemplate::new(&answer, hole.as_bytes()) {
+                let debited = if strategy == WalletStrategy::GroupCommit {
+                    let grouped = Grouped {
+                        claim: first,
+                        template: template.clone(),
+                        tenant_id: tenant_id.to_owned(),
+                        user_id: user_id.to_owned(),
+                        order_id: order_id.to_owned(),
+                        amount,
+                        entry_no: entry_no.to_owned(),
+                    };
+                    let group_commit = self
+                        .group_commit
+                        .get_or_init(|| GroupCommit::start(self.store.clone(), self.clock.clone()));
+                    match group_commit.settle(grouped).await {
+                        Settled::Debited(after) => Some(after),
+                        Settled::OwnWay => None,
+                        Settled::Unknown(message) => {
+                            return Err(StoreError::OutcomeUnknown(message));
                         }
-                        Ok(Some(Once::Ran(outcome, response)))
-                    })
-                })
-                .await?;
-            if let Some(answered) = fast {
-                return Ok(answered);
+                    }
+                } else {
+                    let mut connection = self.connection().await?;
+                    deduct_recorded_postgres::<D>(&mut connection, &first, &template, &request)
+                        .await?
+                };
+                if let Some(after) = debited {
+                    let response = template.fill(&after.fen().to_string());
+                    return Ok(Once::Ran(request.debited(after), response));
+                }
             }
         }
         self.store

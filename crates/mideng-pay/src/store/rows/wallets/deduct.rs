@@ -1,6 +1,6 @@
 //! A deduct in storage, by each [`WalletStrategy`] (the table is in the parent module's
 //! documentation): the row lock, the optimistic version check, the conditional update, and on
-//! PostgreSQL the conditional update and the record's claim as one statement.
+//! PostgreSQL the conditional update and the record's write as one statement.
 
 use super::*;
 
@@ -37,11 +37,18 @@ impl Deduct<'_> {
         }
     }
 
-    fn debited(&self, balance_after: Balance) -> DeductOutcome {
+    /// The outcome of this deduct when it debited the wallet down to `balance_after`.
+    pub fn debited(&self, balance_after: Balance) -> DeductOutcome {
+        self.debited_to(balance_after.fen())
+    }
+
+    /// The same, the balance after as a number of fen (any number: also the placeholder that
+    /// marks where an answer carries the balance).
+    pub fn debited_to(&self, balance_after_fen: i64) -> DeductOutcome {
         DeductOutcome::Debited(LedgerEntry {
             entry_no: self.entry_no.to_owned(),
             amount_fen: self.amount.fen(),
-            balance_after_fen: balance_after.fen(),
+            balance_after_fen,
             created_at_ms: self.now_ms,
         })
     }
@@ -58,7 +65,10 @@ pub async fn deduct<D: Dialect>(
     match strategy {
         WalletStrategy::RowLock => deduct_locked::<D>(connection, deduct).await,
         WalletStrategy::Optimistic => deduct_optimistic::<D>(connection, deduct).await,
-        WalletStrategy::ConditionalUpdate => deduct_conditional::<D>(connection, deduct).await,
+        // A group's request that went its own way is a conditional update.
+        WalletStrategy::ConditionalUpdate | WalletStrategy::GroupCommit => {
+            deduct_conditional::<D>(connection, deduct).await
+        }
     }
 }
 
@@ -250,7 +260,7 @@ async fn deduct_conditional<D: Dialect>(
     debited_before::<D>(connection, deduct).await
 }
 
-fn stored_balance(stored: i64) -> Result<Balance, StoreError> {
+pub(super) fn stored_balance(stored: i64) -> Result<Balance, StoreError> {
     Balance::from_stored(stored)
         .ok_or_else(|| StoreError::Corrupt(format!("balance {stored} out of bounds")))
 }
@@ -328,70 +338,60 @@ async fn debited_before<D: Dialect>(
     }
 }
 
-/// The whole first-time `conditional-update` deduct on PostgreSQL as one statement: only if
-/// no record holds the key (the toolkit's `claim` item, `$1` … `$8`: the record is written
-/// after it, completed with the answer, by `insert_completed_in`), the balance debited if it
-/// covers the amount, the ledger entry inserted unless the order was debited before. It
-/// answers whether the key was free, the balance after the debit (if any) and the entry's
-/// balance (if inserted). `$9` user, `$10` order, `$11` amount, `$12` entry number. A
-/// duplicate of the same order meets the ledger's one-debit-per-order index and waits for this
-/// transaction.
-const DEDUCT_CLAIMED_POSTGRES: &str = concat!(
+/// The whole first-time `conditional-update` deduct on PostgreSQL as one statement, run outside
+/// a transaction (one round trip, one commit): only if no record holds the key (the toolkit's
+/// `claim` item), the balance debited if it covers the amount, the ledger entry inserted, and
+/// the key's record written completed with the answer, the balance after the debit filled into
+/// its hole (the toolkit's `recorded` item, `$1` … `$12`). `$13` user, `$14` order, `$15`
+/// amount, `$16` entry number. It answers the balance after the debit, or NULL when nothing
+/// happened (the key was taken before, or the balance does not cover the amount). A debit of
+/// the same order or a record of the same key written meanwhile is a unique violation, which
+/// undoes the whole statement: duplicates wait for each other on those keys, and the loser
+/// acts on nothing.
+const DEDUCT_RECORDED_POSTGRES: &str = concat!(
     "WITH ",
     mideng::postgres_unrecorded_cte!(),
-    ", debited AS (UPDATE pay_wallets SET balance = balance - $11, version = version + 1, updated_at = $7 \
-     WHERE tenant_id = $1 AND user_id = $9 AND balance >= $11 AND EXISTS (SELECT 1 FROM claim) RETURNING balance, version), \
+    ", debited AS (UPDATE pay_wallets SET balance = balance - $15, version = version + 1, updated_at = $7 \
+     WHERE tenant_id = $1 AND user_id = $13 AND balance >= $15 AND EXISTS (SELECT 1 FROM claim) RETURNING balance, version), \
      entry AS (INSERT INTO pay_wallet_entries (entry_no, tenant_id, user_id, kind, amount, reference, order_id, balance_after, wallet_version, created_at) \
-     SELECT $12, $1, $9, 'DEBIT', $11, $10, $10, balance, version, $7 FROM debited ON CONFLICT DO NOTHING RETURNING balance_after) \
-     SELECT (SELECT COUNT(*) FROM claim), (SELECT balance FROM debited), (SELECT balance_after FROM entry)"
+     SELECT $16, $1, $13, 'DEBIT', $15, $14, $14, balance, version, $7 FROM debited RETURNING balance_after), ",
+    mideng::postgres_recorded_cte!("entry", "balance_after"),
+    " SELECT (SELECT balance_after FROM entry), (SELECT COUNT(*) FROM recorded)"
 );
 
-/// The first-time `conditional-update` deduct on PostgreSQL in one round trip
-/// (the statement `DEDUCT_CLAIMED_POSTGRES`): its outcome, or `None` when a record holds the key
-/// (nothing happened; the caller begins the record the usual way).
-pub async fn deduct_claimed_postgres<D: Dialect>(
+/// The first-time `conditional-update` deduct on PostgreSQL in one statement and one round
+/// trip (`DEDUCT_RECORDED_POSTGRES`), its record written with `template`'s answer: the balance
+/// after the debit when it committed, or `None` when nothing was written (the key was taken
+/// before, the balance does not cover the amount, no wallet, or a duplicate's debit or record
+/// came first): the caller then goes the way of a transaction with the record begun first,
+/// which judges each of those. A connection lost after the statement was sent is
+/// [`StoreError::OutcomeUnknown`], as a lost `COMMIT` is.
+pub async fn deduct_recorded_postgres<D: Dialect>(
     connection: &mut <D::Db as Database>::Connection,
     claim: &FirstClaim,
+    template: &AnswerTemplate,
     deduct: &Deduct<'_>,
-) -> Result<Option<DeductOutcome>, StoreError> {
-    let [
-        tenant,
-        operation,
-        key,
-        fingerprint,
-        owner,
-        lease_until,
-        now,
-        expires,
-    ] = claim.args();
-    let row = connection
-        .row(
-            DEDUCT_CLAIMED_POSTGRES,
-            &[
-                tenant,
-                operation,
-                key,
-                fingerprint,
-                owner,
-                lease_until,
-                now,
-                expires,
-                Arg::Text(deduct.user_id),
-                Arg::Text(deduct.order_id),
-                Arg::Int(deduct.amount.fen()),
-                Arg::Text(deduct.entry_no),
-            ],
-        )
-        .await
-        .map_err(store_error::<D>)?
-        .ok_or_else(|| StoreError::Corrupt("the deduct statement answered no row".to_owned()))?;
-    if row.int(0).map_err(read)? == 0 {
-        return Ok(None);
-    }
-    let outcome = match (row.opt_int(1).map_err(read)?, row.opt_int(2).map_err(read)?) {
-        (Some(_), Some(after)) => deduct.debited(stored_balance(after)?),
-        (None, _) => not_debited::<D>(connection, deduct).await?,
-        (Some(_), None) => debited_before::<D>(connection, deduct).await?,
+) -> Result<Option<Balance>, StoreError> {
+    let mut args = claim.recorded_args(template).to_vec();
+    args.extend([
+        Arg::Text(deduct.user_id),
+        Arg::Text(deduct.order_id),
+        Arg::Int(deduct.amount.fen()),
+        Arg::Text(deduct.entry_no),
+    ]);
+    let answer = connection.row(DEDUCT_RECORDED_POSTGRES, &args).await;
+    let row = match answer {
+        Ok(row) => row.ok_or_else(|| {
+            StoreError::Corrupt("the deduct statement answered no row".to_owned())
+        })?,
+        Err(error) if is_unique_violation(&error) => return Ok(None),
+        Err(error) => return Err(autocommit_error::<D>(error)),
     };
-    Ok(Some(outcome))
+    match (row.opt_int(0).map_err(read)?, row.int(1).map_err(read)?) {
+        (Some(after), 1) => Ok(Some(stored_balance(after)?)),
+        (None, 0) => Ok(None),
+        (after, recorded) => Err(StoreError::Corrupt(format!(
+            "the deduct statement debited to {after:?} and wrote {recorded} records"
+        ))),
+    }
 }
