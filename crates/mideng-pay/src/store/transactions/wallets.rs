@@ -213,8 +213,20 @@ impl<D: Dialect> Wallets for SqlPay<D> {
                     }
                 } else {
                     let mut connection = self.connection().await?;
-                    deduct_recorded_postgres::<D>(&mut connection, &first, &template, &request)
-                        .await?
+                    match deduct_recorded_postgres::<D>(
+                        &mut connection,
+                        &first,
+                        &template,
+                        &request,
+                    )
+                    .await
+                    {
+                        Ok(debited) => debited,
+                        // A deadlock or a lock timeout undid the statement: nothing was
+                        // written, and the usual way below retries such conflicts.
+                        Err(StoreError::Conflict(_)) => None,
+                        Err(error) => return Err(error),
+                    }
                 };
                 if let Some(after) = debited {
                     let response = template.fill(&after.fen().to_string());

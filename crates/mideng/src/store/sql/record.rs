@@ -248,8 +248,10 @@ macro_rules! postgres_recorded_row_columns {
 /// item named `recorded` that inserts, for each row of the caller's item `$source` (which has
 /// the [`postgres_recorded_row_columns!`](crate::postgres_recorded_row_columns) and an integer
 /// column `$value`), that request's record completed with its answer, `$value` filled into the
-/// hole. Like the single form it has no `ON CONFLICT`: a record of any of the keys written
-/// meanwhile fails the whole statement, and every request goes the way of `begin_in`.
+/// hole, in the keys' order (so that two statements with keys in common wait for each other
+/// without a deadlock). Like the single form it has no `ON CONFLICT`: a record of any of the
+/// keys written meanwhile fails the whole statement, and every request goes the way of
+/// `begin_in`; so a statement must not hold one key twice.
 #[macro_export]
 macro_rules! postgres_recorded_rows_cte {
     ($source:literal, $value:literal) => {
@@ -260,7 +262,7 @@ macro_rules! postgres_recorded_rows_cte {
             $value,
             "::text, 'UTF8') || decode(body_suffix, 'hex') FROM ",
             $source,
-            " RETURNING 1)"
+            " ORDER BY tenant, operation, idempotency_key RETURNING 1)"
         )
     };
 }

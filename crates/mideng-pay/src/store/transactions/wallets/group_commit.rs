@@ -13,8 +13,12 @@
 //! statement), its own way (the group left it out or was undone: the caller deducts it alone,
 //! in a transaction that begins its record first), or an unknown outcome (the connection broke
 //! after the group's statement was sent; the request's key tells later). A full queue, a
-//! stopped worker or a connection that cannot be had sends a deduct its own way too.
+//! stopped worker or a connection that cannot be had sends a deduct its own way too; so does
+//! a second deduct of a key or of an order in the same group, which would make the group's
+//! statement meet a unique key and undo everyone's. A deduct whose caller went away while it
+//! queued (its request timed out) is dropped unwritten.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use mideng::StoreError;
@@ -111,14 +115,52 @@ async fn work<D: Dialect>(
                 return;
             }
         }
+        // A caller that went away while it waited (its request timed out) is not acted for:
+        // nothing is written under its key, and a retry starts afresh.
+        group.retain(|(_, answer)| !answer.is_closed());
+        // The first of the group for a key, and for an order, goes in it; a second would make
+        // the group's statement fail on the unique key and undo everyone's deducts, so it goes
+        // its own way (where it waits for the first and is judged by its record).
+        let (group, own_way) = split_repeats(group);
+        for (_, answer) in own_way {
+            let _ = answer.send(Settled::OwnWay);
+        }
+        if group.is_empty() {
+            continue;
+        }
         let settled = settle_group(&store, clock.now_ms(), &group).await;
         metrics::histogram!(crate::metrics::GROUP_COMMIT_SIZE).record(group.len() as f64);
         for ((_, answer), settled) in group.into_iter().zip(settled) {
-            // A caller that went away (its request timed out) no longer listens; its key
-            // tells a retry what happened.
+            // A caller that went away meanwhile no longer listens; its key tells a retry what
+            // happened.
             let _ = answer.send(settled);
         }
     }
+}
+
+/// The group without repeats (the first deduct of each key and of each order), and the
+/// repeats.
+fn split_repeats(group: Vec<Waiting>) -> (Vec<Waiting>, Vec<Waiting>) {
+    let mut keys = HashSet::new();
+    let mut orders = HashSet::new();
+    group.into_iter().partition(|(grouped, _)| {
+        let lease = grouped.claim.lease();
+        let key = (
+            lease.scope.tenant().to_owned(),
+            lease.scope.operation().to_owned(),
+            lease.key.as_str().to_owned(),
+        );
+        let order = (
+            grouped.tenant_id.clone(),
+            grouped.user_id.clone(),
+            grouped.order_id.clone(),
+        );
+        // Both sets learn the deduct before the answer is read, so that a repeat of either
+        // is caught whichever comes first.
+        let new_key = keys.insert(key);
+        let new_order = orders.insert(order);
+        new_key && new_order
+    })
 }
 
 /// What became of each deduct of `group`, in order.
