@@ -287,6 +287,46 @@ mod group_commit {
         entry_no: String,
     }
 
+    impl Request {
+        fn deduct<'a>(&'a self, tenant: &'a str) -> Deduct<'a> {
+            Deduct {
+                tenant_id: tenant,
+                user_id: self.user,
+                order_id: &self.order,
+                amount: fen(self.amount),
+                entry_no: &self.entry_no,
+                now_ms: self.claim.now_ms(),
+            }
+        }
+    }
+
+    /// Runs `requests` as one group, each numbered by its place.
+    async fn run_group(
+        connection: &mut mideng::sqlx::PgConnection,
+        tenant: &str,
+        requests: &[&Request],
+    ) -> GroupOutcome {
+        let deducts: Vec<Deduct<'_>> = requests
+            .iter()
+            .map(|request| request.deduct(tenant))
+            .collect();
+        let input: Vec<GroupedDeduct<'_>> = requests
+            .iter()
+            .zip(&deducts)
+            .zip(0..)
+            .map(|((request, deduct), seq)| {
+                GroupedDeduct::new(seq, &request.claim, &request.template, deduct)
+            })
+            .collect();
+        deduct_group_postgres::<mideng::store::sql::postgres::PostgresDialect>(
+            connection,
+            &input,
+            now_ms(),
+        )
+        .await
+        .expect("the group's statement")
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_group_settles_what_it_can_in_one_statement() {
         let store = support::postgres().await;
@@ -369,33 +409,8 @@ mod group_commit {
                 .expect("begin"),
             Decision::Proceed(_)
         ));
-        let deducts: Vec<Deduct<'_>> = group
-            .iter()
-            .map(|request| Deduct {
-                tenant_id: &tenant,
-                user_id: request.user,
-                order_id: &request.order,
-                amount: fen(request.amount),
-                entry_no: &request.entry_no,
-                now_ms: request.claim.now_ms(),
-            })
-            .collect();
-        let input: Vec<GroupedDeduct<'_>> = group
-            .iter()
-            .zip(&deducts)
-            .zip(0..)
-            .map(|((request, deduct), seq)| {
-                GroupedDeduct::new(seq, &request.claim, &request.template, deduct)
-            })
-            .collect();
         let mut connection = store.pool().acquire().await.expect("connection");
-        let outcome = deduct_group_postgres::<mideng::store::sql::postgres::PostgresDialect>(
-            &mut connection,
-            &input,
-            now_ms(),
-        )
-        .await
-        .expect("the group's statement");
+        let outcome = run_group(&mut connection, &tenant, &group.iter().collect::<Vec<_>>()).await;
         let GroupOutcome::Committed(mut settled) = outcome else {
             panic!("the group commits: {outcome:?}");
         };
@@ -456,28 +471,7 @@ mod group_commit {
         let mut taken = request("a", "o-a5", 1);
         taken.entry_no = group[1].entry_no.clone();
         let fresh = request("c", "o-c3", 5);
-        let late: Vec<Deduct<'_>> = [&fresh, &taken]
-            .iter()
-            .map(|request| Deduct {
-                tenant_id: &tenant,
-                user_id: request.user,
-                order_id: &request.order,
-                amount: fen(request.amount),
-                entry_no: &request.entry_no,
-                now_ms: request.claim.now_ms(),
-            })
-            .collect();
-        let input: Vec<GroupedDeduct<'_>> = [&fresh, &taken]
-            .iter()
-            .zip(&late)
-            .zip(0..)
-            .map(|((request, deduct), seq)| {
-                GroupedDeduct::new(seq, &request.claim, &request.template, deduct)
-            })
-            .collect();
-        let outcome = deduct_group_postgres::<Pg>(&mut connection, &input, now_ms())
-            .await
-            .expect("the group's statement");
+        let outcome = run_group(&mut connection, &tenant, &[&fresh, &taken]).await;
         assert!(matches!(outcome, GroupOutcome::Undone), "{outcome:?}");
         let balance = store
             .write(|connection| Box::pin(balance::<Pg>(connection, &tenant, "c", now_ms())))

@@ -168,6 +168,14 @@ impl<D: Dialect> Wallets for SqlPay<D> {
     ) -> Result<Answered<DeductOutcome>, StoreError> {
         let _timer = self.timer("wallets.deduct");
         let tenant_id = record.tenant();
+        let deduct_at = |now_ms| Deduct {
+            tenant_id,
+            user_id,
+            order_id,
+            amount,
+            entry_no,
+            now_ms,
+        };
         if let (
             SqlDialect::Postgres,
             WalletStrategy::ConditionalUpdate | WalletStrategy::GroupCommit,
@@ -180,14 +188,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
             // cover the amount, a duplicate that came first) goes the usual way below, where
             // the record is begun first and judges it.
             let first = FirstClaim::new(claim.scope, claim.key, claim.fingerprint, &claim.policy);
-            let request = Deduct {
-                tenant_id,
-                user_id,
-                order_id,
-                amount,
-                entry_no,
-                now_ms: first.now_ms(),
-            };
+            let request = deduct_at(first.now_ms());
             let hole = BALANCE_HOLE.to_string();
             let answer = render(&request.debited_to(BALANCE_HOLE));
             if let Some(template) = AnswerTemplate::new(&answer, hole.as_bytes()) {
@@ -237,14 +238,7 @@ impl<D: Dialect> Wallets for SqlPay<D> {
         self.store
             .write_once(record.claim(), |transaction| {
                 Box::pin(async move {
-                    let request = Deduct {
-                        tenant_id,
-                        user_id,
-                        order_id,
-                        amount,
-                        entry_no,
-                        now_ms: self.now_ms(),
-                    };
+                    let request = deduct_at(self.now_ms());
                     let outcome = deduct::<D>(transaction, strategy, &request).await?;
                     let response = render(&outcome);
                     Ok((outcome, response))
