@@ -33,15 +33,28 @@ test('ten rapid clicks make one payment, spend one token and leave the button di
   const view = await order(request, orderId);
   expect(view.payments.length, 'one payment').toBe(1);
 
-  // The token the page sent is spent: the same token under another key is a duplicate.
+  // The page paid with the publishable key and its order's client secret, never a price.
   const token = posts[0]['idempotency-token'];
+  const pageAuth = {
+    Authorization: posts[0].authorization,
+    'Mideng-Client-Secret': posts[0]['mideng-client-secret'],
+  };
   expect(token).toBeTruthy();
+  expect(pageAuth['Mideng-Client-Secret']).toMatch(/^mdcs_[0-9a-f]{64}$/);
+  expect(pageAuth.Authorization).not.toBe(auth.Authorization);
+  // The token the page sent is spent: the same token under another key is a duplicate.
   const again = await request.post(`${base}/v1/orders/${orderId}/payments`, {
-    headers: { ...auth, 'Idempotency-Key': `other-${Date.now()}`, 'Idempotency-Token': token },
+    headers: { ...pageAuth, 'Idempotency-Key': `other-${Date.now()}`, 'Idempotency-Token': token },
     data: { channel: 'alipay' },
   });
   expect(again.status()).toBe(409);
   expect((await again.json()).code).toBe('duplicate-submission');
+  // The page's key cannot price an order of its own.
+  const priced = await request.post(`${base}/v1/orders`, {
+    headers: pageAuth,
+    data: { order_id: `cheap-${Date.now()}`, user_id: 'u', amount: 1, currency: 'CNY' },
+  });
+  expect(priced.status()).toBe(403);
   expect((await order(request, orderId)).payments.length).toBe(1);
   await expect(button).toBeDisabled();
 });

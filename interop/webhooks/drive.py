@@ -62,23 +62,24 @@ def expect(status, answer, wanted, what):
 
 
 def paid_message():
-    """Pays a new order through the demo checkout, as its page does (with the publishable
-    key); the receiver's message about it."""
-    _, token, _ = call("POST", "/v1/tokens", {}, key=PAGE_KEY)
+    """Pays a new order as a checkout does: the merchant's server prices it (secret key) and
+    hands the page its client secret, and the page pays it (publishable key and that secret);
+    the receiver's message about it."""
     order_id = "interop-" + uuid.uuid4().hex[:16]
     status, answer, _ = call(
         "POST", "/v1/orders",
         {"order_id": order_id, "user_id": "interop", "amount": 100, "currency": "CNY"},
-        key=PAGE_KEY,
     )
     expect(status, answer, 201, "order")
+    page = {"Mideng-Client-Secret": answer["client_secret"]}
+    _, token, _ = call("POST", "/v1/tokens", {}, key=PAGE_KEY, headers=page)
     status, answer, _ = call(
         "POST", f"/v1/orders/{order_id}/payments", {"channel": "alipay"},
-        key=PAGE_KEY, headers={"Idempotency-Token": token["token"]},
+        key=PAGE_KEY, headers={"Idempotency-Token": token["token"], **page},
     )
     expect(status, answer, 201, "payment")
     number = answer["payment_no"]
-    status, answer, _ = call("POST", f"/demo/payments/{number}/pay", {}, key=PAGE_KEY)
+    status, answer, _ = call("POST", f"/demo/payments/{number}/pay", {}, key=PAGE_KEY, headers=page)
     expect(status, answer, 202, "pay at the simulator")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -18,7 +18,7 @@ use mideng::store::sql::PoolSettings;
 use mideng::store::sql::mysql::MySqlStore;
 use mideng::store::sql::postgres::PostgresStore;
 use mideng::store::sql::sqlite::SqliteStore;
-use mideng::token::TokenStore;
+use mideng::token::{TokenLimits, TokenStore};
 use mideng::{InvalidInput, StoreError};
 use mideng_channel::adapter::Channel;
 use thiserror::Error;
@@ -259,6 +259,33 @@ async fn open_store(settings: &Settings) -> Result<Store, BuildError> {
 
 type Guards = (Arc<dyn TokenStore>, Arc<dyn LockStore>);
 
+/// The caps of the checkout pages' own token store ([`crate::tokens`]).
+fn page_token_limits() -> Result<TokenLimits, BuildError> {
+    Ok(TokenLimits::new(
+        crate::limits::PAGE_TOKENS_PER_ORDER_MAX,
+        crate::limits::PAGE_TOKENS_TOTAL_MAX,
+    )?)
+}
+
+/// The same Redis deployment for the pages' tokens, under keys of their own (`<prefix>-page`:
+/// their own count of unspent tokens) and with their own caps.
+fn page_tokens_on<C>(store: &RedisStore<C>) -> Result<Arc<dyn TokenStore>, BuildError>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let prefix = format!("{}-page", store.prefix());
+    Ok(Arc::new(
+        store
+            .clone()
+            .with_prefix(&prefix)?
+            .with_token_limits(page_token_limits()?),
+    ))
+}
+
+fn split(server: Arc<dyn TokenStore>, pages: Arc<dyn TokenStore>) -> Arc<dyn TokenStore> {
+    Arc::new(crate::tokens::SplitTokens::new(server, pages))
+}
+
 async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
     if !settings.redis_cluster.is_empty() {
         let nodes: Vec<String> = settings
@@ -272,8 +299,9 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
         if let Some(prefix) = &settings.redis_prefix {
             store = store.with_prefix(prefix)?;
         }
+        let pages = page_tokens_on(&store)?;
         let store = Arc::new(store);
-        return Ok((store.clone(), store));
+        return Ok((split(store.clone(), pages), store));
     }
     match &settings.redis_url {
         Some(url) => {
@@ -283,12 +311,15 @@ async fn open_guards(settings: &Settings) -> Result<Guards, BuildError> {
             if let Some(prefix) = &settings.redis_prefix {
                 store = store.with_prefix(prefix)?;
             }
+            let pages = page_tokens_on(&store)?;
             let store = Arc::new(store);
-            Ok((store.clone(), store))
+            Ok((split(store.clone(), pages), store))
         }
         None => {
             let store = Arc::new(MemoryStore::new());
-            Ok((store.clone(), store))
+            // Tables of their own: the pages' unspent tokens are counted apart.
+            let pages = Arc::new(MemoryStore::new().with_token_limits(page_token_limits()?));
+            Ok((split(store.clone(), pages), store))
         }
     }
 }
@@ -373,6 +404,7 @@ pub async fn connect(settings: &Settings) -> Result<AppState, BuildError> {
         tokens,
         metrics: metrics_handle(),
         pages: Arc::new(Pages::new(settings.pages.clone())),
+        page_rates: Arc::new(api::checkout::PageRates::new()),
     };
     crate::metrics::initialize(
         settings.events.broker.name(),

@@ -26,6 +26,8 @@
 //!   pages under one boundary), serve (with the workers).
 //! - [`telemetry`] — traces over OTLP when configured: the exporter, `traceparent` in and
 //!   out, `traceresponse` on every answer.
+//! - [`tokens`] — one-time tokens in two stores, the merchant's server's and the checkout
+//!   pages', so that no visitor exhausts what the server needs.
 //! - [`transport`] — the HTTP/1 server under the API and the metrics listener: deadlines for
 //!   heads and bodies, bounded heads, a cap on connections, graceful shutdown.
 //! - [`config`] — `mideng.toml` and `MIDENG__*` settings for `mideng serve`, and the channel
@@ -45,6 +47,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tokens;
 pub mod transport;
 pub mod web;
 pub mod workers;

@@ -83,3 +83,45 @@ pub const GROUP_COMMIT_IN_FLIGHT: usize = 2;
 
 /// Deducts waiting for a group per instance; past this a deduct goes its own way at once.
 pub const GROUP_COMMIT_QUEUE_MAX: usize = 1_024;
+
+/// How long an order's client secret lets a page pay it (`POST /v1/orders` answers it with
+/// `client_secret_expires_at`): a buyer finishes a checkout within a day, and a secret copied
+/// from a page stops opening anything after it. The merchant makes a new order past it.
+pub const CLIENT_SECRET_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Unspent one-time tokens one order's page may hold at once (the page's own token store, apart
+/// from the merchant's server's, so that no number of visitors exhausts what the server needs).
+/// A page takes one when it opens; five open tabs of one checkout are plenty.
+pub const PAGE_TOKENS_PER_ORDER_MAX: u32 = 5;
+
+/// Unspent page tokens in all, across every order of every tenant (the page's own store).
+pub const PAGE_TOKENS_TOTAL_MAX: u32 = 100_000;
+
+/// Tokens one order's page may take per minute (per instance): a page takes one when it opens
+/// and after a refusal, so ten a minute is a buyer reloading often, not a script.
+pub const PAGE_TOKENS_PER_MINUTE: u32 = 10;
+
+/// Payment requests one order's page may send per minute (per instance): a checkout sends one
+/// per click and a few network retries under the same key.
+pub const PAGE_PAYMENTS_PER_MINUTE: u32 = 20;
+
+/// Reads one order's page may send per minute (per instance): the demo checkout follows its
+/// order, then its grant, once a second; a second tab doubles that, a third is refused.
+pub const PAGE_READS_PER_MINUTE: u32 = 180;
+
+/// New payment attempts (each a trade at the channel under the merchant's credentials) one
+/// order may get from its page in [`PAGE_ATTEMPT_WINDOW`]: an order has one pending attempt at
+/// a time, so a new one follows only a failed or closed one; five an hour is a buyer switching
+/// channels, not a loop against the channel's per-merchant limits.
+pub const PAGE_ATTEMPTS_PER_WINDOW: usize = 5;
+
+/// The window of [`PAGE_ATTEMPTS_PER_WINDOW`].
+pub const PAGE_ATTEMPT_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Orders the demo checkout may make per minute (per instance), on the demo tenant's account:
+/// its route is open to anyone who loads the page.
+pub const DEMO_CHECKOUTS_PER_MINUTE: u32 = 60;
+
+/// Orders (pages) whose rates one instance keeps at once; the entries of pages quiet for a
+/// minute are dropped when it is reached, and past it a new page is refused until then.
+pub const PAGE_RATE_ENTRIES_MAX: usize = 100_000;

@@ -12,6 +12,9 @@ pub const SERVICE_DECISIONS: &str = "mideng_service_decisions_total";
 pub const CLOCK_SKEW: &str = "mideng_clock_skew_seconds";
 /// One-time tokens refused because a cap was reached, per `cap`.
 pub const TOKENS_REFUSED: &str = "mideng_tokens_refused_total";
+/// Checkout pages' requests refused over their order's rate or attempt window, per `kind`
+/// (`token`, `payment`, `read`, `attempt`, `demo`).
+pub const PAGE_REQUESTS_LIMITED: &str = "mideng_page_requests_limited_total";
 /// Events the consumer parked after their last failure, per `consumer`.
 pub const EVENTS_PARKED: &str = "mideng_events_parked_total";
 /// Rows purged past their retention, per `kind`.
@@ -60,6 +63,11 @@ pub fn describe() {
         TOKENS_REFUSED,
         Unit::Count,
         "One-time tokens refused because the tenant's or the service's cap was reached"
+    );
+    metrics::describe_counter!(
+        PAGE_REQUESTS_LIMITED,
+        Unit::Count,
+        "Checkout pages' requests refused over their order's rate or attempt window, by kind"
     );
     metrics::describe_counter!(
         EVENTS_PARKED,

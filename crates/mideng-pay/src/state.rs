@@ -16,7 +16,7 @@ pub struct AppState {
     pub ports: Ports,
     /// Idempotency records (in the service's database).
     pub records: Arc<dyn RecordStore>,
-    /// One-time tokens (Redis, or in-process).
+    /// One-time tokens (Redis, or in-process): the server's and the pages' ([`crate::tokens`]).
     pub tokens: Arc<dyn TokenStore>,
     /// API keys resolved lately (a short, bounded cache; see [`crate::api::tenants`]).
     pub tenants: Arc<crate::api::tenants::TenantCache>,
@@ -24,6 +24,8 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The demo checkout and the operator console, when configured.
     pub pages: Arc<crate::web::Pages>,
+    /// The checkout pages' request rates per order, in this instance.
+    pub page_rates: Arc<crate::api::checkout::PageRates>,
 }
 
 impl std::fmt::Debug for AppState {

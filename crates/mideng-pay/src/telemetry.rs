@@ -4,7 +4,10 @@
 //! attempt, and the idempotency decisions logged inside them as span events) are bridged to
 //! OpenTelemetry and exported in batches over OTLP/HTTP (protobuf) to `<endpoint>/v1/traces`.
 //! A request that carries one W3C `traceparent` header joins that trace; two such headers are
-//! ambiguous and start a new trace instead. Every answer carries `traceresponse`
+//! ambiguous and start a new trace instead. Whether a trace is recorded is the operator's
+//! choice (`sample_percent`, by trace id), never the caller's: a `traceparent` whose sampled
+//! flag is off joins the trace all the same, and its request is recorded like any other, so
+//! no caller keeps its requests out of the operator's traces. Every answer carries `traceresponse`
 //! (`00-<trace id>-<span id>-<flags>`, W3C Trace Context Level 2) naming the trace it belongs
 //! to; the channel calls and the webhook deliveries send `traceparent`, so a channel's or a
 //! merchant's own tracing continues the trace.
@@ -49,6 +52,9 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: Option<String>,
     /// `service.name` of the spans (default `mideng`).
     pub service_name: String,
+    /// The share of traces recorded, by trace id, 0 to 100 (default 100: every request). The
+    /// caller's sampled flag plays no part.
+    pub sample_percent: u8,
 }
 
 impl Default for TelemetryConfig {
@@ -56,6 +62,7 @@ impl Default for TelemetryConfig {
         Self {
             otlp_endpoint: None,
             service_name: "mideng".to_owned(),
+            sample_percent: 100,
         }
     }
 }
@@ -77,6 +84,9 @@ impl TelemetryConfig {
             if !usable {
                 return Err("telemetry.otlp_endpoint must be an http(s) URL of at most 2048 bytes, without credentials, query or fragment".to_owned());
             }
+        }
+        if self.sample_percent > 100 {
+            return Err("telemetry.sample_percent must be 0 to 100".to_owned());
         }
         let name = &self.service_name;
         if name.is_empty() || name.len() > 64 || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
@@ -144,7 +154,13 @@ where
             .build()
             .map_err(|error| format!("telemetry: {error}"))?
     };
+    // The operator's sampler at every span, never parent-based: a remote parent's flag would
+    // let a caller switch the recording of its requests off.
+    let sampler = opentelemetry_sdk::trace::Sampler::TraceIdRatioBased(
+        f64::from(config.sample_percent) / 100.0,
+    );
     let provider = SdkTracerProvider::builder()
+        .with_sampler(sampler)
         .with_batch_exporter(exporter)
         .with_resource(
             opentelemetry_sdk::Resource::builder()

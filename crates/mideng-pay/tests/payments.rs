@@ -31,7 +31,8 @@ fn order(tenant: &str, order_id: &str) -> Order {
         entitlement_quantity: Some(1),
         fingerprint: "f".repeat(64),
         version: 0,
-        publishable: false,
+        client_secret: None,
+        client_secret_expires_at_ms: None,
     }
 }
 

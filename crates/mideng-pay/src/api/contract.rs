@@ -232,8 +232,10 @@ impl utoipa::Modify for Contract {
         let mut publishable = Http::new(HttpAuthScheme::Bearer);
         publishable.description = Some(
             "The tenant's publishable key, which a checkout page may show: opens only the routes \
-             that list it (a token, an order, its payment, that order's state and grant), on the \
-             orders a publishable key made. Elsewhere it is 403 key-not-allowed."
+             that list it (a token, a payment of the order, that order's state and grant), and \
+             only with that order's client secret in Mideng-Client-Secret (else 401 \
+             client-secret-invalid). It never makes an order: the merchant's server prices. \
+             Elsewhere it is 403 key-not-allowed."
                 .to_owned(),
         );
         components.add_security_scheme("publishable_key", SecurityScheme::Http(publishable));

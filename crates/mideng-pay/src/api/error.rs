@@ -46,6 +46,10 @@ pub enum Code {
     BadRequest,
     /// 401: no valid `Authorization: Bearer <API key>`.
     Unauthorized,
+    /// 401: a publishable key without a valid client secret (`Mideng-Client-Secret`: missing,
+    /// sent twice, unknown, or expired): a page pays only the order the merchant's server gave
+    /// it the secret of.
+    ClientSecretInvalid,
     /// 403: the key is valid but of a kind this route does not take (a publishable key on a
     /// route that only a secret key may call).
     KeyNotAllowed,
@@ -110,6 +114,12 @@ pub enum Code {
     /// 429: the tenant holds as many unspent one-time tokens as it may (or the store as many
     /// as it holds for everyone); spend or let some expire (`Retry-After`).
     TooManyTokens,
+    /// 429: a page sent more requests of one kind for its order than a page may in a minute
+    /// (`Retry-After`).
+    RateLimited,
+    /// 429: the order had as many new payment attempts from its page as it may in an hour
+    /// (each is a trade at the channel); `Retry-After` says when the oldest leaves the window.
+    TooManyAttempts,
     /// 502: the channel refused the payment or the close.
     ChannelRejected,
     /// 503: the channel gave no definite answer; retry (the payment number stays the same).
@@ -139,6 +149,7 @@ impl Code {
             Code::InvalidQuery => "invalid-query",
             Code::BadRequest => "bad-request",
             Code::Unauthorized => "unauthorized",
+            Code::ClientSecretInvalid => "client-secret-invalid",
             Code::KeyNotAllowed => "key-not-allowed",
             Code::NotFound => "not-found",
             Code::MethodNotAllowed => "method-not-allowed",
@@ -169,6 +180,8 @@ impl Code {
             Code::ChannelNotConfigured => "channel-not-configured",
             Code::PrivateTarget => "private-target",
             Code::TooManyTokens => "too-many-tokens",
+            Code::RateLimited => "rate-limited",
+            Code::TooManyAttempts => "too-many-attempts",
             Code::ChannelRejected => "channel-rejected",
             Code::ChannelUnavailable => "channel-unavailable",
             Code::DatabaseUnavailable => "database-unavailable",
@@ -185,7 +198,7 @@ impl Code {
             Code::MalformedJson | Code::InvalidPath | Code::InvalidQuery | Code::BadRequest => {
                 StatusCode::BAD_REQUEST
             }
-            Code::Unauthorized => StatusCode::UNAUTHORIZED,
+            Code::Unauthorized | Code::ClientSecretInvalid => StatusCode::UNAUTHORIZED,
             Code::KeyNotAllowed => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -215,7 +228,9 @@ impl Code {
             | Code::RefundKeyReused
             | Code::ChannelNotConfigured
             | Code::PrivateTarget => StatusCode::UNPROCESSABLE_ENTITY,
-            Code::TooManyTokens => StatusCode::TOO_MANY_REQUESTS,
+            Code::TooManyTokens | Code::RateLimited | Code::TooManyAttempts => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Code::ChannelRejected => StatusCode::BAD_GATEWAY,
             Code::ChannelUnavailable | Code::DatabaseUnavailable | Code::ClockUnsynchronised => {
                 StatusCode::SERVICE_UNAVAILABLE

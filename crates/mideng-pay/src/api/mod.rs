@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! /v1/*  ─► auth (Bearer key → Tenant, KeyKind) ─► the route's key kinds (a publishable key
-//!          on a secret-only route: 403) ─► per route: Idempotency-Key / Idempotency-Token layer
-//!          ─► handler: parse ─► flow ─► render
+//!          on a secret-only route: 403; on a checkout route, with an order's client secret
+//!          only: Principal::Page, rated per order) ─► per route: Idempotency-Key /
+//!          Idempotency-Token layer, scoped by principal ─► handler: parse ─► flow ─► render
 //! /v1/channels/*/notify ─► handler ─► flow: signature + merchant ─► dedup by notify id + row lock + CAS
 //! ```
 //!
@@ -11,6 +12,7 @@
 //! the same one the workers call.
 
 mod boundary;
+pub mod checkout;
 mod contract;
 mod entitlements;
 pub mod error;
@@ -43,7 +45,7 @@ use sha2::{Digest, Sha256};
 pub use error::{ApiError, Code, ProblemBody};
 pub use ops::{ApiDoc, openapi_json};
 
-use crate::domain::keys::KeyKind;
+use crate::domain::keys::{KeyKind, Principal, scope_tenant};
 use crate::flows::{BrokenLayer, operation};
 use crate::limits::{API_KEY_BYTES_MAX, BODY_BYTES_MAX, HANDLER_TIMEOUT, ROUTE_LEASE};
 use crate::state::AppState;
@@ -158,8 +160,20 @@ async fn secret_key_only(request: Request, next: Next) -> Response {
     }
 }
 
-fn unauthorized() -> ApiError {
+pub(crate) fn unauthorized() -> ApiError {
     ApiError::new(Code::Unauthorized, "send Authorization: Bearer <API key>")
+}
+
+/// The tenant part of the idempotency scope of a request: its tenant for the merchant's server,
+/// a scope of its own for a page ([`crate::domain::keys::scope_tenant`]), so that no key a
+/// page sends replays, or is replayed as, one of the server's or another page's.
+fn principal_scope(parts: &axum::http::request::Parts) -> Option<String> {
+    let Tenant(tenant) = parts.extensions.get::<Tenant>()?;
+    let principal = parts
+        .extensions
+        .get::<Principal>()
+        .unwrap_or(&Principal::Server);
+    Some(scope_tenant(tenant, principal))
 }
 
 fn route_config(
@@ -169,7 +183,7 @@ fn route_config(
 ) -> Result<mideng::http::RouteConfigBuilder, mideng::InvalidInput> {
     Ok(RouteConfig::builder(state.records.clone(), operation)
         .key(key)
-        .tenant(TenantSource::Extension)
+        .tenant(TenantSource::Custom(std::sync::Arc::new(principal_scope)))
         .lease(ROUTE_LEASE)
         .retention(state.ports.settings.funds_retention)
         .handler_timeout(HANDLER_TIMEOUT)
@@ -235,26 +249,26 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
     )?
     .build()?;
 
-    // What a checkout does, for a publishable key too: a token, an order, a payment of it, that
-    // order's state and its grant. The handlers narrow a publishable key to the orders a
-    // publishable key made.
+    // What a checkout page does, for a publishable key with an order's client secret too: a
+    // token, a payment of that order, that order's state and its grant. The principal (the
+    // server, or the page of one order) is known before the idempotency layer runs.
     let checkout = Router::new()
         .route("/v1/tokens", post(ops::issue_token))
-        // Creating an order is the checkout's; listing them takes the secret key.
-        .route(
-            "/v1/orders",
-            post(orders::create)
-                .merge(get(orders::list).route_layer(middleware::from_fn(secret_key_only))),
-        )
         .route("/v1/orders/{order_id}", get(orders::show))
         .route(
             "/v1/orders/{order_id}/payments",
             guarded(post(payments::create), create_payment),
         )
-        .route("/v1/entitlements", get(entitlements::list));
+        .route("/v1/entitlements", get(entitlements::list))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            checkout::principal,
+        ));
 
-    // Everything else moves money, reads across orders or configures the tenant: secret only.
+    // Everything else prices, moves money, reads across orders or configures the tenant:
+    // secret only. The server prices: orders are made here, never by a page.
     let secret = Router::new()
+        .route("/v1/orders", post(orders::create).get(orders::list))
         .route(
             "/v1/orders/{order_id}/transitions",
             post(orders::transition),

@@ -65,10 +65,27 @@ pub struct OrderView {
     pub version: i64,
     /// Attempts, oldest first.
     pub payments: Vec<PaymentView>,
+    /// What the merchant's server hands its checkout page so that the page, with the
+    /// publishable key, can pay this order and read it (`Mideng-Client-Secret`). Shown to the
+    /// secret key only; absent for orders made before client secrets existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// When the client secret stops opening anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_expires_at: Option<String>,
 }
 
 impl OrderView {
-    /// From stored rows.
+    /// What a page sees of its order: the order without its client secret (the page has it).
+    pub fn for_page(order: &Order, payments: &[Payment]) -> Self {
+        Self {
+            client_secret: None,
+            client_secret_expires_at: None,
+            ..Self::of(order, payments)
+        }
+    }
+
+    /// From stored rows, as the merchant's server sees them.
     pub fn of(order: &Order, payments: &[Payment]) -> Self {
         use mideng::state::StateMachine;
         Self {
@@ -87,6 +104,11 @@ impl OrderView {
                 }),
             version: order.version,
             payments: payments.iter().map(PaymentView::of).collect(),
+            client_secret: order
+                .client_secret
+                .as_ref()
+                .map(|secret| secret.expose().to_owned()),
+            client_secret_expires_at: order.client_secret_expires_at_ms.map(rfc3339),
         }
     }
 }

@@ -16,6 +16,7 @@ use super::contract::Contract;
 use super::error::Code;
 use super::models::{HealthView, RecordQuery, RecordView, TokenView, rfc3339};
 use super::{ApiError, operation};
+use crate::domain::keys::{Principal, scope_tenant};
 use crate::state::AppState;
 
 /// The OpenAPI document of the v1 API, generated from the handlers.
@@ -51,15 +52,21 @@ pub struct ApiDoc;
 
 /// Issues a one-time submit token for creating a payment.
 ///
-/// A tenant holds at most 1 000 unspent tokens at once (and the service 100 000 in all): past
-/// that, 429 `too-many-tokens` with `Retry-After` until the earliest of them expires (sooner
-/// once one is spent).
+/// The merchant's server holds at most 1 000 unspent tokens at once (and the service 100 000 in
+/// all); a page, with the publishable key and an order's client secret, takes tokens for that
+/// order alone, at most 5 unspent per order (and 100 000 for all pages, apart from the
+/// server's). Past a cap, 429 `too-many-tokens` with `Retry-After` until the earliest of them
+/// expires (sooner once one is spent).
 #[utoipa::path(
     post, path = "/v1/tokens", tag = "tokens", operation_id = "issue_token",
+    params(
+        ("Mideng-Client-Secret" = Option<String>, Header, description = "With a publishable key: the client secret of the order the token is for (required)"),
+    ),
     responses(
         (status = 201, body = TokenView),
-        (status = 429, description = "too-many-tokens: as many unspent tokens as the tenant (or the service) may hold; Retry-After says when one frees up", body = super::ProblemBody,
-            headers(("Retry-After" = u64, description = "Seconds until the earliest unspent token expires"))),
+        (status = 401, description = "unauthorized; client-secret-invalid (a publishable key without a valid client secret)", body = super::ProblemBody),
+        (status = 429, description = "too-many-tokens: as many unspent tokens as the tenant's server, the order's page (or the service) may hold, Retry-After says when one frees up; rate-limited: the order's page took tokens faster than a page may", body = super::ProblemBody,
+            headers(("Retry-After" = u64, description = "Seconds until the earliest unspent token expires, or until the page may ask again"))),
         (status = 503, body = super::ProblemBody),
     ),
     security(("api_key" = []), ("publishable_key" = []))
@@ -67,9 +74,14 @@ pub struct ApiDoc;
 pub(super) async fn issue_token(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    axum::Extension(principal): axum::Extension<Principal>,
 ) -> Result<Response, ApiError> {
-    let scope = Scope::new(&tenant, operation::PAYMENT_CREATE)
-        .map_err(|error| ApiError::new(Code::Shared(Problem::TenantInvalid), error.to_string()))?;
+    // The scope the payment route's token guard checks for the same principal.
+    let scope = Scope::new(
+        &scope_tenant(&tenant, &principal),
+        operation::PAYMENT_CREATE,
+    )
+    .map_err(|error| ApiError::new(Code::Shared(Problem::TenantInvalid), error.to_string()))?;
     let issued = state
         .tokens
         .issue_token(&scope, TOKEN_TTL)
@@ -79,9 +91,11 @@ pub(super) async fn issue_token(
                 tracing::info!(%tenant, cap = cap.label(), "token refused: limit reached");
                 metrics::counter!(crate::metrics::TOKENS_REFUSED, "cap" => cap.label())
                     .increment(1);
-                let whose = match cap {
-                    TokenCap::Scope => "this tenant holds",
-                    TokenCap::Total => "the service holds",
+                let whose = match (cap, &principal) {
+                    (TokenCap::Scope, Principal::Server) => "this tenant holds",
+                    (TokenCap::Scope, Principal::Page { .. }) => "this order's page holds",
+                    (TokenCap::Total, Principal::Server) => "the service holds",
+                    (TokenCap::Total, Principal::Page { .. }) => "the service's pages hold",
                 };
                 ApiError::new(
                     Code::TooManyTokens,

@@ -15,30 +15,34 @@ use super::models::{CreateOrder, OrderView, TransitionBody};
 use super::page::{PageQuery, PageView};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, Sku, UserId};
-use crate::domain::keys::KeyKind;
+use crate::domain::keys::{ClientSecret, Principal};
 use crate::domain::money::Currency;
 use crate::domain::order::{Entitlement, Order, OrderStatus};
 use crate::domain::payment::Payment;
 use crate::flows::order::{self, OrderCreated, Transitioned};
+use crate::limits::CLIENT_SECRET_TTL;
 use crate::state::AppState;
 
-/// The order `order_id` of the tenant with its attempts, if a key of `kind` sees it: a secret
-/// key sees every order, a publishable key only those a publishable key made. Any other is
-/// 404, as if it did not exist.
+/// The order `order_id` of the tenant with its attempts, if `principal` sees it: the server
+/// sees every order, a page only the one its client secret opens. Any other is 404, as if it
+/// did not exist.
 pub(super) async fn visible_order(
     state: &AppState,
     tenant: &str,
-    kind: KeyKind,
+    principal: &Principal,
     order_id: &OrderId,
 ) -> Result<(Order, Vec<Payment>), ApiError> {
+    if !super::checkout::sees(principal, order_id.as_str()) {
+        return Err(ApiError::not_found("order"));
+    }
     crate::flows::order::show(&state.ports, tenant, order_id)
         .await?
-        .filter(|(order, _)| kind == KeyKind::Secret || order.publishable)
         .ok_or_else(|| ApiError::not_found("order"))
 }
 
-/// Checks a create-order body; the row to insert (made by a key of `kind`).
-fn validated(tenant: &str, body: &CreateOrder, kind: KeyKind) -> Result<Order, ApiError> {
+/// Checks a create-order body; the row to insert, with a fresh client secret good for
+/// [`CLIENT_SECRET_TTL`] from `now_ms` (kept only if this request creates the order).
+fn validated(tenant: &str, body: &CreateOrder, now_ms: i64) -> Result<Order, ApiError> {
     let order_id = identifier(OrderId::parse(&body.order_id))?;
     let user_id = identifier(UserId::parse(&body.user_id))?;
     let amount = body.amount.parse()?;
@@ -67,41 +71,35 @@ fn validated(tenant: &str, body: &CreateOrder, kind: KeyKind) -> Result<Order, A
         entitlement_quantity: entitlement.map(|entitlement| i64::from(entitlement.quantity)),
         fingerprint: Fingerprint::of_json("order", &canonical).to_hex(),
         version: 0,
-        publishable: kind == KeyKind::Publishable,
+        client_secret: Some(ClientSecret::generate()),
+        client_secret_expires_at_ms: Some(
+            now_ms.saturating_add(mideng::clock::duration_ms(CLIENT_SECRET_TTL)),
+        ),
     })
 }
 
-/// Creates an order; the same order again answers 200 with the order as it is now.
+/// Creates an order, priced by the merchant's server (the secret key only); the same order
+/// again answers 200 with the order as it is now. The answer carries the order's client
+/// secret, which the server hands its checkout page.
 #[utoipa::path(
     post, path = "/v1/orders", tag = "orders", operation_id = "create_order",
     request_body = CreateOrder,
     responses(
-        (status = 201, description = "Created", body = OrderView),
+        (status = 201, description = "Created, with its client_secret", body = OrderView),
         (status = 200, description = "The same order again (Idempotent-Replayed: true)", body = OrderView),
-        (status = 422, description = "Same order id, different content (or, with a publishable key, an order id the secret key used); or invalid", body = super::ProblemBody),
+        (status = 422, description = "Same order id, different content; or invalid", body = super::ProblemBody),
     ),
-    security(("api_key" = []), ("publishable_key" = []))
+    security(("api_key" = []))
 )]
 pub(super) async fn create(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
-    axum::Extension(kind): axum::Extension<KeyKind>,
     ApiJson(body): ApiJson<CreateOrder>,
 ) -> Result<Response, ApiError> {
-    let order = validated(&tenant, &body, kind)?;
+    let order = validated(&tenant, &body, state.ports.clock.now_ms())?;
     match order::create(&state.ports, &order).await? {
         OrderCreated::Created => {
             Ok((StatusCode::CREATED, axum::Json(OrderView::of(&order, &[]))).into_response())
-        }
-        // A publishable key replays only what a publishable key made: the same body under an
-        // order id the merchant's server used would otherwise show that order and its payments.
-        OrderCreated::Replayed(current, _)
-            if kind == KeyKind::Publishable && !current.publishable =>
-        {
-            Err(ApiError::new(
-                Code::OrderIdReused,
-                "an order with this id and different content exists",
-            ))
         }
         OrderCreated::Replayed(current, payments) => Ok((
             StatusCode::OK,
@@ -120,22 +118,30 @@ pub(super) async fn create(
 /// The order and its payment attempts.
 #[utoipa::path(
     get, path = "/v1/orders/{order_id}", tag = "orders", operation_id = "show_order",
-    params(("order_id" = String, Path, description = "Order id")),
+    params(
+        ("order_id" = String, Path, description = "Order id"),
+        ("Mideng-Client-Secret" = Option<String>, Header, description = "With a publishable key: the order's client secret (required)"),
+    ),
     responses(
         (status = 200, body = OrderView),
-        (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),
+        (status = 401, description = "unauthorized; client-secret-invalid (a publishable key without this order's valid client secret)", body = super::ProblemBody),
+        (status = 404, description = "No such order, or (for a page) not the order its client secret opens", body = super::ProblemBody),
+        (status = 429, description = "rate-limited: the order's page read more often than a page may (Retry-After)", body = super::ProblemBody),
     ),
     security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn show(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
-    axum::Extension(kind): axum::Extension<KeyKind>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(order_id): Path<String>,
 ) -> Result<axum::Json<OrderView>, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
-    let (order, payments) = visible_order(&state, &tenant, kind, &order_id).await?;
-    Ok(axum::Json(OrderView::of(&order, &payments)))
+    let (order, payments) = visible_order(&state, &tenant, &principal, &order_id).await?;
+    Ok(axum::Json(match principal {
+        Principal::Server => OrderView::of(&order, &payments),
+        Principal::Page { .. } => OrderView::for_page(&order, &payments),
+    }))
 }
 
 /// Moves the order along its state machine. PAID is reached only through a payment, REFUNDING
@@ -186,8 +192,7 @@ pub(super) async fn transition(
 }
 
 /// The tenant's orders in the order they were created (oldest first), each with its payments,
-/// a page at a time. The secret key only: a publishable key reads only the orders it made, by
-/// id.
+/// a page at a time. The secret key only: a page reads only its own order, by id.
 #[utoipa::path(
     get, path = "/v1/orders", tag = "orders", operation_id = "list_orders",
     params(

@@ -17,11 +17,12 @@ use super::models::{CreatePayment, CreateRefund, PaymentView, RefundView};
 use super::page::{PageQuery, PageView};
 use super::{ApiError, ApiJson};
 use crate::domain::ids::{OrderId, PaymentNo};
-use crate::domain::keys::KeyKind;
+use crate::domain::keys::Principal;
 use crate::domain::payment::Payment;
 use crate::domain::refund::{Refund, checked_reason};
 use crate::flows::payment::{self, Closed, Created};
 use crate::flows::refund::{self, Requested};
+use crate::limits::{PAGE_ATTEMPT_WINDOW, PAGE_ATTEMPTS_PER_WINDOW};
 use crate::state::AppState;
 
 fn payment_answer(status: StatusCode, payment: &Payment, replayed: bool) -> Response {
@@ -79,6 +80,39 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
     not_final(response)
 }
 
+/// How long a page must wait before it may open a new attempt for an order with `payments`:
+/// `None` when it may now (the order has a pending attempt, which is answered rather than a
+/// new one made, or fewer than [`PAGE_ATTEMPTS_PER_WINDOW`] attempts in the window), else the
+/// milliseconds until the oldest attempt in the window leaves it.
+fn page_attempt_wait(payments: &[Payment], now_ms: i64) -> Option<i64> {
+    use crate::domain::payment::PaymentStatus;
+    if payments
+        .iter()
+        .any(|payment| payment.status == PaymentStatus::Pending)
+    {
+        return None;
+    }
+    let window_ms = mideng::clock::duration_ms(PAGE_ATTEMPT_WINDOW);
+    let since_ms = now_ms.saturating_sub(window_ms);
+    let mut recent: Vec<i64> = payments
+        .iter()
+        .map(|payment| payment.created_at_ms)
+        .filter(|created_at_ms| *created_at_ms > since_ms)
+        .collect();
+    if recent.len() < PAGE_ATTEMPTS_PER_WINDOW {
+        return None;
+    }
+    recent.sort_unstable();
+    // The attempt whose leaving the window brings the count under the cap.
+    let freeing = recent[recent.len() - PAGE_ATTEMPTS_PER_WINDOW];
+    Some(
+        freeing
+            .saturating_add(window_ms)
+            .saturating_sub(now_ms)
+            .max(1),
+    )
+}
+
 /// Creates a payment attempt for an order, or answers the order's pending one.
 #[utoipa::path(
     post, path = "/v1/orders/{order_id}/payments", tag = "payments", operation_id = "create_payment",
@@ -86,6 +120,7 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
         ("order_id" = String, Path, description = "Order id"),
         ("Idempotency-Token" = Option<String>, Header, description = "One-time token from POST /v1/tokens (required unless disabled)"),
         ("Idempotency-Key" = Option<String>, Header, description = "Client key: a retry replays the first answer"),
+        ("Mideng-Client-Secret" = Option<String>, Header, description = "With a publishable key: the order's client secret (required)"),
     ),
     request_body = CreatePayment,
     responses(
@@ -93,24 +128,47 @@ fn not_yet_at_channel(payment: &Payment) -> Response {
         (status = 202, description = "Pending payment whose trade the channel has not confirmed yet (no pay_url), not stored under the key: ask again after Retry-After with the same Idempotency-Key and token (without a key, a new token)", body = PaymentView),
         (status = 200, description = "The order's pending payment, or a replay (Idempotent-Replayed: true)", body = PaymentView),
         (status = 409, description = "order-already-paid, payment-closed, duplicate-submission, order-not-payable; in-progress (Retry-After, not stored under the key): the key is in use, or another request holds the order and it has no payment yet", body = super::ProblemBody),
-        (status = 404, description = "No such order, or (with a publishable key) one a publishable key did not make", body = super::ProblemBody),
+        (status = 401, description = "unauthorized; client-secret-invalid (a publishable key without this order's valid client secret)", body = super::ProblemBody),
+        (status = 404, description = "No such order, or (for a page) not the order its client secret opens", body = super::ProblemBody),
+        (status = 429, description = "rate-limited (the order's page sent more payment requests than a page may in a minute) or too-many-attempts (the order had as many new attempts from its page as it may in an hour); Retry-After", body = super::ProblemBody),
     ),
     security(("api_key" = []), ("publishable_key" = []))
 )]
 pub(super) async fn create(
     State(state): State<AppState>,
     axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
-    axum::Extension(kind): axum::Extension<KeyKind>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(order_id): Path<String>,
     ApiJson(body): ApiJson<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let order_id = OrderId::parse(&order_id).map_err(|_| ApiError::not_found("order"))?;
     let channel = ChannelKind::parse(&body.channel)
         .map_err(|_| ApiError::new(Code::InvalidRequest, "channel must be alipay or wechat"))?;
-    // A publishable key pays only for the orders a publishable key made (one more read, for
-    // publishable keys alone).
-    if kind == KeyKind::Publishable {
-        super::orders::visible_order(&state, &tenant, kind, &order_id).await?;
+    // A page pays only the order its client secret opens, and makes a bounded number of trades
+    // for it (one more read, for pages alone).
+    if let Principal::Page { .. } = principal {
+        let (_, payments) =
+            super::orders::visible_order(&state, &tenant, &principal, &order_id).await?;
+        let now_ms = state.ports.clock.now_ms();
+        if let Some(wait_ms) = page_attempt_wait(&payments, now_ms) {
+            crate::flows::decision(
+                "rate",
+                crate::flows::operation::PAYMENT_CREATE,
+                &tenant,
+                order_id.as_str(),
+                "page_attempts_limited",
+            );
+            metrics::counter!(crate::metrics::PAGE_REQUESTS_LIMITED, "kind" => "attempt")
+                .increment(1);
+            return Err(ApiError::new(
+                Code::TooManyAttempts,
+                format!(
+                    "this order had {PAGE_ATTEMPTS_PER_WINDOW} new payment attempts from its page \
+                     within the hour; the merchant's server can still make one"
+                ),
+            )
+            .retry_after(u64::try_from(wait_ms.saturating_add(999) / 1000).unwrap_or(u64::MAX)));
+        }
     }
     match payment::create(&state.ports, &tenant, &order_id, channel).await? {
         Created::New(payment) => Ok(payment_answer(StatusCode::CREATED, &payment, false)),

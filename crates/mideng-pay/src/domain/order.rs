@@ -17,6 +17,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::ids::Sku;
+use super::keys::ClientSecret;
 
 /// An order's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -117,7 +118,7 @@ impl Entitlement {
     }
 }
 
-/// An order .
+/// An order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Order {
     /// Tenant.
@@ -140,9 +141,12 @@ pub struct Order {
     pub fingerprint: String,
     /// Number of transitions applied.
     pub version: i64,
-    /// Whether a publishable key made it (a checkout page): only such orders are seen by a
-    /// publishable key ([`crate::domain::keys`]).
-    pub publishable: bool,
+    /// What a page shows, with the publishable key, to pay this order and read it
+    /// ([`crate::domain::keys`]); `None` for an order made before client secrets existed,
+    /// which no page can pay.
+    pub client_secret: Option<ClientSecret>,
+    /// When the client secret stops opening anything (ms since the epoch).
+    pub client_secret_expires_at_ms: Option<i64>,
 }
 
 #[cfg(test)]

@@ -103,6 +103,11 @@ pub async fn migrate_postgres(pool: &sqlx::PgPool) -> Result<(), StoreError> {
                 "order list",
                 include_str!("../../migrations/postgres/0016_order_list.sql"),
             ),
+            (
+                17,
+                "client secrets",
+                include_str!("../../migrations/postgres/0017_client_secrets.sql"),
+            ),
         ],
     )
     .run(pool)
@@ -197,6 +202,11 @@ pub async fn migrate_mysql(pool: &sqlx::MySqlPool) -> Result<(), StoreError> {
                 "order list",
                 include_str!("../../migrations/mysql/0016_order_list.sql"),
             ),
+            (
+                17,
+                "client secrets",
+                include_str!("../../migrations/mysql/0017_client_secrets.sql"),
+            ),
         ],
     );
     mideng::store::sql::mysql::migrate_serialized(pool, migrator).await
@@ -286,6 +296,11 @@ pub async fn migrate_sqlite(pool: &sqlx::SqlitePool) -> Result<(), StoreError> {
                 16,
                 "order list",
                 include_str!("../../migrations/sqlite/0016_order_list.sql"),
+            ),
+            (
+                17,
+                "client secrets",
+                include_str!("../../migrations/sqlite/0017_client_secrets.sql"),
             ),
         ],
     )

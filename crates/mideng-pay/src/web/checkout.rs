@@ -1,5 +1,11 @@
 //! The demo checkout: the page, its QR codes, and "scan and pay" through the simulator.
 //!
+//! The server prices, the page pays. The page asks for a product of the demo catalog
+//! (`POST /demo/checkout {sku, user_id}`); the service, acting as the demo merchant's server,
+//! makes the order at the catalog's price with the demo tenant's own authority and answers the
+//! order's id and client secret ([`crate::domain::keys`]). The page never sends a price, and
+//! from then on pays with the publishable key and that client secret alone.
+//!
 //! The page does what the seeds ask of a payment page (000 §1, 004 §2), in `checkout.js`:
 //!
 //! 1. when it opens it asks for a one-time token (`POST /v1/tokens`); a second tab gets a
@@ -103,9 +109,164 @@ pub fn qr_svg(text: &str) -> Result<String, String> {
         .build())
 }
 
+/// The demo merchant's catalog: what the page may ask for, at the price the server sets.
+/// `(sku, name, price in fen)`.
+pub const CATALOG: &[(&str, &str, i64)] = &[
+    ("membership-annual", "Annual membership", 1_999),
+    ("membership-month", "One month of membership", 299),
+];
+
+/// The demo checkout's orders per minute, in this instance.
+pub(super) struct DemoRate(governor::DefaultDirectRateLimiter);
+
+impl std::fmt::Debug for DemoRate {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("DemoRate")
+    }
+}
+
+impl Default for DemoRate {
+    fn default() -> Self {
+        let per_minute = std::num::NonZeroU32::new(crate::limits::DEMO_CHECKOUTS_PER_MINUTE)
+            .unwrap_or(std::num::NonZeroU32::MIN);
+        Self(governor::RateLimiter::direct(governor::Quota::per_minute(
+            per_minute,
+        )))
+    }
+}
+
+/// `POST /demo/checkout`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StartCheckout {
+    /// A product of [`CATALOG`].
+    sku: String,
+    /// The buyer (the page's own visitor id; a real merchant's server knows its user).
+    user_id: String,
+}
+
+/// `POST /demo/checkout {sku, user_id}`: the demo merchant's server makes an order for one
+/// product of its catalog, at the catalog's price, and answers what the page needs to pay it:
+/// `{order_id, user_id, sku, name, amount, currency, client_secret, client_secret_expires_at}`.
+/// Open to anyone who loads the page, so bounded per instance (429 `rate-limited`).
+pub(super) async fn start(
+    State(state): State<AppState>,
+    body: Result<axum::Json<StartCheckout>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    match start_checkout(&state, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn start_checkout(
+    state: &AppState,
+    body: Result<axum::Json<StartCheckout>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    use crate::domain::ids::{OrderId, UserId};
+    use crate::domain::keys::ClientSecret;
+    use crate::domain::order::{Order, OrderStatus};
+    use crate::flows::order::{self, OrderCreated};
+
+    let checkout = state
+        .pages
+        .settings
+        .checkout
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("resource"))?;
+    let axum::Json(body) = body?;
+    let Some((sku, name, amount_fen)) = CATALOG.iter().find(|(sku, _, _)| *sku == body.sku) else {
+        return Err(ApiError::new(
+            Code::InvalidRequest,
+            "sku is none of the demo catalog's: membership-annual, membership-month",
+        ));
+    };
+    let user_id = UserId::parse(&body.user_id)
+        .map_err(|error| ApiError::new(Code::InvalidRequest, error.to_string()))?;
+    if let Err(refused) = state.pages.demo_orders.0.check() {
+        use governor::clock::{Clock, DefaultClock};
+        let wait = refused.wait_time_from(DefaultClock::default().now());
+        metrics::counter!(crate::metrics::PAGE_REQUESTS_LIMITED, "kind" => "demo").increment(1);
+        return Err(ApiError::new(
+            Code::RateLimited,
+            "the demo checkout makes a bounded number of orders a minute; retry",
+        )
+        .retry_after(
+            wait.as_millis()
+                .div_ceil(1000)
+                .try_into()
+                .unwrap_or(u64::MAX),
+        ));
+    }
+    let now_ms = state.ports.clock.now_ms();
+    let mut random = [0_u8; 8];
+    getrandom::fill(&mut random).map_err(|_| ApiError::new(Code::Internal, "no randomness"))?;
+    let order_id = format!("demo-{}", hex::encode(random));
+    let order_id =
+        OrderId::parse(&order_id).map_err(|_| ApiError::new(Code::Internal, "order id"))?;
+    let made = Order {
+        tenant_id: checkout.tenant_id.clone(),
+        order_id: order_id.as_str().to_owned(),
+        user_id: user_id.as_str().to_owned(),
+        amount_fen: *amount_fen,
+        currency: "CNY".to_owned(),
+        status: OrderStatus::Created,
+        entitlement_sku: Some((*sku).to_owned()),
+        entitlement_quantity: Some(1),
+        fingerprint: mideng::Fingerprint::of_json(
+            "order",
+            &serde_json::json!({"sku": sku, "user_id": user_id.as_str()}),
+        )
+        .to_hex(),
+        version: 0,
+        client_secret: Some(ClientSecret::generate()),
+        client_secret_expires_at_ms: Some(
+            now_ms.saturating_add(mideng::clock::duration_ms(crate::limits::CLIENT_SECRET_TTL)),
+        ),
+    };
+    match order::create(&state.ports, &made).await? {
+        OrderCreated::Created => {}
+        // A fresh random id met an order: as unlikely as a guessed secret; ask again.
+        OrderCreated::Replayed(..) | OrderCreated::IdReused | OrderCreated::Vanished => {
+            return Err(ApiError::new(
+                Code::Shared(mideng::http::Problem::InProgress {
+                    retry_after: std::time::Duration::from_secs(1),
+                }),
+                "retry",
+            )
+            .retry_after(1));
+        }
+    }
+    tracing::info!(
+        target: "mideng::demo",
+        order_id = %made.order_id,
+        sku,
+        amount = amount_fen,
+        "the demo merchant's server priced an order"
+    );
+    let secret = made
+        .client_secret
+        .as_ref()
+        .map(|secret| secret.expose().to_owned());
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(serde_json::json!({
+            "order_id": made.order_id,
+            "user_id": made.user_id,
+            "sku": sku,
+            "name": name,
+            "amount": amount_fen,
+            "currency": made.currency,
+            "client_secret": secret,
+            "client_secret_expires_at": made.client_secret_expires_at_ms.map(crate::domain::rfc3339),
+        })),
+    )
+        .into_response())
+}
+
 /// `POST /demo/payments/{payment_no}/pay`: the buyer scans the code and pays, in the simulator.
-/// Only the demo tenant's PENDING payments; the simulator then notifies the service as a
-/// channel would.
+/// Only a PENDING payment of the order whose client secret the page sends (as on every API call
+/// it makes); the simulator then notifies the service as a channel would.
 pub(super) async fn pay(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
@@ -128,7 +289,8 @@ async fn pay_in_simulator(
         .checkout
         .as_ref()
         .ok_or_else(|| ApiError::not_found("resource"))?;
-    // The page's own publishable key, as on every API call it makes.
+    // The page's own publishable key and its order's client secret, as on every API call it
+    // makes.
     if !super::console::authorized(
         headers,
         &crate::api::api_key_hash(&checkout.publishable_key),
@@ -138,6 +300,9 @@ async fn pay_in_simulator(
             "send Authorization: Bearer <the demo tenant's publishable key>",
         ));
     }
+    let order_id = crate::api::checkout::page_order(state, &checkout.tenant_id, headers)
+        .await?
+        .order_id;
     let Path(payment_no) = path?;
     let (Some(simulator), Some(http)) = (&checkout.simulator_url, &state.pages.http) else {
         return Err(ApiError::not_found("simulator"));
@@ -154,16 +319,17 @@ async fn pay_in_simulator(
         ));
     }
     let payment_no = PaymentNo::parse(&payment_no).map_err(|_| ApiError::not_found("payment"))?;
-    let payment = match payment::payable(&state.ports, &checkout.tenant_id, &payment_no).await? {
-        Payable::Pending(payment) => payment,
-        Payable::NotFound => return Err(ApiError::not_found("payment")),
-        Payable::Settled(status) => {
-            return Err(ApiError::new(
-                Code::PaymentNotPending,
-                format!("the payment is {}", status.as_str()),
-            ));
-        }
-    };
+    let payment =
+        match payment::payable(&state.ports, &checkout.tenant_id, &order_id, &payment_no).await? {
+            Payable::Pending(payment) => payment,
+            Payable::NotFound => return Err(ApiError::not_found("payment")),
+            Payable::Settled(status) => {
+                return Err(ApiError::new(
+                    Code::PaymentNotPending,
+                    format!("the payment is {}", status.as_str()),
+                ));
+            }
+        };
     let url = format!(
         "{}/sim/trades/{}/pay",
         simulator.trim_end_matches('/'),

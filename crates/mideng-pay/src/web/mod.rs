@@ -1,6 +1,8 @@
 //! The pages people look at, served beside the API by the same listener:
 //!
-//! - [`checkout`] — the demo checkout at `/`: the seeds' first layer, in a browser. The page
+//! - [`checkout`] — the demo checkout at `/`: the seeds' first layer, in a browser. The
+//!   service, as the demo merchant's server, prices the order from its catalog
+//!   (`POST /demo/checkout`) and hands the page the order's client secret; the page
 //!   takes a one-time token when it opens, greys its button out at the click (and debounces
 //!   it), sends one `Idempotency-Key` per checkout attempt and reuses it when it retries after
 //!   a network failure, shows the channel's `pay_url` as a QR code, can ask the simulator to
@@ -50,9 +52,9 @@ pub struct PageSettings {
 pub struct CheckoutSettings {
     /// The tenant the page pays as (the demo tenant).
     pub tenant_id: String,
-    /// That tenant's publishable key, which the page shows every visitor: it opens only the
-    /// checkout's routes, on the orders a publishable key made ([`crate::domain::keys`]), so
-    /// reading it off the page gives no refund, webhook, wallet or list.
+    /// That tenant's publishable key, which the page shows every visitor: with an order's
+    /// client secret it pays that order and nothing else ([`crate::domain::keys`]), so reading
+    /// it off the page gives no price, refund, webhook, wallet or list.
     pub publishable_key: String,
     /// The channel simulator's base URL, for "scan and pay"; `None`: no such button.
     pub simulator_url: Option<String>,
@@ -85,6 +87,8 @@ pub struct Pages {
     /// For "scan and pay"; `None` when there is no simulator to ask (or no client could be
     /// made, in which case the button answers 404).
     http: Option<reqwest::Client>,
+    /// The demo checkout's orders per minute ([`crate::limits::DEMO_CHECKOUTS_PER_MINUTE`]).
+    demo_orders: checkout::DemoRate,
 }
 
 impl Pages {
@@ -113,6 +117,7 @@ impl Pages {
             settings,
             overview: console::OverviewCache::default(),
             http,
+            demo_orders: checkout::DemoRate::default(),
         }
     }
 
@@ -129,6 +134,7 @@ pub(crate) fn routes(pages: &Arc<Pages>) -> Router<AppState> {
         router = router
             .route("/", get(checkout::page))
             .route("/demo/qr", get(checkout::qr))
+            .route("/demo/checkout", post(checkout::start))
             .route("/demo/payments/{payment_no}/pay", post(checkout::pay));
     }
     if pages.settings.console.is_some() {

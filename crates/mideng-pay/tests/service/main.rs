@@ -85,7 +85,9 @@ backend_suite!(
     crate::inputs::bad_input_is_a_problem_and_writes_nothing => bad_input_is_a_problem_and_writes_nothing,
     crate::inputs::tenants_never_see_each_other => tenants_never_see_each_other,
     crate::pages::pages_are_served_only_as_configured_and_guarded => pages_are_served_only_as_configured_and_guarded,
-    crate::keys::a_publishable_key_opens_the_checkout_and_nothing_else => a_publishable_key_opens_the_checkout_and_nothing_else,
+    crate::keys::a_page_pays_what_the_server_priced_and_nothing_else => a_page_pays_what_the_server_priced_and_nothing_else,
+    crate::keys::a_pages_keys_never_meet_the_servers => a_pages_keys_never_meet_the_servers,
+    crate::keys::a_visitors_flood_leaves_the_server_paying => a_visitors_flood_leaves_the_server_paying,
     crate::bounds::refund_states_are_reached_only_through_a_refund => refund_states_are_reached_only_through_a_refund,
     crate::bounds::refund_reasons_and_keys_are_checked => refund_reasons_and_keys_are_checked,
 );

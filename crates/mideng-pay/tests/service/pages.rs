@@ -117,8 +117,50 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         assert_eq!(status, 401, "{key:?}");
     }
 
-    // "Scan and pay": with the page's key, for the page's tenant's pending payments of orders
-    // a publishable key made only.
+    // The demo merchant's server prices: the page names a product of the catalog and gets its
+    // order's client secret; a price, an unknown product or a stray field is refused.
+    for refused in [
+        json!({"sku": "membership-annual", "user_id": "buyer", "amount": 1}),
+        json!({"sku": "vip-year", "user_id": "buyer"}),
+        json!({"user_id": "buyer"}),
+    ] {
+        let answer = service
+            .client
+            .post(format!("{}/demo/checkout", service.base))
+            .json(&refused)
+            .send()
+            .await
+            .expect("answer");
+        assert!(
+            answer.status().is_client_error(),
+            "{refused}: {}",
+            answer.status()
+        );
+    }
+    let started_checkout: Value = {
+        let answer = service
+            .client
+            .post(format!("{}/demo/checkout", service.base))
+            .json(&json!({"sku": "membership-annual", "user_id": "buyer"}))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status().as_u16(), 201);
+        answer.json().await.expect("json")
+    };
+    assert_eq!(started_checkout["amount"], 1999, "the catalog's price");
+    let order_id = started_checkout["order_id"]
+        .as_str()
+        .expect("order id")
+        .to_owned();
+    let client_secret = started_checkout["client_secret"]
+        .as_str()
+        .expect("client secret")
+        .to_owned();
+    assert_eq!(service.order(&order_id).await["amount"], 1999);
+
+    // "Scan and pay": with the page's key and its order's client secret, for that order's
+    // pending payment only.
     let merchants = unique("order");
     service.create_order(&merchants, "buyer", 1999).await;
     let merchants_payment = service.create_payment(&merchants, "alipay").await;
@@ -126,23 +168,39 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         .as_str()
         .expect("no")
         .to_owned();
-    let (status, _, body) = raw(
-        &service,
-        reqwest::Method::POST,
-        &format!("/demo/payments/{merchants_no}/pay"),
-        Some(&service.publishable_key),
+    let pay_as_page = |path: String, secret: Option<String>| {
+        let service = &service;
+        async move {
+            let mut request = service
+                .client
+                .post(format!("{}{path}", service.base))
+                .bearer_auth(&service.publishable_key);
+            if let Some(secret) = secret {
+                request = request.header("Mideng-Client-Secret", secret);
+            }
+            let response = request.send().await.expect("answer");
+            (
+                response.status().as_u16(),
+                response.text().await.expect("body"),
+            )
+        }
+    };
+    let (status, body) = pay_as_page(
+        format!("/demo/payments/{merchants_no}/pay"),
+        Some(client_secret.clone()),
     )
     .await;
-    assert_eq!(status, 404, "an order the secret key made: {body}");
-    let order_id = unique("order");
+    assert_eq!(status, 404, "another order's payment: {body}");
     let as_page =
         |method, path: String, body: serde_json::Value, headers: Vec<(&'static str, String)>| {
             let service = &service;
+            let secret = client_secret.clone();
             async move {
-                let headers: Vec<(&str, &str)> = headers
+                let mut headers: Vec<(&str, &str)> = headers
                     .iter()
                     .map(|(name, value)| (*name, value.as_str()))
                     .collect();
+                headers.push(("Mideng-Client-Secret", secret.as_str()));
                 let body = serde_json::to_vec(&body).expect("json");
                 service
                     .send_as(
@@ -155,15 +213,15 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
                     .await
             }
         };
-    let made = as_page(
+    let token = as_page(
         reqwest::Method::POST,
-        "/v1/orders".to_owned(),
-        serde_json::json!({"order_id": order_id, "user_id": "buyer", "amount": 1999, "currency": "CNY"}),
+        "/v1/tokens".to_owned(),
+        json!({}),
         Vec::new(),
     )
     .await;
-    assert_eq!(made.status, 201, "{}", made.json());
-    let token = service.token().await;
+    assert_eq!(token.status, 201, "{}", token.json());
+    let token = token.json()["token"].as_str().expect("token").to_owned();
     let created = as_page(
         reqwest::Method::POST,
         format!("/v1/orders/{order_id}/payments"),
@@ -179,6 +237,8 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
     let pay_path = format!("/demo/payments/{payment_no}/pay");
     let (status, _, _) = raw(&service, reqwest::Method::POST, &pay_path, None).await;
     assert_eq!(status, 401);
+    let (status, body) = pay_as_page(pay_path.clone(), None).await;
+    assert_eq!(status, 401, "no client secret: {body}");
     let (status, _, _) = raw(
         &service,
         reqwest::Method::POST,
@@ -193,24 +253,16 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
     other.create_order(&other_order, "buyer", 500).await;
     let theirs = other.create_payment(&other_order, "alipay").await;
     let their_no = theirs.json()["payment_no"].as_str().expect("no").to_owned();
-    let (status, _, body) = raw(
-        &service,
-        reqwest::Method::POST,
-        &format!("/demo/payments/{their_no}/pay"),
-        Some(&service.publishable_key),
+    let (status, body) = pay_as_page(
+        format!("/demo/payments/{their_no}/pay"),
+        Some(client_secret.clone()),
     )
     .await;
     assert_eq!(status, 404, "another tenant's payment: {body}");
     assert_eq!(other.sim_trade(&their_no).await["status"], "PENDING");
 
     let before = overview(&service).await;
-    let (status, _, body) = raw(
-        &service,
-        reqwest::Method::POST,
-        &pay_path,
-        Some(&service.publishable_key),
-    )
-    .await;
+    let (status, body) = pay_as_page(pay_path.clone(), Some(client_secret.clone())).await;
     assert_eq!(status, 202, "{body}");
     let started = Instant::now();
     while service.order(&order_id).await["status"] != "PAID" {
@@ -220,13 +272,7 @@ pub(crate) async fn pages_are_served_only_as_configured_and_guarded(backend: Bac
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let (status, _, body) = raw(
-        &service,
-        reqwest::Method::POST,
-        &pay_path,
-        Some(&service.publishable_key),
-    )
-    .await;
+    let (status, body) = pay_as_page(pay_path.clone(), Some(client_secret.clone())).await;
     assert_eq!(status, 409, "paid already: {body}");
 
     // The counts by state see it (after the cached answer's few seconds).

@@ -189,6 +189,34 @@ async fn sqlite_one_payment_is_one_trace_from_the_caller_to_the_channel_and_the_
     let own_trace = own.header("traceresponse").expect("traceresponse");
     assert!(!own_trace.contains(trace_id), "{own_trace}");
 
+    // A caller whose traceparent says "not sampled" is recorded all the same: the operator
+    // decides what is recorded, not the caller.
+    let unsampled_trace = "0af7651916cd43dd8448eb211c80319c";
+    let unsampled = service
+        .send(
+            reqwest::Method::GET,
+            &format!("/v1/orders/{order_id}"),
+            None,
+            &[(
+                "traceparent",
+                &format!("00-{unsampled_trace}-b7ad6b7169203331-00"),
+            )],
+        )
+        .await;
+    assert_eq!(unsampled.status, 200);
+    let recorded = trace_until(&spans, &pipeline, unsampled_trace, |trace| {
+        trace.iter().any(|span| span.kind == SERVER)
+    })
+    .await;
+    assert_eq!(
+        recorded
+            .iter()
+            .find(|span| span.kind == SERVER)
+            .map(|span| span.parent_id.as_str()),
+        Some("b7ad6b7169203331"),
+        "{recorded:#?}"
+    );
+
     // Paid: the merchant's webhook carries the traceparent of the delivery's span, which the
     // collector receives.
     let number = created.json()["payment_no"]

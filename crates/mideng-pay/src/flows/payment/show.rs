@@ -59,31 +59,26 @@ pub async fn show(
 /// What the checkout page may do with a payment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payable {
-    /// Pending, of an order a publishable key made: the page may pay it.
+    /// Pending, of the page's order: the page may pay it.
     Pending(Payment),
-    /// No such payment in the tenant, or one whose order a secret key made (the page's
-    /// publishable key pays only what a publishable key ordered, as on the API).
+    /// No such payment in the tenant, or one of another order (a page pays only the order
+    /// its client secret opens, as on the API).
     NotFound,
     /// Not pending any more.
     Settled(PaymentStatus),
 }
 
-/// Whether the tenant's publishable checkout may pay `payment_no`.
+/// Whether the page of the tenant's order `order_id` may pay `payment_no`.
 pub async fn payable(
     ports: &Ports,
     tenant: &str,
+    order_id: &str,
     payment_no: &PaymentNo,
 ) -> Result<Payable, StoreError> {
     let Some(payment) = super::close::own_payment(ports, tenant, payment_no).await? else {
         return Ok(Payable::NotFound);
     };
-    let publishable_order = ports
-        .store
-        .orders
-        .order(tenant, &payment.order_id)
-        .await?
-        .is_some_and(|(order, _)| order.publishable);
-    Ok(match (publishable_order, payment.status) {
+    Ok(match (payment.order_id == order_id, payment.status) {
         (false, _) => Payable::NotFound,
         (true, PaymentStatus::Pending) => Payable::Pending(payment),
         (true, status) => Payable::Settled(status),

@@ -10,6 +10,7 @@ use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error}
 use mideng::{StoreError, dialect_sql};
 
 use super::{corrupt, page_after, read};
+use crate::domain::keys::ClientSecret;
 use crate::domain::order::{Order, OrderStatus};
 
 /// What inserting an order found.
@@ -24,12 +25,12 @@ pub enum OrderInsert {
 /// The columns of the order selects, written once for both.
 macro_rules! order_columns {
     () => {
-        "user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, version, publishable"
+        "user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, version, client_secret, client_secret_expires_at"
     };
 }
 
 /// Columns of the order selects: user_id, amount, currency, status, entitlement_sku,
-/// entitlement_quantity, fingerprint, version, publishable.
+/// entitlement_quantity, fingerprint, version, client_secret, client_secret_expires_at.
 fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<Order, StoreError> {
     Ok(Order {
         tenant_id: tenant_id.to_owned(),
@@ -43,7 +44,8 @@ fn decode_order<R: SqlRow>(row: &R, tenant_id: &str, order_id: &str) -> Result<O
         entitlement_quantity: row.opt_int(5).map_err(read)?,
         fingerprint: row.text(6).map_err(read)?,
         version: row.int(7).map_err(read)?,
-        publishable: row.int(8).map_err(read)? != 0,
+        client_secret: row.opt_text(8).map_err(read)?.map(ClientSecret::stored),
+        client_secret_expires_at_ms: row.opt_int(9).map_err(read)?,
     })
 }
 
@@ -73,7 +75,7 @@ pub async fn tenant_page<D: Dialect>(
         &[Arg::Text(tenant_id)],
         after,
         limit,
-        |row| decode_order(row, tenant_id, &row.text(9).map_err(read)?),
+        |row| decode_order(row, tenant_id, &row.text(10).map_err(read)?),
     )
     .await
 }
@@ -81,8 +83,8 @@ pub async fn tenant_page<D: Dialect>(
 /// Inserts an order in CREATED; a duplicate order id inserts nothing, so that the caller reads
 /// the existing order instead of handling an error.
 const ORDER_INSERT: PerDialect<&str> = dialect_sql!(
-    insert_ignore " pay_orders (tenant_id, order_id, user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, publishable, created_at, updated_at) VALUES ("
-    ? ", " ? ", " ? ", " ? ", " ? ", 'CREATED', " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
+    insert_ignore " pay_orders (tenant_id, order_id, user_id, amount, currency, status, entitlement_sku, entitlement_quantity, fingerprint, client_secret, client_secret_expires_at, created_at, updated_at) VALUES ("
+    ? ", " ? ", " ? ", " ? ", " ? ", 'CREATED', " ? ", " ? ", " ? ", " ? ", " ? ", " ? ", " ? ")" on_conflict_ignore
 );
 
 /// Inserts `order` in CREATED unless an order with its id exists in its tenant.
@@ -103,7 +105,8 @@ pub async fn insert_order<D: Dialect>(
                 Arg::OptText(order.entitlement_sku.as_deref()),
                 Arg::OptInt(order.entitlement_quantity),
                 Arg::Text(&order.fingerprint),
-                Arg::Int(i64::from(order.publishable)),
+                Arg::OptText(order.client_secret.as_ref().map(ClientSecret::expose)),
+                Arg::OptInt(order.client_secret_expires_at_ms),
                 Arg::Int(now_ms),
                 Arg::Int(now_ms),
             ],
@@ -149,6 +152,31 @@ pub async fn find_order<D: Dialect>(
     {
         None => Ok(None),
         Some(row) => decode_order(&row, tenant_id, order_id).map(Some),
+    }
+}
+
+/// The order a client secret opens, with its id after the order columns.
+const ORDER_BY_CLIENT_SECRET: PerDialect<&str> = dialect_sql!(
+    "SELECT " order_columns!() ", order_id FROM pay_orders WHERE tenant_id = " ? " AND client_secret = " ?
+);
+
+/// The tenant's order whose client secret is `secret` (unique across all orders), expired or
+/// not: the caller judges the expiry.
+pub async fn find_order_by_client_secret<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    secret: &ClientSecret,
+) -> Result<Option<Order>, StoreError> {
+    match connection
+        .row(
+            ORDER_BY_CLIENT_SECRET.get::<D>(),
+            &[Arg::Text(tenant_id), Arg::Text(secret.expose())],
+        )
+        .await
+        .map_err(store_error::<D>)?
+    {
+        None => Ok(None),
+        Some(row) => decode_order(&row, tenant_id, &row.text(10).map_err(read)?).map(Some),
     }
 }
 
@@ -239,9 +267,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_order_insert_takes_the_eleven_values_insert_order_binds() {
-        assert_eq!(ORDER_INSERT.mysql.matches('?').count(), 11);
-        assert_eq!(ORDER_INSERT.postgres.matches('$').count(), 11);
-        assert_eq!(ORDER_INSERT.sqlite.matches('$').count(), 11);
+    fn the_order_insert_takes_the_twelve_values_insert_order_binds() {
+        assert_eq!(ORDER_INSERT.mysql.matches('?').count(), 12);
+        assert_eq!(ORDER_INSERT.postgres.matches('$').count(), 12);
+        assert_eq!(ORDER_INSERT.sqlite.matches('$').count(), 12);
     }
 }

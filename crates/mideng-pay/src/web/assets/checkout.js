@@ -1,5 +1,10 @@
 // The demo checkout: the seeds' first layer, in the page.
 //
+// - the server prices, the page pays: the page names a product of the demo merchant's catalog
+//   (POST /demo/checkout), the service as the merchant's server makes the order at its price
+//   and answers the order's client secret, which every later call sends beside the
+//   publishable key (kept in localStorage per order, so another tab of the same order pays
+//   the same order);
 // - a one-time token is taken when the page opens (one per tab);
 // - the pay button is disabled the moment it is clicked, and clicks closer together than
 //   DEBOUNCE_MS are dropped before any request;
@@ -16,7 +21,6 @@
   const NETWORK_RETRIES = 4;
   const POLL_MS = 1000;
   const POLL_MAX = 600;
-  const AMOUNT = 1999;
   const SKU = 'membership-annual';
 
   const meta = (name) => document.querySelector(`meta[name="${name}"]`).content;
@@ -29,6 +33,8 @@
   const statusLine = $('status');
   let orderId = null;
   let userId = null;
+  // The order's client secret: with the publishable key, it opens this order and nothing else.
+  let clientSecret = null;
   let token = null;
   let busy = false;
   let lastClick = -Infinity;
@@ -62,6 +68,7 @@
   // One API call. Throws only when no answer arrived (the network failed).
   async function api(method, path, body, extra) {
     const headers = { Authorization: `Bearer ${apiKey}`, ...(extra || {}) };
+    if (clientSecret) headers['Mideng-Client-Secret'] = clientSecret;
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     const response = await fetch(path, {
       method,
@@ -123,6 +130,11 @@
       localStorage.setItem('mideng-demo-user', userId);
     }
     if (orderId) {
+      clientSecret = localStorage.getItem(`mideng-client-secret-${orderId}`);
+      if (!clientSecret) {
+        say(`Order ${orderId} was not opened in this browser; start a new checkout.`);
+        return false;
+      }
       const answer = await api('GET', `/v1/orders/${encodeURIComponent(orderId)}`);
       if (answer.status !== 200) {
         say(`Order ${orderId} was not found.`);
@@ -135,20 +147,17 @@
       }
       return true;
     }
-    orderId = `demo-${randomHex(8)}`;
-    const answer = await api('POST', '/v1/orders', {
-      order_id: orderId,
-      user_id: userId,
-      amount: AMOUNT,
-      currency: 'CNY',
-      entitlement: { sku: SKU, quantity: 1 },
-    });
-    if (answer.status !== 201 && answer.status !== 200) {
-      say(`Could not create the order (${answer.status}).`);
+    // The merchant's server prices the product; the page only names it.
+    const answer = await api('POST', '/demo/checkout', { sku: SKU, user_id: userId });
+    if (answer.status !== 201 || !answer.data || !answer.data.client_secret) {
+      say(`Could not start the checkout (${answer.status}).`);
       return false;
     }
+    orderId = answer.data.order_id;
+    clientSecret = answer.data.client_secret;
+    localStorage.setItem(`mideng-client-secret-${orderId}`, clientSecret);
     history.replaceState(null, '', `/?order=${encodeURIComponent(orderId)}`);
-    note(`order ${orderId} created`);
+    note(`order ${orderId} priced by the merchant's server: ${answer.data.amount} fen`);
     showOrder();
     return true;
   }
