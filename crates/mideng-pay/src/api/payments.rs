@@ -414,3 +414,54 @@ pub(super) async fn list_refunds(
         .await?;
     Ok(axum::Json(page.map(|refund| RefundView::of(&refund))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::money::{Amount, Currency};
+    use crate::domain::payment::PaymentStatus;
+
+    fn attempt(status: PaymentStatus, created_at_ms: i64) -> Payment {
+        Payment {
+            payment_no: format!("P{created_at_ms}"),
+            tenant_id: "t1".to_owned(),
+            order_id: "o-1".to_owned(),
+            channel: ChannelKind::Alipay,
+            amount: Amount::new(100).expect("an amount"),
+            currency: Currency::Cny,
+            status,
+            pay_url: None,
+            expires_at_ms: created_at_ms + 900_000,
+            channel_trade_no: None,
+            paid_at_ms: None,
+            created_at_ms,
+        }
+    }
+
+    #[test]
+    fn a_page_waits_for_the_oldest_attempt_of_a_full_window_to_leave_it() {
+        let hour_ms = mideng::clock::duration_ms(PAGE_ATTEMPT_WINDOW);
+        let now_ms = 10 * hour_ms;
+        let failed =
+            |minutes_ago: i64| attempt(PaymentStatus::Failed, now_ms - minutes_ago * 60_000);
+        let four: Vec<Payment> = (1..=4).map(failed).collect();
+        assert_eq!(page_attempt_wait(&four, now_ms), None, "under the cap");
+        let five: Vec<Payment> = (1..=5).map(failed).collect();
+        // The oldest of the five was made 5 minutes ago: it leaves the window in 55 minutes.
+        assert_eq!(page_attempt_wait(&five, now_ms), Some(hour_ms - 5 * 60_000));
+        let mut old_ones: Vec<Payment> = (61..=70).map(failed).collect();
+        old_ones.extend((1..=4).map(failed));
+        assert_eq!(
+            page_attempt_wait(&old_ones, now_ms),
+            None,
+            "older ones left the window"
+        );
+        let mut pending = five.clone();
+        pending.push(attempt(PaymentStatus::Pending, now_ms));
+        assert_eq!(
+            page_attempt_wait(&pending, now_ms),
+            None,
+            "a pending attempt is answered, never a new one made"
+        );
+    }
+}

@@ -308,6 +308,13 @@ impl ServeConfig {
             return invalid("events.relay_park_after_refusals must be 1 to 1000");
         }
         for tenant in &self.tenants {
+            // A checkout page's scope is named `page.<digest>` ([`crate::domain::keys`]); no
+            // tenant may be named like one.
+            if tenant.id.starts_with("page.") {
+                return invalid(
+                    "tenants.id must not begin with `page.` (the checkout pages' scopes)",
+                );
+            }
             if tenant.webhooks.len() > crate::domain::webhook::ENDPOINTS_PER_TENANT_MAX {
                 return invalid("tenants.webhooks: at most 20 per tenant");
             }
