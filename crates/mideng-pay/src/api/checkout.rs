@@ -160,7 +160,7 @@ pub(crate) async fn page_order(
         secret_refused()
     };
     let secret = client_secret(headers).ok_or_else(|| refused("-", "client_secret_invalid"))?;
-    let (order, _) = state
+    let order = state
         .ports
         .store
         .orders

@@ -159,6 +159,16 @@ pub(super) async fn start(
     }
 }
 
+/// The demo checkout's settings; 404 when it is not served.
+fn demo(state: &AppState) -> Result<&super::CheckoutSettings, ApiError> {
+    state
+        .pages
+        .settings
+        .checkout
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("resource"))
+}
+
 async fn start_checkout(
     state: &AppState,
     body: Result<axum::Json<StartCheckout>, axum::extract::rejection::JsonRejection>,
@@ -168,12 +178,7 @@ async fn start_checkout(
     use crate::domain::order::{Order, OrderStatus};
     use crate::flows::order::{self, OrderCreated};
 
-    let checkout = state
-        .pages
-        .settings
-        .checkout
-        .as_ref()
-        .ok_or_else(|| ApiError::not_found("resource"))?;
+    let checkout = demo(state)?;
     let axum::Json(body) = body?;
     let Some((sku, name, amount_fen)) = CATALOG.iter().find(|(sku, _, _)| *sku == body.sku) else {
         return Err(ApiError::new(
@@ -283,12 +288,7 @@ async fn pay_in_simulator(
     headers: &axum::http::HeaderMap,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let checkout = state
-        .pages
-        .settings
-        .checkout
-        .as_ref()
-        .ok_or_else(|| ApiError::not_found("resource"))?;
+    let checkout = demo(state)?;
     // The page's own publishable key and its order's client secret, as on every API call it
     // makes.
     if !super::console::authorized(

@@ -54,6 +54,24 @@ async fn page_token(service: &Service, secret: &str) -> String {
     answer.json()["token"].as_str().expect("token").to_owned()
 }
 
+/// The page of the order whose client secret is `secret` asks, with a fresh token of its own,
+/// for a payment of `order_id` on Alipay, under `key`.
+async fn page_pays(service: &Service, secret: &str, order_id: &str, key: &str) -> Answer {
+    let token = page_token(service, secret).await;
+    as_page(
+        service,
+        Some(secret),
+        Method::POST,
+        &format!("/v1/orders/{order_id}/payments"),
+        Some(json!({"channel": "alipay"})),
+        &[
+            ("Idempotency-Key", key),
+            ("Idempotency-Token", token.as_str()),
+        ],
+    )
+    .await
+}
+
 /// A publishable key is 403 on every route that only a secret key opens (making an order
 /// included: it cannot price), and on the checkout's routes it does nothing without a valid
 /// client secret, nor with another tenant's or another order's; with its order's client secret
@@ -321,19 +339,7 @@ pub(crate) async fn a_pages_keys_never_meet_the_servers(backend: Backend) {
 
     // The visitor goes first, under the key the merchant will use, on the merchant's order.
     let key = format!("pay-{merchants}");
-    let token = page_token(&service, &visitors_secret).await;
-    let squatted = as_page(
-        &service,
-        Some(&visitors_secret),
-        Method::POST,
-        &format!("/v1/orders/{merchants}/payments"),
-        Some(json!({"channel": "alipay"})),
-        &[
-            ("Idempotency-Key", key.as_str()),
-            ("Idempotency-Token", token.as_str()),
-        ],
-    )
-    .await;
+    let squatted = page_pays(&service, &visitors_secret, &merchants, &key).await;
     assert_eq!(squatted.status, 404, "{}", squatted.json());
     let server_token = service.token().await;
     let merchants_payment = service
@@ -358,19 +364,7 @@ pub(crate) async fn a_pages_keys_never_meet_the_servers(backend: Backend) {
     // payment of its own order, not the merchant's answer.
     let second = unique("second");
     let second_secret = priced(&service, &second, "buyer-w", 300).await;
-    let token = page_token(&service, &second_secret).await;
-    let own = as_page(
-        &service,
-        Some(&second_secret),
-        Method::POST,
-        &format!("/v1/orders/{second}/payments"),
-        Some(json!({"channel": "alipay"})),
-        &[
-            ("Idempotency-Key", key.as_str()),
-            ("Idempotency-Token", token.as_str()),
-        ],
-    )
-    .await;
+    let own = page_pays(&service, &second_secret, &second, &key).await;
     assert_eq!(own.status, 201, "{}", own.json());
     assert_eq!(own.json()["order_id"], second.as_str());
     assert_eq!(own.json()["amount"], 300);

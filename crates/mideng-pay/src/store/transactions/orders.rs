@@ -42,12 +42,12 @@ pub trait Orders: Send + Sync {
         tenant_id: &str,
         order_id: &str,
     ) -> Result<Option<(Order, Vec<Payment>)>, StoreError>;
-    /// The tenant's order that `secret` opens (expired or not), with its payments.
+    /// The tenant's order that `secret` opens (expired or not).
     async fn order_by_client_secret(
         &self,
         tenant_id: &str,
         secret: &ClientSecret,
-    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError>;
+    ) -> Result<Option<Order>, StoreError>;
     /// The tenant's orders in the order they were created, each with its payments, after the
     /// order `after`, at most `limit`; `None` when `after` is none of the tenant's. One read of
     /// the page, then one indexed read of each order's payments, on one connection.
@@ -80,17 +80,10 @@ impl<D: Dialect> Orders for SqlPay<D> {
         &self,
         tenant_id: &str,
         secret: &ClientSecret,
-    ) -> Result<Option<(Order, Vec<Payment>)>, StoreError> {
+    ) -> Result<Option<Order>, StoreError> {
         let _timer = self.timer("orders.order_by_client_secret");
         let mut connection = self.connection().await?;
-        let Some(order) =
-            orders::find_order_by_client_secret::<D>(&mut connection, tenant_id, secret).await?
-        else {
-            return Ok(None);
-        };
-        let payments =
-            payments::payments_for_order::<D>(&mut connection, tenant_id, &order.order_id).await?;
-        Ok(Some((order, payments)))
+        orders::find_order_by_client_secret::<D>(&mut connection, tenant_id, secret).await
     }
 
     async fn orders_page(
