@@ -4,7 +4,9 @@
 //! Before routing to a handler: a path that is not valid percent-encoded UTF-8 is refused (400
 //! `invalid-path`: `%FF` would otherwise reach axum's plain-text rejection, and a path the
 //! service cannot decode is not one it can route honestly), and a `Content-Length` over the
-//! body limit is refused at once (413 `payload-too-large`), before the body arrives. After:
+//! body limit is refused at once (413 `payload-too-large`), before the body arrives. A refusal
+//! that may come before a body is read (401, 403, 404, 405, 429, 503, 408, 413) closes the
+//! connection and says so (`Connection: close`) when the request carried one. After:
 //! a client error that is not JSON (axum's 405, a plain-text extractor rejection, a 413 for a
 //! chunked body over the limit) becomes the problem document for its status, keeping `Allow`.
 //! JSON answers are left alone: they are the API's own, or a channel's protocol answer.
@@ -31,11 +33,35 @@ pub(super) async fn contract(request: Request, next: Next) -> Response {
     if announces_more_than(request.headers(), BODY_BYTES_MAX) {
         return closing(too_large().into_response());
     }
+    let sent_a_body = announces_a_body(request.headers());
     let response = as_problem(next.run(request).await);
     match response.status() {
         StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT => closing(response),
+        // Refusals decided before the body is read (the key, its kind, the client secret, the
+        // route, the rates, the clock): the body may still be on the wire, so the connection
+        // is closed and says so, rather than dropped under the client's next request.
+        StatusCode::UNAUTHORIZED
+        | StatusCode::FORBIDDEN
+        | StatusCode::NOT_FOUND
+        | StatusCode::METHOD_NOT_ALLOWED
+        | StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::SERVICE_UNAVAILABLE
+            if sent_a_body =>
+        {
+            closing(response)
+        }
         _ => response,
     }
+}
+
+/// Whether a request carries a body: a `Content-Length` above zero, or a transfer coding.
+fn announces_a_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.parse::<u64>().ok())
+            .is_some_and(|length| length > 0)
 }
 
 /// `response` with `Connection: close`: the request's body was not read to its end, so the

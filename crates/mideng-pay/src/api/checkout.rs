@@ -6,15 +6,16 @@
 //! itself: it must come with one `Mideng-Client-Secret` header naming the client secret of an
 //! order of its tenant that has not expired. Anything else (no header, two, a value that is no
 //! secret, an unknown or expired one) is 401 `client-secret-invalid`, one answer for all, before
-//! anything runs. The request then acts for that page ([`Principal::Page`]): the handlers let it
-//! see and pay that order only, the idempotency layer and the token store keep its records and
+//! anything runs; a route about another order is 404 at once. The request then acts for that
+//! page ([`Principal::Page`]): the handlers let it see and pay that order only, the idempotency layer and the token store keep its records and
 //! tokens apart ([`crate::domain::keys::scope_tenant`]), and its requests are counted per order
 //! in this instance ([`PageRates`]): past a kind's rate, 429 `rate-limited` with `Retry-After`.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::RequestExt as _;
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -198,6 +199,18 @@ pub(super) async fn principal(
         Ok(order) => order,
         Err(refused) => return refused.into_response(),
     };
+    // A route about another order is not found, before anything runs: no token spent, no
+    // record begun, nothing counted against the page.
+    let other_order = match request.extract_parts::<RawPathParams>().await {
+        Ok(params) => params
+            .iter()
+            .any(|(name, value)| name == "order_id" && value != order.order_id),
+        Err(rejection) => return rejection.into_response(),
+    };
+    if other_order {
+        crate::flows::decision("keys", "api", &tenant, &order.order_id, "other_order");
+        return ApiError::not_found("order").into_response();
+    }
     let route = request
         .extensions()
         .get::<MatchedPath>()

@@ -260,9 +260,8 @@ pub(crate) async fn a_page_pays_what_the_server_priced_and_nothing_else(backend:
         );
     }
 
-    // Its own order: it reads it (without the client secret), pays it (with a fresh token: the
-    // one above was spent by the refused attempt), and reads its grant.
-    let token = page_token(&service, &secret).await;
+    // Its own order: it reads it (without the client secret), pays it (with the token above:
+    // the refusals spent nothing), and reads its grant.
     let read = as_page(
         &service,
         Some(&secret),

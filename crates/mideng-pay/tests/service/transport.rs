@@ -247,6 +247,24 @@ pub(crate) async fn every_refusal_at_the_edge_is_a_problem_document() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert_eq!(code_in(&answer), "payload-too-large");
 
+    // A refusal before the body is read (here: no key) closes the connection and says so,
+    // so that a client reusing it does not have its next request cut off.
+    let body = "x".repeat(30_000);
+    let unread = format!(
+        "POST /v1/wallets/u-1/credit HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = connect_and_send(running.api, unread.as_bytes()).await;
+    let answer = read_until_closed(&mut socket).await.expect("closed");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{answer}"
+    );
+
     // What hyper answers itself, before the service runs: a head over the bound and a request
     // line that is not HTTP get a bare status line, and the connection is closed.
     let huge = format!(
