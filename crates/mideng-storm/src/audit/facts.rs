@@ -54,10 +54,23 @@ pub struct OrderFact {
     pub status: String,
     /// Whether paying it grants something.
     pub has_entitlement: bool,
+    /// Its buyer, price and grant, as stored.
+    pub pricing: Pricing,
+}
+
+/// What an order costs and grants, and to whom: as stored, or as the storm's merchant set it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pricing {
+    /// The buyer.
+    pub user_id: String,
+    /// Fen.
+    pub amount: i64,
+    /// What paying it grants: sku and quantity.
+    pub entitlement: Option<(String, i64)>,
 }
 
 /// A grant as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrantFact {
     /// The paying payment.
     pub payment_no: String,
@@ -65,6 +78,12 @@ pub struct GrantFact {
     pub tenant_id: String,
     /// Order.
     pub order_id: String,
+    /// To whom.
+    pub user_id: String,
+    /// What.
+    pub sku: String,
+    /// How many.
+    pub quantity: i64,
 }
 
 /// A wallet as stored.
@@ -320,6 +339,10 @@ pub struct ClientFacts {
     pub parked_checked: bool,
     /// Every keyed operation the clients invoked, with its attempts (the history check).
     pub history: Vec<super::history::Operation>,
+    /// Every order the storm's merchant made with the tenant's secret key, by (tenant, order
+    /// id), as it priced it: written before the request was sent, so an order whose answer was
+    /// lost is here too. `None`: not recorded (the check of who priced is left out).
+    pub priced: Option<HashMap<(String, String), Pricing>>,
 }
 
 /// What the answers to one refund request key said.

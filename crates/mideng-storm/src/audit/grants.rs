@@ -1,15 +1,93 @@
 //! Entitlement grants: exactly one per PAID payment of a PAID order with an entitlement, none
-//! for anything else.
+//! for anything else; and **the server prices, the page pays**: every grant is of an order the
+//! storm's merchant made with the tenant's secret key, for the buyer, sku and quantity it set,
+//! and no order of the run exists that the merchant did not make as it priced it (a page that
+//! made or re-priced an order would show here, paid or not).
 use std::collections::HashMap;
 
-use super::{AuditFigures, Index, Snapshot, Violation, violation};
+use super::{AuditFigures, Index, Pricing, Snapshot, Violation, violation};
 
 /// The invariants checked here, by the name their violations carry.
-pub(super) const INVARIANTS: [&str; 3] = [
+pub(super) const INVARIANTS: [&str; 4] = [
     "a grant only for a paid order with an entitlement",
     "a payment has its order",
     "every paid entitlement granted exactly once",
+    "every grant was priced by a secret key's order",
 ];
+
+/// An order's pricing in a violation's words.
+fn priced_as(pricing: &Pricing) -> String {
+    let grant = pricing.entitlement.as_ref().map_or_else(
+        || "nothing".to_owned(),
+        |(sku, quantity)| format!("{quantity} × {sku}"),
+    );
+    format!(
+        "{} fen for {}, granting {grant}",
+        pricing.amount, pricing.user_id
+    )
+}
+
+/// Checks that every grant and every order of the run is one the merchant's server made with
+/// the secret key, as it priced it (`priced`: what it made, by tenant and order id).
+pub(super) fn check_priced(
+    snapshot: &Snapshot,
+    priced: &HashMap<(String, String), Pricing>,
+    violations: &mut Vec<Violation>,
+) {
+    let pricing_of = |tenant: &str, order: &str| priced.get(&(tenant.to_owned(), order.to_owned()));
+    for grant in &snapshot.grants {
+        let what = format!(
+            "grant of {} × {} to {} for {} ({}/{})",
+            grant.quantity,
+            grant.sku,
+            grant.user_id,
+            grant.payment_no,
+            grant.tenant_id,
+            grant.order_id
+        );
+        match pricing_of(&grant.tenant_id, &grant.order_id) {
+            None => violations.push(violation(
+                "every grant was priced by a secret key's order",
+                format!("{what}: an order the merchant's server never made"),
+            )),
+            Some(pricing)
+                if pricing.entitlement != Some((grant.sku.clone(), grant.quantity))
+                    || pricing.user_id != grant.user_id =>
+            {
+                violations.push(violation(
+                    "every grant was priced by a secret key's order",
+                    format!(
+                        "{what}: the merchant's server priced the order {}",
+                        priced_as(pricing)
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for order in &snapshot.orders {
+        let stored = priced_as(&order.pricing);
+        match pricing_of(&order.tenant_id, &order.order_id) {
+            None => violations.push(violation(
+                "every grant was priced by a secret key's order",
+                format!(
+                    "order {}/{} ({stored}) exists, and the merchant's server never made it",
+                    order.tenant_id, order.order_id
+                ),
+            )),
+            Some(pricing) if *pricing != order.pricing => violations.push(violation(
+                "every grant was priced by a secret key's order",
+                format!(
+                    "order {}/{} is {stored}; the merchant's server priced it {}",
+                    order.tenant_id,
+                    order.order_id,
+                    priced_as(pricing)
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+}
 
 /// Checks them, adding what it finds to `violations` and `figures`.
 pub(super) fn check(

@@ -14,6 +14,7 @@
 //! | nothing PAID here that the channel did not charge | database + ledger |
 //! | closed at the channel ⇔ closed here | trades + database |
 //! | a paid order with an entitlement has exactly one grant, nothing else has one | database |
+//! | every grant and every order is one the merchant's server made with the secret key, as it priced it (buyer, amount, sku, quantity) | the merchant's orders + database |
 //! | every deduct key debited at most once, every answered deduct debited | client answers + database |
 //! | balances equal their ledger entries, none negative, money conserved | database + client answers |
 //! | every replay byte-identical to the original answer | client answers |
@@ -75,6 +76,10 @@ pub struct AuditFigures {
     pub charged: usize,
     /// Grants.
     pub grants: usize,
+    /// Orders in the database.
+    pub orders: usize,
+    /// Orders the merchant's server asked for (its secret key's creations, answered or not).
+    pub priced: usize,
     /// PAID payments on orders canceled meanwhile (refund cases, no grant by design).
     pub refund_cases: usize,
     /// Ledger entries.
@@ -231,6 +236,8 @@ pub fn check(
         payments: snapshot.payments.len(),
         charged: channel.charges.len(),
         grants: snapshot.grants.len(),
+        orders: snapshot.orders.len(),
+        priced: client.priced.as_ref().map_or(0, HashMap::len),
         ledger_entries: snapshot.entries.len(),
         deducts: client.deducts.len(),
         attacked: client.attacked.len(),
@@ -247,6 +254,9 @@ pub fn check(
         &mut figures,
     );
     grants::check(snapshot, &index, &mut violations, &mut figures);
+    if let Some(priced) = &client.priced {
+        grants::check_priced(snapshot, priced, &mut violations);
+    }
     wallets::check(snapshot, client, &mut violations);
     check_reversals(snapshot, client, &mut violations, &mut figures);
     check_refunds(snapshot, channel, client, &mut violations, &mut figures);

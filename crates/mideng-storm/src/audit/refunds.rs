@@ -413,10 +413,9 @@ pub(super) fn check_refunds(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{charged, order, payment};
+    use super::super::tests::{charged, grant, order, payment};
     use super::super::{
-        AnsweredRefund, AnsweredReversal, ChannelRefundFact, GrantFact, TradeFact, WalletFact,
-        check,
+        AnsweredRefund, AnsweredReversal, ChannelRefundFact, TradeFact, WalletFact, check,
     };
     use super::*;
     fn refund(number: &str, key: &str, amount: i64, status: &str) -> RefundFact {
@@ -457,11 +456,7 @@ mod tests {
                 ..payment("P1", "o1", "PAID")
             }],
             orders: vec![order("o1", order_status)],
-            grants: vec![GrantFact {
-                payment_no: "P1".to_owned(),
-                tenant_id: "t".to_owned(),
-                order_id: "o1".to_owned(),
-            }],
+            grants: vec![grant("P1", "o1")],
             refunds: ours,
             ..Snapshot::default()
         };

@@ -32,22 +32,32 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     }
     for row in connection
         .rows(
-            "SELECT tenant_id, order_id, status, entitlement_sku FROM pay_orders",
+            "SELECT tenant_id, order_id, status, entitlement_sku, entitlement_quantity, \
+             user_id, amount FROM pay_orders",
             &[],
         )
         .await
         .map_err(read)?
     {
+        let sku = row.opt_text(3).map_err(read)?;
+        let quantity = row.opt_int(4).map_err(read)?;
         snapshot.orders.push(OrderFact {
             tenant_id: row.text(0).map_err(read)?,
             order_id: row.text(1).map_err(read)?,
             status: row.text(2).map_err(read)?,
-            has_entitlement: row.opt_text(3).map_err(read)?.is_some(),
+            has_entitlement: sku.is_some(),
+            pricing: Pricing {
+                user_id: row.text(5).map_err(read)?,
+                amount: row.int(6).map_err(read)?,
+                // The schema keeps both or neither; a quantity missing reads as 0 (no order
+                // is priced so).
+                entitlement: sku.map(|sku| (sku, quantity.unwrap_or(0))),
+            },
         });
     }
     for row in connection
         .rows(
-            "SELECT payment_no, tenant_id, order_id FROM pay_grants",
+            "SELECT payment_no, tenant_id, order_id, user_id, sku, quantity FROM pay_grants",
             &[],
         )
         .await
@@ -57,6 +67,9 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             payment_no: row.text(0).map_err(read)?,
             tenant_id: row.text(1).map_err(read)?,
             order_id: row.text(2).map_err(read)?,
+            user_id: row.text(3).map_err(read)?,
+            sku: row.text(4).map_err(read)?,
+            quantity: row.int(5).map_err(read)?,
         });
     }
     for row in connection

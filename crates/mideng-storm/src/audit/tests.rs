@@ -89,6 +89,28 @@ pub(super) fn order(id: &str, status: &str) -> OrderFact {
         order_id: id.to_owned(),
         status: status.to_owned(),
         has_entitlement: true,
+        pricing: pricing(),
+    }
+}
+
+/// What the test orders cost and grant: 100 fen for `u`, one `vip-month`.
+fn pricing() -> Pricing {
+    Pricing {
+        user_id: "u".to_owned(),
+        amount: 100,
+        entitlement: Some(("vip-month".to_owned(), 1)),
+    }
+}
+
+/// The grant of `order`'s payment `number`, as priced by [`pricing`].
+pub(super) fn grant(number: &str, order: &str) -> GrantFact {
+    GrantFact {
+        payment_no: number.to_owned(),
+        tenant_id: "t".to_owned(),
+        order_id: order.to_owned(),
+        user_id: "u".to_owned(),
+        sku: "vip-month".to_owned(),
+        quantity: 1,
     }
 }
 
@@ -107,16 +129,93 @@ fn a_consistent_world_passes() {
     let snapshot = Snapshot {
         payments: vec![payment("P1", "o1", "PAID"), payment("P2", "o2", "PENDING")],
         orders: vec![order("o1", "PAID"), order("o2", "CREATED")],
-        grants: vec![GrantFact {
-            payment_no: "P1".to_owned(),
-            tenant_id: "t".to_owned(),
-            order_id: "o1".to_owned(),
-        }],
+        grants: vec![grant("P1", "o1")],
         ..Snapshot::default()
     };
-    let (violations, figures) = check(&snapshot, &charged(&["P1"]), &ClientFacts::default());
+    let client = ClientFacts {
+        priced: Some(
+            ["o1", "o2"]
+                .map(|order| (("t".to_owned(), order.to_owned()), pricing()))
+                .into(),
+        ),
+        ..ClientFacts::default()
+    };
+    let (violations, figures) = check(&snapshot, &charged(&["P1"]), &client);
     assert!(violations.is_empty(), "{violations:?}");
     assert_eq!((figures.paid, figures.grants), (1, 1));
+    assert_eq!((figures.orders, figures.priced), (2, 2));
+}
+
+/// The server prices, the page pays: a grant of an order the merchant's server never made, a
+/// grant of more than it priced, an order it never made and an order priced otherwise than it
+/// set are each a violation; the orders it made as it priced them are not.
+#[test]
+fn a_grant_or_an_order_the_merchant_did_not_price_is_a_violation() {
+    const PRICED: &str = "every grant was priced by a secret key's order";
+    let priced = |orders: &[&str]| ClientFacts {
+        priced: Some(
+            orders
+                .iter()
+                .map(|order| (("t".to_owned(), (*order).to_owned()), pricing()))
+                .collect(),
+        ),
+        ..ClientFacts::default()
+    };
+    let named = |snapshot: &Snapshot, client: &ClientFacts| -> Vec<String> {
+        let (violations, _) = check(snapshot, &charged(&["P1"]), client);
+        violations
+            .into_iter()
+            .filter(|violation| violation.invariant == PRICED)
+            .map(|violation| violation.detail)
+            .collect()
+    };
+    let world = Snapshot {
+        payments: vec![payment("P1", "o1", "PAID")],
+        orders: vec![order("o1", "PAID")],
+        grants: vec![grant("P1", "o1")],
+        ..Snapshot::default()
+    };
+    assert!(named(&world, &priced(&["o1"])).is_empty());
+
+    // A grant of 1000 where the merchant's server priced one.
+    let more = Snapshot {
+        grants: vec![GrantFact {
+            quantity: 1000,
+            ..grant("P1", "o1")
+        }],
+        ..world.clone()
+    };
+    let found = named(&more, &priced(&["o1"]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("1000 × vip-month"), "{found:?}");
+
+    // The order and its grant, and the merchant's server never made the order: the page did.
+    let found = named(&world, &priced(&[]));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found
+            .iter()
+            .all(|detail| detail.contains("the merchant's server never made")),
+        "{found:?}"
+    );
+
+    // The order re-priced: 1 fen where the merchant's server set 100.
+    let cheap = Snapshot {
+        orders: vec![OrderFact {
+            pricing: Pricing {
+                amount: 1,
+                ..pricing()
+            },
+            ..order("o1", "PAID")
+        }],
+        ..world.clone()
+    };
+    let found = named(&cheap, &priced(&["o1"]));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("is 1 fen"), "{found:?}");
+
+    // Without the merchant's record the check is left out.
+    assert!(named(&world, &ClientFacts::default()).is_empty());
 }
 
 /// A payment a client was answered with and that the database lost (a failover that
@@ -155,11 +254,7 @@ fn a_victim_paid_by_an_accepted_retarget_is_a_violation() {
         grants: ["OWN", "VICTIM"]
             .iter()
             .zip(["o1", "o2"])
-            .map(|(number, order)| GrantFact {
-                payment_no: (*number).to_owned(),
-                tenant_id: "t".to_owned(),
-                order_id: order.to_owned(),
-            })
+            .map(|(number, order)| grant(number, order))
             .collect(),
         ..Snapshot::default()
     };

@@ -28,6 +28,8 @@ use crate::deploy::TenantAccess;
 pub(crate) struct Answer {
     pub(crate) status: u16,
     replayed: bool,
+    /// Its `Retry-After`, if any.
+    pub(crate) retry_after: Option<String>,
     body: Vec<u8>,
 }
 
@@ -69,7 +71,13 @@ pub(crate) struct Log {
     pub(super) refund_candidates: VecDeque<RefundCandidate>,
     /// Where each request label's operation is in `client.history`.
     pub(super) history_index: HashMap<String, usize>,
+    /// The orders the merchant's server made last (tenant index, order id), at most
+    /// [`RECENT_ORDERS_MAX`]: ids a page may try to squat.
+    pub(crate) recent_orders: VecDeque<(usize, String)>,
 }
+
+/// The recent orders remembered for the boundary attacker.
+pub(crate) const RECENT_ORDERS_MAX: usize = 1_000;
 
 /// A keyed request that had no final answer when its client gave up; quiescence finishes it.
 #[derive(Clone, Debug)]
@@ -127,6 +135,8 @@ pub(crate) struct Shared {
     pub(super) faults: FaultClock,
     pub(super) log: Mutex<Log>,
     pub(super) requests: AtomicU64,
+    /// The workload's scripts begun: each takes the next number for its ids (`<run>-o-<n>`).
+    pub(crate) scripts: AtomicU64,
     pub(super) excused: AtomicU64,
     /// Whether an instance's clock is off by more than the service's bound
     /// (`--clock-skew-secs` past `payments.clock_skew_max_secs`): its `503
@@ -224,12 +234,18 @@ impl Shared {
             .headers()
             .get("idempotent-replayed")
             .is_some_and(|value| value == "true");
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
         let body = response.bytes().await.ok()?.to_vec();
         self.time(&method_name, path, started.elapsed());
         self.account_for(status, started, path, &body);
         Some(Answer {
             status,
             replayed,
+            retry_after,
             body,
         })
     }

@@ -55,6 +55,9 @@ pub(super) async fn audit_now(
                 .chain(log.boundary.breaches())
                 .collect(),
             payments: log.payments.iter().cloned().collect(),
+            // Every order of the run is the merchant's (`create_order`): checked even when it
+            // made none.
+            priced: Some(log.client.priced.clone().unwrap_or_default()),
             parked_checked: webhooks.is_some(),
             webhooks,
             ..log.client.clone()

@@ -99,8 +99,8 @@ use serde_json::Value;
 pub use self::args::{BreakLayer, StormArgs};
 use self::attacker::{AttackerKeys, BoundaryTargets};
 pub(crate) use self::checkout::create_order;
+pub(crate) use self::clients::{Answer, Pending, PendingKind, Shared, keyed};
 use self::clients::{Log, credit, deduct_script, order_script};
-pub(crate) use self::clients::{Pending, PendingKind, Shared, keyed};
 use self::facts::{audit_now, layers};
 use self::faults::{FAULT_KINDS, FaultClock, inject};
 use self::refunds::refund_script;
@@ -287,6 +287,7 @@ pub async fn run(
         faults: FaultClock::default(),
         log: Mutex::new(Log::default()),
         requests: AtomicU64::new(0),
+        scripts: AtomicU64::new(0),
         excused: AtomicU64::new(0),
         clock_refusals_expected: Duration::from_secs(args.clock_skew_secs.unsigned_abs())
             > mideng_pay::flows::PaymentSettings::default().clock_skew_max,
@@ -350,17 +351,15 @@ pub async fn run(
         origin,
         sampler::interval_for(args.duration_secs),
     );
-    let counter = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
     for client in 0..args.concurrency {
         let shared = shared.clone();
-        let counter = counter.clone();
         let end = end.clone();
         let client_seed = seed ^ (u64::from(client) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         clients.push(tokio::spawn(async move {
             let mut rng = fastrand::Rng::with_seed(client_seed);
             while !end.passed() {
-                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let n = shared.scripts.fetch_add(1, Ordering::Relaxed);
                 let tenant = rng.usize(..shared.tenants.len());
                 match rng.u8(..100) {
                     0..52 => order_script(&shared, &mut rng, tenant, n).await,
@@ -406,7 +405,9 @@ pub async fn run(
         }));
     }
     // The boundary attacker beside it: private webhook targets, the page's key on secret
-    // routes, a stalled endpoint. Each dispatcher may hold its per-endpoint limit open there.
+    // routes, a page's own moves (its price, squatted order ids, keys replayed across key
+    // kinds, a burst of tokens), a stalled endpoint. Each dispatcher may hold its per-endpoint
+    // limit open there.
     if let Some(boundary) = boundary.clone() {
         let shared = shared.clone();
         let boundary_seed = seed.rotate_left(43) ^ 0xB0DA_7EE5;

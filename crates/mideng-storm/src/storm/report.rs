@@ -335,13 +335,13 @@ impl StormReport {
             );
             let _ = writeln!(
                 out,
-                "{:<22} {:>6} {:>6} {:>8} {:>9}  stopped by",
+                "{:<24} {:>6} {:>6} {:>8} {:>9}  stopped by",
                 "attack", "sent", "acked", "refused", "no answer"
             );
             for (kind, counts) in attacks.kinds.iter().chain(&attacks.boundary.kinds) {
                 let _ = writeln!(
                     out,
-                    "{kind:<22} {:>6} {:>6} {:>8} {:>9}  {}",
+                    "{kind:<24} {:>6} {:>6} {:>8} {:>9}  {}",
                     counts.sent,
                     counts.acknowledged,
                     counts.refused,
@@ -425,7 +425,9 @@ impl StormReport {
 /// What the audit looked at, in one line (the text and the HTML report both show it).
 pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
     format!(
-        "{} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments, {} lines on the channels' bills ({} matched, {} repaired)",
+        "{} orders ({} asked for by the merchant's server), {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments, {} lines on the channels' bills ({} matched, {} repaired)",
+        audit.orders,
+        audit.priced,
         audit.payments,
         audit.paid,
         audit.charged,

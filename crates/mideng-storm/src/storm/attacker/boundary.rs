@@ -14,6 +14,12 @@
 //!   on a route only the secret key opens (a victim's payment read, closed or refunded; an
 //!   endpoint registered; deliveries listed; the hot wallet credited or read). Each must be
 //!   403 `key-not-allowed`;
+//! - the page's own moves (**the server prices, the page pays**; see [`pages`]): *price from the
+//!   page* (an order of 1 fen granting 1000 made with the publishable key), *order-id
+//!   squatting* (the publishable key creating an order under an id the merchant uses, has
+//!   used or is about to use), *replay across key kinds* (a page reusing an `Idempotency-Key`
+//!   of the merchant's server, and the other way) and *token exhaustion* (a page's burst of
+//!   tokens for its order, then the merchant's server's own token);
 //! - *stalled endpoint* (once, at the start): the first tenant registers an endpoint at the
 //!   **stall**, a listener that accepts every connection and never answers for as long as the
 //!   workload runs. The dispatcher must keep at most its per-endpoint limit of attempts open
@@ -38,6 +44,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use super::AttackCounts;
 use crate::storm::{Shared, WorkloadEnd};
 
+mod pages;
+
 /// How long one probe may wait for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read from a stalled connection at a time (the request is counted, never parsed).
@@ -55,25 +63,88 @@ pub enum BoundaryKind {
     PrivateTarget,
     /// The publishable key on a secret-only route.
     PageKey,
+    /// The publishable key making an order: a price set by the page.
+    PriceFromPage,
+    /// The publishable key making an order under an id the merchant's server uses.
+    OrderIdSquatting,
+    /// A page's `Idempotency-Key` that the merchant's server used, and the other way.
+    ReplayAcrossKeys,
+    /// A page's burst of tokens for its order.
+    TokenExhaustion,
 }
 
 impl BoundaryKind {
     /// Every kind, in the order the rounds take them.
-    pub const EVERY: [BoundaryKind; 2] = [BoundaryKind::PrivateTarget, BoundaryKind::PageKey];
+    pub const EVERY: [BoundaryKind; 6] = [
+        BoundaryKind::PrivateTarget,
+        BoundaryKind::PageKey,
+        BoundaryKind::PriceFromPage,
+        BoundaryKind::OrderIdSquatting,
+        BoundaryKind::ReplayAcrossKeys,
+        BoundaryKind::TokenExhaustion,
+    ];
 
     /// Its name in the report.
     pub fn name(self) -> &'static str {
         match self {
             BoundaryKind::PrivateTarget => "private target",
             BoundaryKind::PageKey => "page key",
+            BoundaryKind::PriceFromPage => "price from the page",
+            BoundaryKind::OrderIdSquatting => "order-id squatting",
+            BoundaryKind::ReplayAcrossKeys => "replay across key kinds",
+            BoundaryKind::TokenExhaustion => "token exhaustion",
         }
     }
 
-    /// The answer that refuses it: status and problem code.
+    /// The answer that refuses its one request, for the kinds judged on one answer: status and
+    /// problem code.
     fn refusal(self) -> (u16, &'static str) {
         match self {
             BoundaryKind::PrivateTarget => (422, "private-target"),
-            BoundaryKind::PageKey => (403, "key-not-allowed"),
+            BoundaryKind::PageKey
+            | BoundaryKind::PriceFromPage
+            | BoundaryKind::OrderIdSquatting => (403, "key-not-allowed"),
+            // The page's key on the merchant's order.
+            BoundaryKind::ReplayAcrossKeys => (404, "not-found"),
+            BoundaryKind::TokenExhaustion => (429, "too-many-tokens"),
+        }
+    }
+
+    /// What holds it, for the report.
+    fn stopped_by(self) -> &'static str {
+        match self {
+            BoundaryKind::ReplayAcrossKeys => "a page's own key scope",
+            BoundaryKind::TokenExhaustion => "too-many-tokens, rate-limited",
+            kind => kind.refusal().1,
+        }
+    }
+}
+
+/// What one probe came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Held: refused with its expected answer (a page paying its own order under a key of the
+    /// merchant's: answered for that order only).
+    Held,
+    /// Neither: no answer, a 5xx, or an answer that tells nothing either way (a fault's).
+    Unanswered,
+    /// Crossed: the status the probe's own request was answered with when that crossed it
+    /// (`None`: a check after it found the breach), and how.
+    Crossed { status: Option<u16>, how: String },
+}
+
+impl Outcome {
+    /// One answer against the one refusal expected: a 5xx is no breach (the storm's own
+    /// accounting judges it); anything else is.
+    fn of_refusal((status, code): (u16, &str), answer: Option<&(u16, String)>) -> Self {
+        match answer {
+            None => Outcome::Unanswered,
+            Some((got, got_code)) if *got == status && got_code == code => Outcome::Held,
+            Some((got, _)) if *got >= 500 => Outcome::Unanswered,
+            Some((got, got_code)) => Outcome::Crossed {
+                status: Some(*got),
+                how: format!("was answered {got} {got_code}, not {status} {code}"),
+            },
         }
     }
 }
@@ -186,27 +257,32 @@ pub(crate) struct BoundaryLog {
 }
 
 impl BoundaryLog {
-    /// Records one probe and its answer (`None`: no answer).
+    /// Records one probe of a kind judged on one answer, and its answer (`None`: no answer).
     fn record(&mut self, kind: BoundaryKind, what: &str, answer: Option<(u16, String)>) {
-        let (status, code) = kind.refusal();
+        self.note(
+            kind,
+            what,
+            Outcome::of_refusal(kind.refusal(), answer.as_ref()),
+        );
+    }
+
+    /// Records one probe and what it came to: held counts as refused, a breach as acknowledged
+    /// when the probe's own request was answered 2xx.
+    fn note(&mut self, kind: BoundaryKind, what: &str, outcome: Outcome) {
         let counts = self.kinds.entry(kind).or_insert_with(|| AttackCounts {
-            stopped_by: code,
+            stopped_by: kind.stopped_by(),
             ..AttackCounts::default()
         });
         counts.sent += 1;
-        match answer {
-            None => counts.unanswered += 1,
-            Some((got, got_code)) if got == status && got_code == code => counts.refused += 1,
-            // A 5xx is no breach (the storm's own accounting judges it); anything else is.
-            Some((got, _)) if got >= 500 => counts.unanswered += 1,
-            Some((got, got_code)) => {
-                if (200..300).contains(&got) {
+        match outcome {
+            Outcome::Held => counts.refused += 1,
+            Outcome::Unanswered => counts.unanswered += 1,
+            Outcome::Crossed { status, how } => {
+                if status.is_some_and(|status| (200..300).contains(&status)) {
                     counts.acknowledged += 1;
                 }
-                self.breaches.push(format!(
-                    "{} ({what}) was answered {got} {got_code}, not {status} {code}",
-                    kind.name()
-                ));
+                self.breaches
+                    .push(format!("{} ({what}) {how}", kind.name()));
             }
         }
     }
@@ -273,7 +349,7 @@ fn loopback_spellings(port: u16) -> [String; 9] {
 /// Runs the boundary probes until the workload's `end`: the stalled endpoint once, then one probe per
 /// round. `stall_open_allowed` is what the dispatchers may hold open at the stall.
 pub(crate) async fn probe_until(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     targets: &BoundaryTargets,
     rng: &mut fastrand::Rng,
     end: &WorkloadEnd,
@@ -287,6 +363,7 @@ pub(crate) async fn probe_until(
     register_stalled_endpoint(shared, targets).await;
     let spellings = loopback_spellings(targets.canary.port());
     let mut round: usize = rng.usize(..BoundaryKind::EVERY.len());
+    let mut pages = pages::Pages::default();
     while !end.passed() {
         let kind = BoundaryKind::EVERY[round % BoundaryKind::EVERY.len()];
         let tenant = rng.usize(..shared.tenants.len());
@@ -319,6 +396,11 @@ pub(crate) async fn probe_until(
                     .await;
                     let what = format!("{method} {path}");
                     shared.log().boundary.record(kind, &what, answer);
+                }
+            }
+            page_kind => {
+                if shared.tenants[tenant].publishable_key.is_some() {
+                    pages.probe(shared, rng, page_kind, tenant).await;
                 }
             }
         }
@@ -472,6 +554,61 @@ mod tests {
         assert_eq!(report.kinds["private target"].acknowledged, 1);
         assert_eq!(report.kinds["private target"].unanswered, 2);
         assert_eq!(log.breaches().len(), 2, "{:?}", log.breaches());
+    }
+
+    /// The page's moves: held counts as refused (a page's own payment under the merchant's key
+    /// too), a breach is listed, and acknowledged only when the probe's own request was taken.
+    #[test]
+    fn a_page_probe_counts_what_it_came_to() {
+        let mut log = BoundaryLog::default();
+        let replay = BoundaryKind::ReplayAcrossKeys;
+        log.note(replay, "own order", Outcome::Held);
+        log.note(replay, "own order", Outcome::Unanswered);
+        assert!(log.breaches().is_empty());
+        log.note(
+            replay,
+            "own order",
+            Outcome::Crossed {
+                status: Some(201),
+                how: "was answered 201 with the merchant's payment P1".to_owned(),
+            },
+        );
+        log.note(
+            BoundaryKind::TokenExhaustion,
+            "burst",
+            Outcome::Crossed {
+                status: None,
+                how: "then answered the merchant's server's own token request 429".to_owned(),
+            },
+        );
+        log.record(
+            BoundaryKind::PriceFromPage,
+            "POST /v1/orders",
+            Some((403, "key-not-allowed".to_owned())),
+        );
+        let report = log.report();
+        let counts = &report.kinds["replay across key kinds"];
+        assert_eq!(
+            (
+                counts.sent,
+                counts.refused,
+                counts.unanswered,
+                counts.acknowledged
+            ),
+            (3, 1, 1, 1)
+        );
+        assert_eq!(report.kinds["token exhaustion"].acknowledged, 0);
+        assert_eq!(report.kinds["price from the page"].refused, 1);
+        assert_eq!(
+            log.breaches(),
+            [
+                "replay across key kinds (own order) was answered 201 with the merchant's \
+                 payment P1",
+                "token exhaustion (burst) then answered the merchant's server's own token \
+                 request 429",
+            ]
+        );
+        assert_eq!(BoundaryKind::EVERY.len(), 6);
     }
 
     #[test]
