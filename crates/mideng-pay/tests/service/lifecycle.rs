@@ -17,6 +17,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use mideng_pay::flows::PaymentSettings;
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use serde_json::{Value, json};
 
@@ -25,6 +26,9 @@ use crate::harness::{Backend, Service, WAIT_LIMIT, unique};
 const AMOUNT: i64 = 150;
 /// The merchant's partial refund of the paying attempt.
 const MERCHANT_REFUND: i64 = 40;
+/// The attempts' expiry: past the channels' whole retry schedules (a day), so that moving the
+/// simulator's clock on to a resend never expires an attempt.
+const ATTEMPTS_OUTLIVE_THE_CHANNELS_RETRIES: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -332,7 +336,20 @@ async fn settled_ledger(service: &Service, attempts: &Attempts) -> bool {
 }
 
 pub(crate) async fn every_arrival_order_of_two_attempts_keeps_one_charge(backend: Backend) {
-    let service = Service::start(backend).await;
+    // The sequences share one simulator, whose clock [`Service::settled_trade`] moves on to a
+    // notify's resend when a loaded machine answered a delivery too late (minutes, up to the
+    // channels' day of retries). On a 15-minute expiry that moved every other sequence's open
+    // attempt past its expiry at the channel, and the next reconciliation round closed it and
+    // canceled its order: an outcome of the machine's speed. No step here is about expiry, so
+    // the attempts outlive any such move.
+    let service = Service::start_with(
+        backend,
+        PaymentSettings {
+            expire_after: ATTEMPTS_OUTLIVE_THE_CHANNELS_RETRIES,
+            ..PaymentSettings::default()
+        },
+    )
+    .await;
     let sequences = sequences();
     assert_eq!(sequences.len(), 120);
     futures_util::stream::iter(sequences.iter().enumerate())
