@@ -30,6 +30,9 @@ pub const WEBHOOK_ATTEMPTS: &str = "mideng_webhook_attempts_total";
 /// Gauge: reconciliation cases from the channels' daily bills still open, over every tenant
 /// (set by the reconciler every round).
 pub const RECONCILIATION_CASES_OPEN: &str = "mideng_reconciliation_cases_open";
+/// Refund cases whose refund has not succeeded (money owed back), every tenant's, as the
+/// reconciler last counted them.
+pub const REFUND_CASES_UNSETTLED: &str = "mideng_refund_cases_unsettled";
 /// Deducts per group commit (`group-commit` wallet strategy).
 pub const GROUP_COMMIT_SIZE: &str = "mideng_group_commit_deducts";
 
@@ -103,6 +106,11 @@ pub fn describe() {
         RECONCILIATION_CASES_OPEN,
         Unit::Count,
         "Reconciliation cases from the channels' daily bills still open, over every tenant"
+    );
+    metrics::describe_gauge!(
+        REFUND_CASES_UNSETTLED,
+        Unit::Count,
+        "Refund cases whose refund has not succeeded (money owed back), over every tenant"
     );
 }
 

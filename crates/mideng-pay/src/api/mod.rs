@@ -323,6 +323,7 @@ pub fn router(state: AppState, pages: Router<AppState>) -> Result<Router, mideng
         .route("/v1/events/{event_id}", get(events::show))
         .route("/v1/idempotency-keys/{key}", get(ops::inspect_key))
         .route("/v1/reconciliation/cases", get(reconciliation::list))
+        .route("/v1/refund-cases", get(reconciliation::list_refund_cases))
         .route_layer(middleware::from_fn(secret_key_only));
 
     // The last route layer runs first: the key is resolved before its kind is judged.

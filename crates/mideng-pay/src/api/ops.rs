@@ -43,7 +43,7 @@ use crate::state::AppState;
         super::webhooks::delete_endpoint, super::webhooks::rotate_secret,
         super::webhooks::list_deliveries, super::webhooks::redeliver,
         super::webhooks::list_attempts,
-        super::reconciliation::list,
+        super::reconciliation::list, super::reconciliation::list_refund_cases,
         super::events::list, super::events::show,
     ),
     modifiers(&Contract)

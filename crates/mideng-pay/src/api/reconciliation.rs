@@ -1,6 +1,9 @@
 //! The tenant's reconciliation cases: what a channel's daily bill and our records disagreed on
 //! for this tenant's payments and refunds ([`crate::workers::bill`]). A charge whose number is
-//! nobody's has no tenant and is shown only on the operator console.
+//! nobody's has no tenant and is shown only on the operator console. And the tenant's refund
+//! cases not settled yet: money a buyer was charged twice (or after a cancel) whose refund has
+//! not succeeded (automatic refunds off, the channel's refunds closed three times, a refund the
+//! channel marks abnormal, or one still under way).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -11,6 +14,7 @@ use utoipa::ToSchema;
 use super::ApiError;
 use super::error::Code;
 use super::models::rfc3339;
+use super::page::{PageQuery, PageView};
 use crate::domain::bill::{BillCase, BillCaseStatus};
 use crate::state::AppState;
 
@@ -129,4 +133,71 @@ pub(super) async fn list(
     Ok(axum::Json(CasesView {
         cases: cases.iter().map(CaseView::of).collect(),
     }))
+}
+
+/// One refund case not settled yet.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct RefundCaseView {
+    /// The charged payment whose money goes back.
+    pub payment_no: String,
+    /// Why: `DOUBLE_CHARGE` (another attempt paid the order), `PAID_AFTER_CANCEL`,
+    /// `FAILED_ATTEMPT_CHARGED`.
+    pub kind: String,
+    /// Fen the channel took and the buyer is owed.
+    pub amount: i64,
+    /// `OPEN` (no refund asked: automatic refunds off, or the channel closed every ask) or
+    /// `REFUND_ASKED`.
+    pub status: String,
+    /// The refund asked for it, if one was.
+    pub refund_no: Option<String>,
+    /// That refund's status: `PROCESSING`, `ABNORMAL` (the buyer's account cannot take it: a
+    /// person settles it at the channel) or `CLOSED`.
+    pub refund_status: Option<String>,
+    /// When it was found.
+    pub created_at: String,
+}
+
+impl RefundCaseView {
+    /// From the store's row.
+    pub fn of(case: &crate::flows::operator::UnsettledCase) -> Self {
+        Self {
+            payment_no: case.case.payment_no.clone(),
+            kind: case.case.kind.clone(),
+            amount: case.case.amount_fen,
+            status: case.status.clone(),
+            refund_no: case.refund_no.clone(),
+            refund_status: case.refund_status.clone(),
+            created_at: rfc3339(case.case.created_at_ms),
+        }
+    }
+}
+
+/// The tenant's refund cases whose money has not gone back yet, oldest first, a page at a time.
+#[utoipa::path(
+    get, path = "/v1/refund-cases", tag = "reconciliation", operation_id = "list_refund_cases",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Cases per page: 1 to 100, default 100"),
+        ("starting_after" = Option<String>, Query, pattern = "^[!-~]{1,64}$", description = "The last case (payment_no) of the previous page"),
+    ),
+    responses(
+        (status = 200, body = PageView<RefundCaseView>),
+        (status = 400, description = "invalid-query: the limit, or a cursor that is no case of yours", body = super::ProblemBody),
+    ),
+    security(("api_key" = []))
+)]
+pub(super) async fn list_refund_cases(
+    State(state): State<AppState>,
+    axum::Extension(Tenant(tenant)): axum::Extension<Tenant>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<axum::Json<PageView<RefundCaseView>>, ApiError> {
+    let Query(query) = query?;
+    let ports = &state.ports;
+    let page = query
+        .checked()?
+        .read(async |after, limit| {
+            crate::flows::operator::unsettled_refund_cases(ports, &tenant, after.as_deref(), limit)
+                .await
+        })
+        .await?;
+    Ok(axum::Json(page.map(|case| RefundCaseView::of(&case))))
 }

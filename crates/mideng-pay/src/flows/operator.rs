@@ -1,5 +1,7 @@
 //! What a person settles by hand, and what they read to decide it: the reconciliation cases a
 //! daily bill left open (a tenant lists its own; the operator lists all and resolves one), the
+//! refund cases whose money has not gone back yet (a tenant lists its own, the console shows
+//! all, a gauge counts them), the
 //! events parked for a person (a consumer's, and outbox rows the broker refused too often) and
 //! the overview of the database's counts by state. The console's pages render these; each
 //! settlement records the person's reason.
@@ -10,6 +12,7 @@ use mideng::outbox::sql::ParkedRow;
 use crate::domain::bill::{BillCase, BillCaseStatus};
 use crate::flows::Ports;
 use crate::flows::grant::{self, Replayed};
+pub use crate::store::transactions::refund_cases::UnsettledCase;
 pub use crate::store::{FailedEvent, Overview};
 
 /// Reconciliation cases, newest first, at most `limit`: of one tenant, or (for the operator)
@@ -21,6 +24,22 @@ pub async fn cases(
     limit: u32,
 ) -> Result<Vec<BillCase>, StoreError> {
     ports.store.bill_cases.cases(tenant, status, limit).await
+}
+
+/// The tenant's refund cases not settled yet (money owed back whose refund has not
+/// succeeded), oldest first, after the case of `after`; `None` when `after` is none of the
+/// tenant's.
+pub async fn unsettled_refund_cases(
+    ports: &Ports,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Option<Vec<UnsettledCase>>, StoreError> {
+    ports
+        .store
+        .refund_cases
+        .unsettled_cases(tenant, after, limit)
+        .await
 }
 
 /// What resolving a case came to.

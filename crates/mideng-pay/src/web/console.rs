@@ -47,8 +47,21 @@ pub struct ConsoleView {
     pub store_read_at_ms: i64,
     /// The open reconciliation cases, newest first (at most 50).
     pub cases: Vec<crate::api::reconciliation::CaseView>,
+    /// The refund cases whose refund has not succeeded (money owed back), every tenant's,
+    /// oldest first (at most 50), each with its tenant.
+    pub refund_cases: Vec<UnsettledRefundView>,
     /// The parked events, oldest first (at most 50).
     pub parked_events: Vec<super::parked::ParkedView>,
+}
+
+/// A refund case not settled yet, with its tenant (the operator sees every tenant's).
+#[derive(Clone, Debug, Serialize)]
+pub struct UnsettledRefundView {
+    /// Its tenant.
+    pub tenant_id: String,
+    /// The case, as its tenant's API shows it.
+    #[serde(flatten)]
+    pub case: crate::api::reconciliation::RefundCaseView,
 }
 
 /// `GET /console/overview`.
@@ -100,6 +113,18 @@ async fn view(state: &AppState, headers: &HeaderMap) -> Result<ConsoleView, ApiE
         store,
         store_read_at_ms,
         cases: super::cases::open_cases(state).await?,
+        refund_cases: state
+            .ports
+            .store
+            .refund_cases
+            .unsettled_oldest(super::cases::CONSOLE_CASES_MAX)
+            .await?
+            .iter()
+            .map(|case| UnsettledRefundView {
+                tenant_id: case.case.tenant_id.clone(),
+                case: crate::api::reconciliation::RefundCaseView::of(case),
+            })
+            .collect(),
         parked_events: super::parked::parked(state).await?,
     })
 }

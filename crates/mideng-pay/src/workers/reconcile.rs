@@ -409,6 +409,13 @@ pub async fn run(
             }
             Err(error) => tracing::warn!(%error, "counting open reconciliation cases failed"),
         }
+        // Money owed back whose refund has not succeeded, for the alert that asks a person.
+        match ports.store.refund_cases.unsettled_count().await {
+            Ok(unsettled) => {
+                metrics::gauge!(crate::metrics::REFUND_CASES_UNSETTLED).set(unsettled as f64);
+            }
+            Err(error) => tracing::warn!(%error, "counting unsettled refund cases failed"),
+        }
         tokio::select! {
             () = tokio::time::sleep(settings.interval) => {}
             _ = stop.wait_for(|stop| *stop) => return,

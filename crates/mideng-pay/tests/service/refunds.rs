@@ -282,6 +282,29 @@ pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
         partial.json()
     );
     assert_eq!(ledger_refunded(&service, &kept).await, 0);
+    // Money owed back is listed for the tenant, never only a log line.
+    let owed = service.get("/v1/refund-cases").await;
+    assert_eq!(owed.status, 200, "{}", owed.json());
+    let listed: Vec<Value> = owed.json()["data"].as_array().cloned().unwrap_or_default();
+    let case = listed
+        .iter()
+        .find(|case| case["payment_no"] == kept.as_str())
+        .unwrap_or_else(|| panic!("the unrefunded case is listed: {listed:?}"));
+    assert_eq!(
+        (&case["kind"], &case["amount"], &case["status"]),
+        (&json!("PAID_AFTER_CANCEL"), &json!(3_300), &json!("OPEN")),
+        "{case}"
+    );
+    assert!(
+        Service::beside(&service, false)
+            .await
+            .get("/v1/refund-cases")
+            .await
+            .json()["data"]
+            .as_array()
+            .is_some_and(|cases| cases.iter().all(|case| case["payment_no"] != kept.as_str())),
+        "another tenant does not see it"
+    );
 
     // On: two rounds at once, one refund each.
     let wechat = paid_after_cancel("wechat").await;
@@ -315,9 +338,19 @@ pub(crate) async fn a_payment_after_cancel_is_refunded_once(backend: Backend) {
             "refunded once"
         );
     }
-    // Later rounds find nothing more to do.
+    // Later rounds find nothing more to do, and nothing is owed any more.
     let round = reconcile_once(&ports, &settings).await.expect("round");
     assert_eq!(round.cases_refunded, 0, "{round:?}");
+    let owed = service.get("/v1/refund-cases").await.json();
+    assert!(
+        owed["data"]
+            .as_array()
+            .is_some_and(|cases| cases
+                .iter()
+                .all(|case| case["payment_no"] != kept.as_str()
+                    && case["payment_no"] != wechat.as_str())),
+        "refunded cases are settled: {owed}"
+    );
 
     // A case's refund that the channel closes (nothing moved) opens the case again: the next
     // round asks once more under the case's next key, and the money goes back once.

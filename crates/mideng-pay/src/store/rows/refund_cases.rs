@@ -1,5 +1,9 @@
 //! The `pay_refund_cases` rows: money the channel took that this service will not keep, one
-//! case per payment (its primary key), OPEN until its refund is asked.
+//! case per payment (its primary key), OPEN until its refund is asked. A case is **unsettled**
+//! until its refund succeeded: OPEN (automatic refunds off, or its asks used up), or asked with
+//! a refund still PROCESSING, ABNORMAL or CLOSED. Unsettled cases are listed for the tenant and
+//! counted for the operator ([`unsettled_page`], [`unsettled_count`]): money owed back never
+//! hides in a log line.
 
 use mideng::sqlx::Database;
 use mideng::store::sql::{Arg, Dialect, PerDialect, SqlConn, SqlRow, store_error};
@@ -23,6 +27,53 @@ pub struct RefundCase {
     /// When it was found (Unix ms).
     pub created_at_ms: i64,
 }
+
+/// A case not settled yet, with where its refund stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsettledCase {
+    /// The case.
+    pub case: RefundCase,
+    /// `OPEN` or `REFUND_ASKED`.
+    pub status: String,
+    /// The refund asked for it, if one was.
+    pub refund_no: Option<String>,
+    /// That refund's status (PROCESSING, ABNORMAL, CLOSED), if one was asked.
+    pub refund_status: Option<String>,
+}
+
+/// The condition of an unsettled case, on `c` (the case) joined with `r` (its refund).
+macro_rules! unsettled {
+    () => {
+        "(c.status = 'OPEN' OR r.status IS NULL OR r.status <> 'SUCCESS')"
+    };
+}
+
+/// The place of a tenant's case in its list, for a cursor.
+const UNSETTLED_CURSOR: PerDialect<&str> = dialect_sql!(
+    "SELECT created_at, payment_no FROM pay_refund_cases WHERE tenant_id = " ? " AND payment_no = " ?
+);
+
+/// A page of a tenant's unsettled cases, oldest first.
+const UNSETTLED_OF_TENANT: PerDialect<&str> = dialect_sql!(
+    "SELECT c.payment_no, c.tenant_id, c.kind, c.amount, c.created_at, c.status, c.refund_no, r.status"
+    " FROM pay_refund_cases c LEFT JOIN pay_refunds r ON r.refund_no = c.refund_no"
+    " WHERE c.tenant_id = " ? " AND " unsettled!()
+    " AND (c.created_at > " ? " OR (c.created_at = " ? " AND c.payment_no > " ? "))"
+    " ORDER BY c.created_at, c.payment_no LIMIT " ?
+);
+
+/// Every tenant's unsettled cases, oldest first (for the operator).
+const UNSETTLED_ALL: PerDialect<&str> = dialect_sql!(
+    "SELECT c.payment_no, c.tenant_id, c.kind, c.amount, c.created_at, c.status, c.refund_no, r.status"
+    " FROM pay_refund_cases c LEFT JOIN pay_refunds r ON r.refund_no = c.refund_no"
+    " WHERE " unsettled!() " ORDER BY c.created_at, c.payment_no LIMIT " ?
+);
+
+/// Every tenant's unsettled cases, counted.
+const UNSETTLED_COUNT: PerDialect<&str> = dialect_sql!(
+    "SELECT COUNT(*) FROM pay_refund_cases c LEFT JOIN pay_refunds r ON r.refund_no = c.refund_no"
+    " WHERE " unsettled!()
+);
 
 /// Opens a case again when its refund closed without moving money.
 const CASE_REOPEN: PerDialect<&str> = dialect_sql!(
@@ -166,4 +217,59 @@ pub async fn mark_asked<D: Dialect>(
         .await
         .map_err(store_error::<D>)?;
     Ok(())
+}
+
+/// The tenant's unsettled cases after the case of `after` (from the first when `None`), oldest
+/// first, at most `limit`; `None` when `after` is no case of the tenant's.
+pub async fn unsettled_page<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    tenant_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Option<Vec<UnsettledCase>>, StoreError> {
+    crate::store::sql::page_after::<D, _>(
+        connection,
+        UNSETTLED_CURSOR.get::<D>(),
+        UNSETTLED_OF_TENANT.get::<D>(),
+        &[Arg::Text(tenant_id)],
+        after,
+        limit,
+        decode_unsettled,
+    )
+    .await
+}
+
+/// Every tenant's unsettled cases, oldest first, at most `limit`.
+pub async fn unsettled_oldest<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+    limit: i64,
+) -> Result<Vec<UnsettledCase>, StoreError> {
+    connection
+        .rows(UNSETTLED_ALL.get::<D>(), &[Arg::Int(limit)])
+        .await
+        .map_err(store_error::<D>)?
+        .iter()
+        .map(decode_unsettled)
+        .collect()
+}
+
+fn decode_unsettled<R: SqlRow>(row: &R) -> Result<UnsettledCase, StoreError> {
+    Ok(UnsettledCase {
+        case: decode_case(row)?,
+        status: row.text(5).map_err(read)?,
+        refund_no: row.opt_text(6).map_err(read)?,
+        refund_status: row.opt_text(7).map_err(read)?,
+    })
+}
+
+/// How many cases of every tenant are unsettled.
+pub async fn unsettled_count<D: Dialect>(
+    connection: &mut <D::Db as Database>::Connection,
+) -> Result<u64, StoreError> {
+    let count = connection
+        .row(UNSETTLED_COUNT.get::<D>(), &[])
+        .await
+        .map_err(store_error::<D>)?
+        .map_or(Ok(0), |row| row.int(0).map_err(read))?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }

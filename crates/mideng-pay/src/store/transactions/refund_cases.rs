@@ -11,7 +11,7 @@ use super::refunds::{OpenRefund, Opening, reserve_and_insert};
 pub use crate::domain::charge::CaseKind;
 use crate::domain::refund::RefundStatus;
 use crate::store::rows::payments::{self, Reserve};
-pub use crate::store::rows::refund_cases::RefundCase;
+pub use crate::store::rows::refund_cases::{RefundCase, UnsettledCase};
 use crate::store::rows::{refund_cases, refunds};
 use crate::store::sql::SqlPay;
 
@@ -87,6 +87,18 @@ async fn open_case_on<D: Dialect>(
 pub trait RefundCases: Send + Sync {
     /// Open cases, oldest first, at most `limit`.
     async fn open_cases(&self, limit: u32) -> Result<Vec<RefundCase>, StoreError>;
+    /// The tenant's cases not settled yet (their refund has not succeeded), oldest first,
+    /// after the case of `after`; `None` when `after` is none of the tenant's.
+    async fn unsettled_cases(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<UnsettledCase>>, StoreError>;
+    /// Every tenant's cases not settled yet, oldest first, at most `limit` (for the console).
+    async fn unsettled_oldest(&self, limit: u32) -> Result<Vec<UnsettledCase>, StoreError>;
+    /// Every tenant's cases not settled yet, counted (for the operator's gauge).
+    async fn unsettled_count(&self) -> Result<u64, StoreError>;
     /// The case of `payment_no`, open or refunded, if it has one.
     async fn case_of(&self, payment_no: &str) -> Result<Option<RefundCase>, StoreError>;
     /// Turns an open case into its one refund (or finds it).
@@ -103,6 +115,29 @@ impl<D: Dialect> RefundCases for SqlPay<D> {
         let _timer = self.timer("refund_cases.open_cases");
         let mut connection = self.connection().await?;
         refund_cases::open_cases::<D>(&mut connection, i64::from(limit)).await
+    }
+
+    async fn unsettled_cases(
+        &self,
+        tenant_id: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Option<Vec<UnsettledCase>>, StoreError> {
+        let _timer = self.timer("refund_cases.unsettled_cases");
+        let mut connection = self.connection().await?;
+        refund_cases::unsettled_page::<D>(&mut connection, tenant_id, after, i64::from(limit)).await
+    }
+
+    async fn unsettled_oldest(&self, limit: u32) -> Result<Vec<UnsettledCase>, StoreError> {
+        let _timer = self.timer("refund_cases.unsettled_oldest");
+        let mut connection = self.connection().await?;
+        refund_cases::unsettled_oldest::<D>(&mut connection, i64::from(limit)).await
+    }
+
+    async fn unsettled_count(&self) -> Result<u64, StoreError> {
+        let _timer = self.timer("refund_cases.unsettled_count");
+        let mut connection = self.connection().await?;
+        refund_cases::unsettled_count::<D>(&mut connection).await
     }
 
     async fn case_of(&self, payment_no: &str) -> Result<Option<RefundCase>, StoreError> {

@@ -161,6 +161,20 @@
       cases.append(row);
     }
 
+    const owed = $('refund-cases').tBodies[0];
+    owed.replaceChildren();
+    for (const item of view.refund_cases || []) {
+      const row = document.createElement('tr');
+      cell(row, item.created_at);
+      cell(row, item.tenant_id);
+      cell(row, item.payment_no);
+      cell(row, item.kind);
+      cell(row, String(item.amount));
+      cell(row, item.status);
+      cell(row, item.refund_no ? `${item.refund_no} ${item.refund_status || ''}` : '-');
+      owed.append(row);
+    }
+
     const parked = $('parked').tBodies[0];
     parked.replaceChildren();
     for (const item of view.parked_events || []) {
