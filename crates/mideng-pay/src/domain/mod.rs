@@ -31,15 +31,37 @@ pub mod refund;
 pub mod wallet;
 pub mod webhook;
 
-/// RFC 3339 (UTC, milliseconds) for a Unix-ms instant.
+/// RFC 3339 in UTC with exactly three digits of milliseconds (`2026-12-07T18:15:42.700Z`), for
+/// a Unix-ms instant: one width for every time the API writes, so that the strings sort as the
+/// instants do (the well-known format trims trailing zeros, and `42.7Z` sorts after `42.79Z`).
 pub fn rfc3339(unix_ms: i64) -> String {
+    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
     let nanos = i128::from(unix_ms) * 1_000_000;
     time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()
-        .and_then(|moment| {
-            moment
-                .format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+        .and_then(|moment| moment.format(FORMAT).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_have_one_width_and_sort_as_their_instants() {
+        let times: Vec<String> = [1_796_667_342_700, 1_796_667_342_790, 1_796_667_343_000]
+            .into_iter()
+            .map(super::rfc3339)
+            .collect();
+        assert_eq!(
+            times,
+            [
+                "2026-12-07T18:15:42.700Z",
+                "2026-12-07T18:15:42.790Z",
+                "2026-12-07T18:15:43.000Z"
+            ]
+        );
+        assert!(times.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+    }
 }
