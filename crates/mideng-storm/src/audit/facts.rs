@@ -16,6 +16,8 @@ pub struct PaymentFact {
     pub status: String,
     /// Fen.
     pub amount: i64,
+    /// Its currency (the order's, when it was opened).
+    pub currency: String,
     /// When the channel stops accepting payment, Unix ms.
     pub expires_at_ms: i64,
     /// Its last change, Unix ms.
@@ -54,6 +56,8 @@ pub struct OrderFact {
     pub status: String,
     /// Whether paying it grants something.
     pub has_entitlement: bool,
+    /// Its currency (its amount is in [`Pricing::amount`]).
+    pub currency: String,
     /// Its buyer, price and grant, as stored.
     pub pricing: Pricing,
 }
@@ -84,6 +88,32 @@ pub struct GrantFact {
     pub sku: String,
     /// How many.
     pub quantity: i64,
+    /// When it was revoked (its payment refunded in full), Unix ms; `None` while it holds.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// An event in the tenants' event log (`pay_event_log`): written in the transaction of its
+/// change, beside its outbox row and its webhook deliveries, and kept for the webhook retention
+/// (30 days), where the outbox row may be purged once sent (7 days) — and the outbox also holds
+/// rows the service never logged (the storm's events no consumer can process).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedEventFact {
+    /// Its id (the outbox row's, the `webhook-id` of its messages).
+    pub event_id: String,
+    /// The tenant it was logged for.
+    pub tenant_id: String,
+    /// `payment.succeeded`, `payment.closed` or `refund.succeeded`.
+    pub event_type: String,
+    /// The event as JSON: what its messages carry as `data`.
+    pub data: String,
+}
+
+impl LoggedEventFact {
+    /// The order its payload names, if the payload is an object with one.
+    pub fn order_id(&self) -> Option<String> {
+        let payload: serde_json::Value = serde_json::from_str(&self.data).ok()?;
+        payload.get("order_id")?.as_str().map(str::to_owned)
+    }
 }
 
 /// A wallet as stored.
@@ -140,6 +170,10 @@ pub struct Snapshot {
     pub deliveries: Vec<DeliveryFact>,
     /// Outbox events of the types merchants subscribe to.
     pub events: Vec<EventFact>,
+    /// The event log's `payment.succeeded`, `payment.closed` and `refund.succeeded`: what the
+    /// event checks read (`audit/events.rs`). `None`: not read (a snapshot made by hand; the
+    /// database's snapshot always reads it), and those checks are left out.
+    pub logged: Option<Vec<LoggedEventFact>>,
     /// Refund cases: charges this service does not keep.
     pub cases: Vec<CaseFact>,
     /// Events a consumer failed (counted, parked, replayed or discarded).
@@ -260,6 +294,19 @@ impl Snapshot {
                 .collect(),
             // Kept whole: the check keeps those about this run's payments and refunds.
             events: self.events,
+            // The run's tenants' events about its orders (and any whose payload names no
+            // order: the check reports those).
+            logged: self.logged.map(|logged| {
+                logged
+                    .into_iter()
+                    .filter(|event| {
+                        tenants.contains(&event.tenant_id)
+                            && event
+                                .order_id()
+                                .is_none_or(|order| order.starts_with(prefix))
+                    })
+                    .collect()
+            }),
             cases: self
                 .cases
                 .into_iter()

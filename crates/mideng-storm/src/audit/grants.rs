@@ -1,18 +1,22 @@
 //! Entitlement grants: exactly one per PAID payment of a PAID order with an entitlement, none
-//! for anything else; and **the server prices, the page pays**: every grant is of an order the
-//! storm's merchant made with the tenant's secret key, for the buyer, sku and quantity it set,
-//! and no order of the run exists that the merchant did not make as it priced it (a page that
-//! made or re-priced an order would show here, paid or not).
+//! for anything else; **revoked** exactly when their payment is refunded in full (its SUCCESS
+//! refunds add up to its amount: the revocation consumer acts on the last one's
+//! `refund.succeeded`, and a grant made after it is made revoked), never otherwise — a partial
+//! refund leaves the grant alone; and **the server prices, the page pays**: every grant is of
+//! an order the storm's merchant made with the tenant's secret key, for the buyer, sku and
+//! quantity it set, and no order of the run exists that the merchant did not make as it priced
+//! it (a page that made or re-priced an order would show here, paid or not).
 use std::collections::HashMap;
 
 use super::{AuditFigures, Index, Pricing, Snapshot, Violation, violation};
 
 /// The invariants checked here, by the name their violations carry.
-pub(super) const INVARIANTS: [&str; 4] = [
+pub(super) const INVARIANTS: [&str; 5] = [
     "a grant only for a paid order with an entitlement",
     "a payment has its order",
     "every paid entitlement granted exactly once",
     "every grant was priced by a secret key's order",
+    "revocation: a grant is revoked once when its order is refunded in full, never otherwise",
 ];
 
 /// An order's pricing in a violation's words.
@@ -109,8 +113,7 @@ pub(super) fn check(
         let order = index
             .orders
             .get(&(grant.tenant_id.as_str(), grant.order_id.as_str()));
-        // A grant stays when its order is refunded afterwards (taking it back is the
-        // merchant's business, not the service's).
+        // A grant stays when its order is refunded afterwards: revoked (below), not deleted.
         if !paid
             || !order.is_some_and(|order| {
                 matches!(order.status.as_str(), "PAID" | "REFUNDED") && order.has_entitlement
@@ -125,6 +128,7 @@ pub(super) fn check(
             ));
         }
     }
+    check_revocations(snapshot, index, violations, figures);
     for payment in snapshot.payments.iter().filter(|p| p.status == "PAID") {
         let Some(order) = index
             .orders
@@ -154,6 +158,55 @@ pub(super) fn check(
                     event_trail(snapshot, &payment.payment_no)
                 ),
             ));
+        }
+    }
+}
+
+/// Revocation: a grant is revoked when its payment is refunded in full — its SUCCESS refunds
+/// add up to its amount — and is not revoked otherwise. Revoked once: `revoked_at` is set by
+/// compare-and-set on a NULL, so the state after quiescence is what there is to check (the
+/// revocation consumer acts asynchronously, on `refund.succeeded`; quiescence drains it).
+fn check_revocations(
+    snapshot: &Snapshot,
+    index: &Index<'_>,
+    violations: &mut Vec<Violation>,
+    figures: &mut AuditFigures,
+) {
+    let mut succeeded: HashMap<&str, i64> = HashMap::new();
+    for refund in snapshot.refunds.iter().filter(|r| r.status == "SUCCESS") {
+        let sum = succeeded.entry(refund.payment_no.as_str()).or_default();
+        *sum = sum.saturating_add(refund.amount);
+    }
+    for grant in &snapshot.grants {
+        if grant.revoked_at_ms.is_some() {
+            figures.grants_revoked += 1;
+        }
+        let refunded = succeeded
+            .get(grant.payment_no.as_str())
+            .copied()
+            .unwrap_or(0);
+        let amount = index
+            .payments
+            .get(grant.payment_no.as_str())
+            .map(|payment| payment.amount);
+        let full = amount.is_some_and(|amount| amount > 0 && refunded == amount);
+        let what = format!(
+            "grant of {} ({}/{}): {refunded} of {} fen refunded",
+            grant.payment_no,
+            grant.tenant_id,
+            grant.order_id,
+            amount.map_or_else(|| "?".to_owned(), |amount| amount.to_string())
+        );
+        match (full, grant.revoked_at_ms) {
+            (true, None) => violations.push(violation(
+                "revocation: a grant is revoked once when its order is refunded in full, never otherwise",
+                format!("{what}, and it is not revoked"),
+            )),
+            (false, Some(at)) => violations.push(violation(
+                "revocation: a grant is revoked once when its order is refunded in full, never otherwise",
+                format!("{what}, and it was revoked at {at}"),
+            )),
+            _ => {}
         }
     }
 }

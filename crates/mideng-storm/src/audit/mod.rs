@@ -2,9 +2,9 @@
 //! checked after quiescence against the service's database (read-only), the simulator's ledger
 //! and trades, and what the storm's clients were answered. [`check`] is pure and only
 //! dispatches: each module owns its invariants and the rules that check them (`payments`,
-//! `grants`, `wallets`, `attacks`, `refunds` with the reversals, `ledger` with the refund cases
-//! and the parked events, `webhooks`, `bills`, [`history`]), on one shared index of the snapshot;
-//! [`snapshot`] is the only I/O.
+//! `grants`, `wallets`, `attacks`, `refunds` with the reversals, `events`, `ledger` with the
+//! refund cases and the parked events, `webhooks`, `bills`, [`history`]), on one shared index
+//! of the snapshot; [`snapshot`] is the only I/O.
 //!
 //! | invariant | from |
 //! |---|---|
@@ -14,6 +14,10 @@
 //! | nothing PAID here that the channel did not charge | database + ledger |
 //! | closed at the channel ⇔ closed here | trades + database |
 //! | a paid order with an entitlement has exactly one grant, nothing else has one | database |
+//! | revocation: a grant revoked once its payment is refunded in full (SUCCESS refunds = its amount), never otherwise | database |
+//! | every payment's amount and currency are its order's | database |
+//! | exactly one `payment.succeeded` per PAID payment and one `refund.succeeded` per SUCCESS refund, each saying what the rows say | database (the event log) |
+//! | each event has its change: the payment or refund it names is in the state it announces | database (the event log) |
 //! | every grant and every order is one the merchant's server made with the secret key, as it priced it (buyer, amount, sku, quantity) | the merchant's orders + database |
 //! | every deduct key debited at most once, every answered deduct debited | client answers + database |
 //! | balances equal their ledger entries, none negative, money conserved | database + client answers |
@@ -40,6 +44,7 @@ use serde::Serialize;
 
 mod attacks;
 mod bills;
+mod events;
 mod facts;
 mod grants;
 pub mod history;
@@ -76,6 +81,8 @@ pub struct AuditFigures {
     pub charged: usize,
     /// Grants.
     pub grants: usize,
+    /// Of which revoked.
+    pub grants_revoked: usize,
     /// Orders in the database.
     pub orders: usize,
     /// Orders the merchant's server asked for (its secret key's creations, answered or not).
@@ -94,6 +101,9 @@ pub struct AuditFigures {
     pub refunds_succeeded: usize,
     /// Deductions put back (reversal entries in the ledger).
     pub reversals: usize,
+    /// Events of the run in the event log (`payment.succeeded`, `payment.closed`,
+    /// `refund.succeeded`).
+    pub events_logged: usize,
     /// Webhook deliveries (one per event and endpoint).
     pub webhook_deliveries: usize,
     /// Copies the merchant received (retries and redeliveries included).
@@ -135,6 +145,7 @@ fn all_invariants() -> impl Iterator<Item = &'static str> {
         .chain(attacks::INVARIANTS.iter())
         .chain(INVARIANTS.iter())
         .chain(refunds::INVARIANTS.iter())
+        .chain(events::INVARIANTS.iter())
         .chain(webhooks::INVARIANTS.iter())
         .chain(bills::INVARIANTS.iter())
         .chain(ledger::INVARIANTS.iter())
@@ -260,6 +271,9 @@ pub fn check(
     wallets::check(snapshot, client, &mut violations);
     check_reversals(snapshot, client, &mut violations, &mut figures);
     check_refunds(snapshot, channel, client, &mut violations, &mut figures);
+    if let Some(logged) = &snapshot.logged {
+        events::check(snapshot, logged, &index, &mut violations, &mut figures);
+    }
     ledger::check_ledger(snapshot, channel, client, &mut violations, &mut figures);
     figures.history = history::check(snapshot, &client.history, &mut violations);
 

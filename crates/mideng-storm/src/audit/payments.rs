@@ -1,12 +1,13 @@
 //! Payments against the channel: every answered payment stored, one PENDING and one PAID per
 //! order, every charge PAID here (or given back by its case), nothing PAID the channel did not
-//! charge, and a close on one side a close on the other.
+//! charge, a close on one side a close on the other, and every payment for its order's amount
+//! and currency.
 use std::collections::{BTreeMap, HashSet};
 
 use super::{AuditFigures, ChannelFacts, ClientFacts, Index, Snapshot, Violation, violation};
 
 /// The invariants checked here, by the name their violations carry.
-pub(super) const INVARIANTS: [&str; 9] = [
+pub(super) const INVARIANTS: [&str; 10] = [
     "every answered payment is stored",
     "one pending payment per order",
     "one paid payment per order",
@@ -16,6 +17,7 @@ pub(super) const INVARIANTS: [&str; 9] = [
     "nothing PAID that the channel did not charge",
     "closed here ⇒ closed at the channel",
     "closed at the channel ⇒ closed here",
+    "payment amount equals its order's amount",
 ];
 
 /// Checks them, adding what it finds to `violations` and `figures`.
@@ -35,6 +37,43 @@ pub(super) fn check(
                 "every answered payment is stored",
                 format!("{number} was answered and is not in the database"),
             ));
+        }
+    }
+
+    // Every payment, whatever its status, asks for its order's amount in its order's currency.
+    for payment in &snapshot.payments {
+        match index
+            .orders
+            .get(&(payment.tenant_id.as_str(), payment.order_id.as_str()))
+        {
+            Some(order)
+                if order.pricing.amount != payment.amount || order.currency != payment.currency =>
+            {
+                violations.push(violation(
+                    "payment amount equals its order's amount",
+                    format!(
+                        "{} ({}/{}, {}): {} {}, its order {} {}",
+                        payment.payment_no,
+                        payment.tenant_id,
+                        payment.order_id,
+                        payment.status,
+                        payment.amount,
+                        payment.currency,
+                        order.pricing.amount,
+                        order.currency
+                    ),
+                ));
+            }
+            Some(_) => {}
+            // A PAID one is named by the grants' check.
+            None if payment.status != "PAID" => violations.push(violation(
+                "a payment has its order",
+                format!(
+                    "{} ({}): no order {}/{}",
+                    payment.payment_no, payment.status, payment.tenant_id, payment.order_id
+                ),
+            )),
+            None => {}
         }
     }
 

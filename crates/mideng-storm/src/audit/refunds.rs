@@ -415,7 +415,8 @@ pub(super) fn check_refunds(
 mod tests {
     use super::super::tests::{charged, grant, order, payment};
     use super::super::{
-        AnsweredRefund, AnsweredReversal, ChannelRefundFact, TradeFact, WalletFact, check,
+        AnsweredRefund, AnsweredReversal, ChannelRefundFact, GrantFact, TradeFact, WalletFact,
+        check,
     };
     use super::*;
     fn refund(number: &str, key: &str, amount: i64, status: &str) -> RefundFact {
@@ -439,7 +440,8 @@ mod tests {
     }
 
     /// P1 (100 fen, PAID, granted) with these refunds here and at the channel; the ledger
-    /// holds the channel's successful refunds.
+    /// holds the channel's successful refunds; the grant revoked when the refunds here that
+    /// succeeded add up to the payment's amount (as the revocation consumer leaves it).
     fn refunded_world(
         ours: Vec<RefundFact>,
         theirs: Vec<ChannelRefundFact>,
@@ -450,13 +452,21 @@ mod tests {
             .filter(|refund| refund.status != "CLOSED")
             .map(|refund| refund.amount)
             .sum();
+        let refunded_here: i64 = ours
+            .iter()
+            .filter(|refund| refund.status == "SUCCESS")
+            .map(|refund| refund.amount)
+            .sum();
         let snapshot = Snapshot {
             payments: vec![PaymentFact {
                 refunded: held,
                 ..payment("P1", "o1", "PAID")
             }],
             orders: vec![order("o1", order_status)],
-            grants: vec![grant("P1", "o1")],
+            grants: vec![GrantFact {
+                revoked_at_ms: (refunded_here == 100).then_some(1),
+                ..grant("P1", "o1")
+            }],
             refunds: ours,
             ..Snapshot::default()
         };

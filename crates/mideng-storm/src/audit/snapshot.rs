@@ -13,7 +13,7 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     for row in connection
         .rows(
             "SELECT payment_no, tenant_id, order_id, status, amount, expires_at, updated_at, \
-             refunded FROM pay_payments",
+             refunded, currency FROM pay_payments",
             &[],
         )
         .await
@@ -28,12 +28,13 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             expires_at_ms: row.int(5).map_err(read)?,
             updated_at_ms: row.int(6).map_err(read)?,
             refunded: row.int(7).map_err(read)?,
+            currency: row.text(8).map_err(read)?,
         });
     }
     for row in connection
         .rows(
             "SELECT tenant_id, order_id, status, entitlement_sku, entitlement_quantity, \
-             user_id, amount FROM pay_orders",
+             user_id, amount, currency FROM pay_orders",
             &[],
         )
         .await
@@ -46,6 +47,7 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             order_id: row.text(1).map_err(read)?,
             status: row.text(2).map_err(read)?,
             has_entitlement: sku.is_some(),
+            currency: row.text(7).map_err(read)?,
             pricing: Pricing {
                 user_id: row.text(5).map_err(read)?,
                 amount: row.int(6).map_err(read)?,
@@ -57,7 +59,8 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
     }
     for row in connection
         .rows(
-            "SELECT payment_no, tenant_id, order_id, user_id, sku, quantity FROM pay_grants",
+            "SELECT payment_no, tenant_id, order_id, user_id, sku, quantity, revoked_at \
+             FROM pay_grants",
             &[],
         )
         .await
@@ -70,6 +73,7 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             user_id: row.text(3).map_err(read)?,
             sku: row.text(4).map_err(read)?,
             quantity: row.int(5).map_err(read)?,
+            revoked_at_ms: row.opt_int(6).map_err(read)?,
         });
     }
     for row in connection
@@ -154,6 +158,27 @@ pub async fn snapshot<D: Dialect>(store: &SqlStore<D>) -> Result<Snapshot, Store
             key: row.text(2).map_err(read)?,
         });
     }
+    // The event log, not the outbox: it keeps every event for the webhook retention (the
+    // outbox's sent rows may be purged sooner), with its tenant and its payload, and it holds
+    // only what the service logged with a change.
+    let mut logged = Vec::new();
+    for row in connection
+        .rows(
+            "SELECT event_id, tenant_id, event_type, data FROM pay_event_log WHERE event_type IN \
+             ('payment.succeeded', 'payment.closed', 'refund.succeeded')",
+            &[],
+        )
+        .await
+        .map_err(read)?
+    {
+        logged.push(LoggedEventFact {
+            event_id: row.text(0).map_err(read)?,
+            tenant_id: row.text(1).map_err(read)?,
+            event_type: row.text(2).map_err(read)?,
+            data: row.text(3).map_err(read)?,
+        });
+    }
+    snapshot.logged = Some(logged);
     for row in connection
         .rows(
             "SELECT payment_no, tenant_id, order_id, kind, amount, status, refund_no \

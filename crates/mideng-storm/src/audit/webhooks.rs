@@ -113,6 +113,7 @@ mod tests {
                 order_id: "o1".to_owned(),
                 status: "PAID".to_owned(),
                 amount: 100,
+                currency: "CNY".to_owned(),
                 expires_at_ms: 0,
                 updated_at_ms: 0,
                 refunded: 0,

@@ -89,7 +89,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mideng_pay::domain::events::PAYMENT_SUCCEEDED;
+use mideng_pay::domain::events::{PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::workers::reconcile::{ReconcileSettings, reconcile_once};
 use mideng_pay::workers::webhooks::WebhookSettings;
@@ -829,10 +829,6 @@ async fn settle_notifies(shared: &Shared, payments: &[String]) {
     }
 }
 
-/// Waits until the outbox is empty (every event relayed, whatever its topic) and the
-/// in-database queue of `payment.succeeded` drained, then a moment for the consumers' last
-/// acknowledgements. The other topics (`payment.closed`, `refund.succeeded`) have no consumer
-/// in the storm's deployment, so their queues are not waited for.
 /// Waits until no webhook delivery is pending (the merchant fails some on purpose: they are
 /// retried within seconds on the storm's schedule).
 async fn drain_webhooks(operator: &mideng_pay::state::AppState) -> anyhow::Result<()> {
@@ -854,16 +850,20 @@ async fn drain_webhooks(operator: &mideng_pay::state::AppState) -> anyhow::Resul
     Ok(())
 }
 
+/// Waits until the outbox is empty (every event relayed, whatever its topic) and the
+/// in-database queues of the consumed topics drained — `payment.succeeded` (the entitlement
+/// consumer) and `refund.succeeded` (the revocation consumer: the audit checks each grant of a
+/// payment refunded in full is revoked) — then a moment for the consumers' last
+/// acknowledgements. `payment.closed` has no consumer in the storm's deployment, so its queue is
+/// not waited for.
 async fn drain_events(operator: &mideng_pay::state::AppState) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let backlog = operator.ports.store.events.outbox_backlog().await?;
-        let queued = operator
-            .ports
-            .store
-            .events
-            .queue_depth(PAYMENT_SUCCEEDED)
-            .await?;
+        let mut queued = 0;
+        for topic in [PAYMENT_SUCCEEDED, REFUND_SUCCEEDED] {
+            queued += operator.ports.store.events.queue_depth(topic).await?;
+        }
         if backlog.unsent == 0 && queued == 0 {
             break;
         }

@@ -425,19 +425,21 @@ impl StormReport {
 /// What the audit looked at, in one line (the text and the HTML report both show it).
 pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
     format!(
-        "{} orders ({} asked for by the merchant's server), {} payments, {} PAID, {} charged at the channel, {} grants, {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} webhooks ({} copies), {} attacked payments, {} lines on the channels' bills ({} matched, {} repaired)",
+        "{} orders ({} asked for by the merchant's server), {} payments, {} PAID, {} charged at the channel, {} grants ({} revoked), {} refund cases, {} refunds ({} SUCCESS), {} ledger entries, {} deducts, {} reversals, {} events logged, {} webhooks ({} copies), {} attacked payments, {} lines on the channels' bills ({} matched, {} repaired)",
         audit.orders,
         audit.priced,
         audit.payments,
         audit.paid,
         audit.charged,
         audit.grants,
+        audit.grants_revoked,
         audit.refund_cases,
         audit.refunds,
         audit.refunds_succeeded,
         audit.ledger_entries,
         audit.deducts,
         audit.reversals,
+        audit.events_logged,
         audit.webhook_deliveries,
         audit.webhook_copies,
         audit.attacked,
