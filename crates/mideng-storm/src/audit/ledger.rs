@@ -30,12 +30,26 @@ pub(super) const INVARIANTS: [&str; 4] = [
 /// The invariant about parked events, checked only in a deployment the storm started.
 pub(super) const PARKED_INVARIANT: &str = "nothing parked without being counted";
 
+/// Open cases the report names at most (the count is whole).
+pub(super) const OPEN_CASES_NAMED_MAX: usize = 50;
+
 /// The kinds a case may carry: its reason.
 const CASE_KINDS: [&str; 3] = [
     "PAID_AFTER_CANCEL",
     "DOUBLE_CHARGE",
     "FAILED_ATTEMPT_CHARGED",
 ];
+
+/// Counts an open case and names it (up to [`OPEN_CASES_NAMED_MAX`]).
+fn name_open(figures: &mut AuditFigures, case: &super::CaseFact, standing: &str) {
+    figures.cases_open += 1;
+    if figures.open_cases.len() < OPEN_CASES_NAMED_MAX {
+        figures.open_cases.push(format!(
+            "{} ({}, {} fen): {standing}",
+            case.payment_no, case.kind, case.amount
+        ));
+    }
+}
 
 /// Checks the per-order ledger identity, the refund cases and the parked events.
 pub(super) fn check_ledger(
@@ -119,9 +133,13 @@ pub(super) fn check_ledger(
             ("REFUND_ASKED", Some(("SUCCESS", amount))) if *amount == case.amount => {
                 figures.cases_refunded += 1;
             }
-            ("OPEN", _) if CASE_KINDS.contains(&case.kind.as_str()) => figures.cases_open += 1,
+            ("OPEN", _) if CASE_KINDS.contains(&case.kind.as_str()) => {
+                name_open(figures, case, "no refund asked");
+            }
             // The channel holds the money of an ABNORMAL refund until a person acts there.
-            ("REFUND_ASKED", Some(("ABNORMAL", _))) => figures.cases_open += 1,
+            ("REFUND_ASKED", Some(("ABNORMAL", _))) => {
+                name_open(figures, case, "its refund ABNORMAL at the channel");
+            }
             (status, refund) => violations.push(violation(
                 "every refund case refunded, or open with its reason",
                 format!(
@@ -271,6 +289,49 @@ mod tests {
             .map(|v| v.invariant)
             .collect();
         assert_eq!(names, ["the channel's ledger equals ours, order by order"]);
+    }
+
+    /// A case left open (no refund asked) or held ABNORMAL at the channel passes the case
+    /// invariant, and the report names each: payment, reason, amount, where its refund stands.
+    #[test]
+    fn open_cases_are_named_in_the_figures() {
+        let snapshot = Snapshot {
+            payments: vec![
+                payment("P1", "o1", "FAILED"),
+                payment("P2", "o1", "PAID"),
+                payment("P3", "o2", "FAILED"),
+            ],
+            orders: vec![order("o1", "PAID"), order("o2", "CREATED")],
+            cases: vec![
+                case("P1", "o1", "OPEN", None),
+                case("P3", "o2", "REFUND_ASKED", Some("R3")),
+            ],
+            refunds: vec![refund("R3", "P3", "ABNORMAL")],
+            ..Snapshot::default()
+        };
+        let mut figures = AuditFigures::default();
+        let mut violations = Vec::new();
+        check_ledger(
+            &snapshot,
+            &charged(&["P2"]),
+            &ClientFacts::default(),
+            &mut violations,
+            &mut figures,
+        );
+        assert!(
+            violations
+                .iter()
+                .all(|v| v.invariant != "every refund case refunded, or open with its reason"),
+            "{violations:?}"
+        );
+        assert_eq!(figures.cases_open, 2);
+        assert_eq!(
+            figures.open_cases,
+            [
+                "P1 (FAILED_ATTEMPT_CHARGED, 100 fen): no refund asked",
+                "P3 (FAILED_ATTEMPT_CHARGED, 100 fen): its refund ABNORMAL at the channel"
+            ]
+        );
     }
 
     #[test]

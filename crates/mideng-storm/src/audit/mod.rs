@@ -122,6 +122,10 @@ pub struct AuditFigures {
     pub cases_refunded: usize,
     /// Of which open for a person, with their reason.
     pub cases_open: usize,
+    /// Those open cases by name (payment, reason, fen, where its refund stands), at most
+    /// [`ledger::OPEN_CASES_NAMED_MAX`]: money owed back at the end of a run is named in the
+    /// report, never only counted.
+    pub open_cases: Vec<String>,
     /// Events a consumer parked.
     pub parked: usize,
     /// The history check's counts, per kind of operation.

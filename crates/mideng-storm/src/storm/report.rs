@@ -446,6 +446,24 @@ pub(crate) fn audit_summary(audit: &AuditFigures) -> String {
         audit.bill_lines,
         audit.bill_matched,
         audit.bill_repaired
+    ) + &open_cases(audit)
+}
+
+/// The refund cases left open at the end, named: money owed back is never only a count.
+fn open_cases(audit: &AuditFigures) -> String {
+    if audit.cases_open == 0 {
+        return String::new();
+    }
+    let more = audit.cases_open.saturating_sub(audit.open_cases.len());
+    format!(
+        "; {} refund cases open for a person: {}{}",
+        audit.cases_open,
+        audit.open_cases.join("; "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
     )
 }
 
