@@ -312,7 +312,7 @@ fn a_genuine_wechat_notification_is_accepted() {
         400,
         "a bad notify is the sender's fault, not ours"
     );
-    assert_eq!(channel.answer(NotifyVerdict::RetryLater).status, 500);
+    assert_eq!(channel.answer(NotifyVerdict::RetryLater).status, 503);
 }
 
 #[test]

@@ -818,8 +818,9 @@ impl Channel for WechatChannel {
 
     fn answer(&self, verdict: NotifyVerdict) -> NotifyAnswer {
         // WeChat Pay reads only the status: 200/204 stops the resends, anything else is sent
-        // again. A bad notify gets a 4xx (nothing of ours failed); a 5xx is kept for our own
-        // failures, so that an alert on 5xx means something.
+        // again. A bad notify gets a 4xx (nothing of ours failed); one we cannot take now (the
+        // database or the order's lock unavailable) a 503, as any answer that asks to come
+        // back: a 500 is kept for a failure of ours, which a fault never excuses.
         let (status, body) = match verdict {
             NotifyVerdict::Accepted => (204, String::new()),
             NotifyVerdict::Refused => (
@@ -827,7 +828,7 @@ impl Channel for WechatChannel {
                 r#"{"code":"FAIL","message":"notify refused"}"#.to_owned(),
             ),
             NotifyVerdict::RetryLater => (
-                500,
+                503,
                 r#"{"code":"FAIL","message":"not processed, please retry"}"#.to_owned(),
             ),
         };

@@ -278,6 +278,33 @@ impl utoipa::Modify for Contract {
                 complete(operation);
             }
         }
+        drop_unreferenced_schemas(openapi);
+    }
+}
+
+/// Removes the component schemas nothing refers to: a page's item type is inlined in its
+/// `PageView_*` schema, and utoipa registers it besides, where a linter rightly calls it unused.
+fn drop_unreferenced_schemas(openapi: &mut OpenApi) {
+    const PREFIX: &str = "#/components/schemas/";
+    loop {
+        let Ok(text) = serde_json::to_string(&*openapi) else {
+            return;
+        };
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let unused: Vec<String> = components
+            .schemas
+            .keys()
+            .filter(|name| !text.contains(&format!("\"{PREFIX}{name}\"")))
+            .cloned()
+            .collect();
+        if unused.is_empty() {
+            return;
+        }
+        for name in unused {
+            components.schemas.remove(&name);
+        }
     }
 }
 

@@ -70,17 +70,19 @@ pub(super) async fn alipay(
 }
 
 /// WeChat Pay's notification (API v3: signature headers, AES-256-GCM resource). Answers 204; 400
-/// `{"code": "FAIL"}` for a notify that is refused; 500 `{"code": "FAIL"}` when we could not
-/// process it now (it is sent again).
+/// `{"code": "FAIL"}` for a notify that is refused; 503 `{"code": "FAIL"}` when we could not
+/// process it now (the database or the order's lock unavailable: it is sent again).
 #[utoipa::path(
     post, path = "/v1/channels/wechat/notify", tag = "channels", operation_id = "wechat_notify",
     request_body(content = String, content_type = "application/json"),
     responses(
         (status = 204, description = "Accepted"),
         (status = 400, description = "The notify is refused (signature, serial, timestamp, merchant, not ours, malformed)", body = WechatNotifyFailure, content_type = "application/json"),
-        (status = 500, description = "Not processed now: send it again", body = WechatNotifyFailure, content_type = "application/json"),
         (status = 404, description = "not-found: WeChat Pay is not configured on this service", body = super::ProblemBody),
-        (status = 503, description = "clock-unsynchronised: this instance's clock disagrees with the database's (WeChat Pay sends again)", body = super::ProblemBody),
+        (status = 503, description = "Not processed now, send it again: `{code: FAIL}` when the database or the order's lock is unavailable; the problem clock-unsynchronised when this instance's clock disagrees with the database's", content(
+            (WechatNotifyFailure = "application/json"),
+            (super::ProblemBody = "application/problem+json"),
+        )),
     )
 )]
 pub(super) async fn wechat(

@@ -256,7 +256,8 @@ impl Shared {
         self.bases.len().saturating_sub(1)
     }
 
-    /// A 5xx is excused inside a fault window (and counted); outside one it is a violation.
+    /// A 5xx other than 500 is excused inside a fault window (and counted); outside one, and a
+    /// 500 anywhere, it is a violation.
     fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
         if status < 500 {
             return;
@@ -284,7 +285,9 @@ impl Shared {
             self.clock_refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if self.faults.excused(started, Instant::now()) {
+        // A 500 is the service's own failure, which no fault excuses: a fault makes a
+        // dependency unavailable (503, 502, 504), never the service wrong.
+        if status != 500 && self.faults.excused(started, Instant::now()) {
             self.excused.fetch_add(1, Ordering::Relaxed);
         } else {
             let detail = String::from_utf8_lossy(body)

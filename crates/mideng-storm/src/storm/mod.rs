@@ -45,7 +45,7 @@
 //! the workload leaves waiting; the audit checks that none was accepted and none moved.
 //!
 //! A 5xx is excused only while a fault is active (and for a short grace after it); any other
-//! is a violation. The layer table counts, from the service's own decision counters, what each
+//! is a violation, and so is a 500 anywhere (the service's own failure, which no fault excuses). The layer table counts, from the service's own decision counters, what each
 //! layer caught.
 //!
 //! The modules, in the order a run goes through them:

@@ -43,6 +43,9 @@ impl Dialect for MySqlDialect {
             Some(1213 | 1205) => Failure::Conflict,
             // too many connections, server shutting down
             Some(1040 | 1053) => Failure::Unavailable,
+            // the server runs --read-only / read_only mode, or the transaction is read only:
+            // not the primary (any more); nothing was written, and a retry reaches the primary.
+            Some(1290 | 1792 | 1836) => Failure::Unavailable,
             _ => Failure::Other,
         }
     }

@@ -27,15 +27,25 @@ impl Dialect for PostgresDialect {
         if let Some(failure) = classify_transport(error) {
             return failure;
         }
-        match error
-            .as_database_error()
-            .and_then(|error| error.code())
-            .as_deref()
-        {
+        let database = error.as_database_error();
+        match database.and_then(|error| error.code()).as_deref() {
             // serialization_failure, deadlock_detected, lock_not_available
             Some("40001" | "40P01" | "55P03") => Failure::Conflict,
             // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
             Some("57P01" | "57P02" | "57P03" | "53300") => Failure::Unavailable,
+            // read_only_sql_transaction: the server is not (or no longer) the primary — a
+            // connection still open to a primary demoted by a failover, or a standby. Nothing
+            // was written; the primary is elsewhere, and a retry reaches it.
+            Some("25006") => Failure::Unavailable,
+            // The same, raised without its own code by a server in recovery (a standby, or a
+            // demoted primary rejoining) when a write needs a transaction id.
+            Some("XX000")
+                if database.is_some_and(|error| {
+                    error.message() == "cannot assign TransactionIds during recovery"
+                }) =>
+            {
+                Failure::Unavailable
+            }
             _ => Failure::Other,
         }
     }
