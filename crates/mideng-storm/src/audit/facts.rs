@@ -366,8 +366,11 @@ pub struct ClientFacts {
     pub deducts: HashMap<(String, String, String), (String, i64)>,
     /// Replays whose answer differed from the original (description).
     pub replay_mismatches: Vec<String>,
-    /// 5xx answers outside every fault window (description).
+    /// 5xx answers outside every fault window, and 500s anywhere (description).
     pub unexcused_errors: Vec<String>,
+    /// Faults of the schedule whose injection failed (description): a run that did not strike
+    /// what it says it struck proves less than its report claims.
+    pub faults_not_injected: Vec<String>,
     /// Payments the attacker aimed at: ones the workload left waiting (never paid, never
     /// closed), so that any change before their expiry is the attacker's doing.
     pub attacked: BTreeSet<String>,

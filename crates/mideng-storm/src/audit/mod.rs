@@ -22,6 +22,7 @@
 //! | every deduct key debited at most once, every answered deduct debited | client answers + database |
 //! | balances equal their ledger entries, none negative, money conserved | database + client answers |
 //! | every replay byte-identical to the original answer | client answers |
+//! | every fault of the schedule injected (a failed injection fails the run) | the fault schedule |
 //! | no 5xx except while a fault was active | client answers |
 //! | every attack refused (a replay acknowledged as a duplicate) | the attacker's answers |
 //! | an attacked payment changes only through the workload | attacker's victims + database + trades |
@@ -138,7 +139,11 @@ fn violation(invariant: &'static str, detail: String) -> Violation {
 
 /// The invariants [`check`] checks itself, on the client's answers alone (the others are in
 /// their modules).
-const INVARIANTS: [&str; 2] = ["every replay byte-identical", "no 5xx outside a fault"];
+const INVARIANTS: [&str; 3] = [
+    "every replay byte-identical",
+    "no 5xx outside a fault",
+    "every fault injected as scheduled",
+];
 
 /// Every module's invariants, in the order the report lists them.
 fn all_invariants() -> impl Iterator<Item = &'static str> {
@@ -291,6 +296,12 @@ pub fn check(
     }
     for error in &client.unexcused_errors {
         violations.push(violation("no 5xx outside a fault", error.clone()));
+    }
+    for fault in &client.faults_not_injected {
+        violations.push(violation(
+            "every fault injected as scheduled",
+            fault.clone(),
+        ));
     }
     (violations, figures)
 }

@@ -150,6 +150,27 @@ fn a_consistent_world_passes() {
     assert_eq!((figures.orders, figures.priced), (2, 2));
 }
 
+/// A fault whose injection failed fails the run: the report would claim a fault it never
+/// struck.
+#[test]
+fn a_fault_not_injected_is_a_violation() {
+    let client = ClientFacts {
+        faults_not_injected: vec!["the PostgreSQL failover: patronictl refused".to_owned()],
+        ..ClientFacts::default()
+    };
+    let (violations, _) = check(&Snapshot::default(), &charged(&[]), &client);
+    assert_eq!(
+        violations
+            .iter()
+            .map(|found| (found.invariant, found.detail.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "every fault injected as scheduled",
+            "the PostgreSQL failover: patronictl refused"
+        )]
+    );
+}
+
 /// The server prices, the page pays: a grant of an order the merchant's server never made, a
 /// grant of more than it priced, an order it never made and an order priced otherwise than it
 /// set are each a violation; the orders it made as it priced them are not.

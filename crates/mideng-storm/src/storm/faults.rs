@@ -368,10 +368,15 @@ pub(super) async fn inject(
         return match inject_replicated(deployment, shared, rng, kind, hold).await {
             Ok(done) => Ok(done),
             Err(error) => {
-                // A server that would not fail over or restart as asked is the deployment's
-                // trouble, not the service's: logged, counted in the report, the deployment
-                // brought back whole, and the run goes on (if that fails too, the run ends).
+                // A server that would not fail over or restart as asked: logged, the deployment
+                // brought back whole, and the run goes on (if that fails too, the run ends);
+                // the audit then fails the run, which did not strike what it says it struck.
                 tracing::error!("{error:#}; bringing every replicated server back");
+                shared
+                    .log()
+                    .client
+                    .faults_not_injected
+                    .push(format!("{error:#}"));
                 deployment
                     .restore_replicated()
                     .await

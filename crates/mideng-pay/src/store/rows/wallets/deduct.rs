@@ -192,9 +192,12 @@ const WALLET_DEBIT_IF_COVERED: PerDialect<&str> = dialect_sql!(
     { mysql: "", _: " RETURNING balance, version" }
 );
 
-/// Puts back an amount this transaction took (its row is still locked by it).
+/// Undoes this transaction's debit whole (its row is still locked by it): the amount back,
+/// and the version back to what it was, so that a wallet's versions stay one per ledger entry
+/// — the order the audit reads them in is a chain 1, 2, 3 … (a put-back that counted as a
+/// change left two versions with no entry, which the storm's chain check found).
 const WALLET_PUT_BACK: PerDialect<&str> = dialect_sql!(
-    "UPDATE pay_wallets SET balance = balance + " ? ", version = version + 1 WHERE tenant_id = " ?
+    "UPDATE pay_wallets SET balance = balance + " ? ", version = version - 1 WHERE tenant_id = " ?
     " AND user_id = " ?
 );
 
