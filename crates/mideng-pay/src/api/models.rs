@@ -524,7 +524,7 @@ pub struct EntitlementsQuery {
     /// The holder.
     pub user_id: String,
     /// Only the grants of this order. Required with a publishable key, which sees the grant
-    /// of an order a publishable key made and nothing else.
+    /// of the order its client secret opens and nothing else.
     pub order_id: Option<String>,
 }
 
