@@ -45,6 +45,7 @@ use serde::Serialize;
 
 mod attacks;
 mod bills;
+mod chain;
 mod events;
 mod facts;
 mod grants;
