@@ -389,6 +389,9 @@ pub struct ClientFacts {
     pub parked_checked: bool,
     /// Every keyed operation the clients invoked, with its attempts (the history check).
     pub history: Vec<super::history::Operation>,
+    /// Every attempt as one operation in Jepsen's shape (`--history`, the linearizability
+    /// check).
+    pub operations: Vec<super::jepsen::ClientOp>,
     /// Every order the storm's merchant made with the tenant's secret key, by (tenant, order
     /// id), as it priced it: written before the request was sent, so an order whose answer was
     /// lost is here too. `None`: not recorded (the check of who priced is left out).

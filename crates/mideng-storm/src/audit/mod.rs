@@ -38,6 +38,7 @@
 //! | nothing parked without being counted: every parked event is one the storm wrote for that | database + the storm's log |
 //! | every line of the channels' bills of the run's days matches ours, and every PAID payment and SUCCESS refund of those days is on its bill | the bills + database (the service's bill reconciliation) |
 //! | the history: an operation answered ok took effect once, one refused took none, one never answered at most one; each wallet's ledger order respects real time and every answer (`history`) | the clients' history of attempts + database |
+//! | each wallet's history is linearizable: some order of its operations, each within its time, explains every answer from a wallet at 0 (`linearizable`) | the clients' history of attempts (no database) |
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -50,7 +51,9 @@ mod events;
 mod facts;
 mod grants;
 pub mod history;
+pub mod jepsen;
 mod ledger;
+pub mod linearizable;
 mod payments;
 mod refunds;
 mod snapshot;
@@ -132,6 +135,8 @@ pub struct AuditFigures {
     pub parked: usize,
     /// The history check's counts, per kind of operation.
     pub history: BTreeMap<String, history::HistoryCounts>,
+    /// What the linearizability check did: wallets checked and unchecked, the hottest one.
+    pub linearizable: linearizable::LinearizableFigures,
 }
 
 fn violation(invariant: &'static str, detail: String) -> Violation {
@@ -160,6 +165,7 @@ fn all_invariants() -> impl Iterator<Item = &'static str> {
         .chain(bills::INVARIANTS.iter())
         .chain(ledger::INVARIANTS.iter())
         .chain(history::INVARIANTS.iter())
+        .chain(linearizable::INVARIANTS.iter())
         .copied()
 }
 
@@ -286,6 +292,11 @@ pub fn check(
     }
     ledger::check_ledger(snapshot, channel, client, &mut violations, &mut figures);
     figures.history = history::check(snapshot, &client.history, &mut violations);
+    figures.linearizable = linearizable::check(
+        &client.operations,
+        linearizable::SEARCH_STEPS_MAX,
+        &mut violations,
+    );
 
     attacks::check(channel, client, &index, &mut violations);
 

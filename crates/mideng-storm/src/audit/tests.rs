@@ -33,6 +33,7 @@ fn every_invariant_the_audit_names_is_listed_once() {
         include_str!("ledger.rs"),
         include_str!("history.rs"),
         include_str!("chain.rs"),
+        include_str!("linearizable.rs"),
     ]
     .into_iter()
     .flat_map(names_in)

@@ -510,6 +510,27 @@ impl StormReport {
             ],
             &rows,
         ));
+        let linearizable = &self.audit.linearizable;
+        if linearizable.wallets > 0 {
+            content.push_str(&format!(
+                "<p class=\"note\">Linearizability: {} of {} wallets checked ({} operations, \
+                 {} reads, {} deducts refused for funds){}.</p>\n",
+                linearizable.checked,
+                linearizable.wallets,
+                linearizable.operations,
+                linearizable.reads,
+                linearizable.refused_for_funds,
+                if linearizable.unchecked.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; <strong>unchecked</strong> (search past its budget, neither passed \
+                         nor failed): {}",
+                        escape(&linearizable.unchecked.join(", "))
+                    )
+                }
+            ));
+        }
         figure(
             "history",
             "history",

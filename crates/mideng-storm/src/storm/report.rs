@@ -322,6 +322,33 @@ impl StormReport {
                 );
             }
         }
+        let linearizable = &self.audit.linearizable;
+        if linearizable.wallets > 0 {
+            let _ = writeln!(out);
+            let hottest = linearizable.hottest.as_ref().map_or(String::new(), |hottest| {
+                format!(
+                    "; the hottest, {}: {} operations in {} steps",
+                    hottest.key, hottest.operations, hottest.steps
+                )
+            });
+            let _ = writeln!(
+                out,
+                "linearizability: {} of {} wallets checked ({} operations, {} reads, {} deducts refused for funds{hottest})",
+                linearizable.checked,
+                linearizable.wallets,
+                linearizable.operations,
+                linearizable.reads,
+                linearizable.refused_for_funds
+            );
+            if !linearizable.unchecked.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "UNCHECKED (search past {} steps, neither passed nor failed): {}",
+                    crate::audit::linearizable::SEARCH_STEPS_MAX,
+                    linearizable.unchecked.join(", ")
+                );
+            }
+        }
         if let Some(attacks) = &self.attacks {
             let _ = writeln!(out);
             let _ = writeln!(
