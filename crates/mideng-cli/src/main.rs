@@ -325,10 +325,14 @@ fn show_failure(error: &anyhow::Error, log_file: Option<&std::path::Path>) {
 fn show_outputs(
     out: &mut impl Write,
     html: Option<&std::path::Path>,
+    history: Option<&std::path::Path>,
     log_file: Option<&std::path::Path>,
 ) -> std::io::Result<()> {
     if let Some(path) = html {
         writeln!(out, "html report: {}", path.display())?;
+    }
+    if let Some(path) = history {
+        writeln!(out, "history: {}", path.display())?;
     }
     if let Some(path) = log_file {
         writeln!(out, "log: {}", path.display())?;
@@ -448,6 +452,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Storm { mut args, data_dir } => {
             let html = args.html.clone();
+            let history = args.history.clone();
             // `--processes` starts `mideng sim` on this identity.
             args.identity_dir = Some(data_dir.join("sim"));
             let ran = async {
@@ -458,7 +463,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = ran.inspect_err(|error| show_failure(error, log_file.as_deref()))?;
             let mut out = std::io::stdout().lock();
             write!(out, "{}", report.table())?;
-            show_outputs(&mut out, html.as_deref(), log_file.as_deref())?;
+            show_outputs(
+                &mut out,
+                html.as_deref(),
+                history.as_deref(),
+                log_file.as_deref(),
+            )?;
             out.flush()?;
             if !report.passed() {
                 anyhow::bail!("{} invariant violation(s)", report.violations.len());
@@ -474,7 +484,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let report = ran.inspect_err(|error| show_failure(error, log_file.as_deref()))?;
             let mut out = std::io::stdout().lock();
             write!(out, "{}", report.table())?;
-            show_outputs(&mut out, html.as_deref(), log_file.as_deref())?;
+            show_outputs(&mut out, html.as_deref(), None, log_file.as_deref())?;
             out.flush()?;
         }
         Command::Demo { store, duplicates } => {

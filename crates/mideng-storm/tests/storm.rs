@@ -5,12 +5,14 @@
 
 mod support;
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use mideng_pay::domain::wallet::WalletStrategy;
 use mideng_storm::deploy::ServerArgs;
 use mideng_storm::storm::attacker::{AttackKind, BoundaryKind};
 use mideng_storm::storm::{BreakLayer, StackKind, StormArgs, StormReport, run};
+use serde_json::Value;
 
 fn assert_clean(report: &StormReport) {
     let table = report.table();
@@ -69,6 +71,20 @@ fn assert_clean(report: &StormReport) {
             "{source} never happened: {table}"
         );
     }
+    // The lean wallets: their deducts raced the top-ups and some were refused; the reader
+    // read the wallets throughout; and every wallet's history was searched to the end.
+    let linearizable = &report.audit.linearizable;
+    assert!(
+        linearizable.refused_for_funds > 0,
+        "no deduct refused for funds: {table}"
+    );
+    assert!(linearizable.reads > 0, "no wallet read: {table}");
+    assert!(
+        linearizable.wallets > 0
+            && linearizable.checked == linearizable.wallets
+            && linearizable.unchecked.is_empty(),
+        "a wallet's history was not checked: {table}"
+    );
     for layer in ["key", "dedup", "cas"] {
         assert!(
             report.layers.contains_key(layer),
@@ -138,11 +154,65 @@ fn assert_attacks_refused(report: &StormReport) {
     assert!(caught("keys", ":key_not_allowed"), "{table}");
 }
 
+/// The history file an outsider reads: every invocation has exactly one completion by the
+/// same process, after it, and the file names every wallet the check counted.
+fn assert_history_file(path: &Path, report: &StormReport) {
+    let text = std::fs::read_to_string(path).expect("the history was written");
+    let mut open: HashMap<u64, (String, String)> = HashMap::new();
+    let mut completed = 0_usize;
+    let mut wallets = HashSet::new();
+    let mut last_time = 0;
+    for line in text.lines() {
+        let op: Value = serde_json::from_str(line).expect("each line is JSON");
+        let (kind, f, key) = (
+            op["type"].as_str().expect("a type"),
+            op["f"].as_str().expect("an f").to_owned(),
+            op["key"].as_str().expect("a key").to_owned(),
+        );
+        let process = op["process"].as_u64().expect("a process");
+        let time = op["time"].as_u64().expect("a time");
+        assert!(time >= last_time, "out of time order: {line}");
+        last_time = time;
+        if matches!(f.as_str(), "credit" | "deduct" | "reverse" | "read") {
+            wallets.insert(key.clone());
+        }
+        if kind == "invoke" {
+            assert!(
+                open.insert(process, (f, key)).is_none(),
+                "process {process} invoked twice: {line}"
+            );
+        } else {
+            assert!(matches!(kind, "ok" | "fail" | "info"), "{line}");
+            assert_eq!(
+                open.remove(&process),
+                Some((f, key)),
+                "a completion without its invocation: {line}"
+            );
+            completed += 1;
+        }
+    }
+    assert!(open.is_empty(), "invocations never completed: {open:?}");
+    assert!(completed > 0);
+    assert!(
+        text.contains(r#""error":"insufficient-funds""#),
+        "no refusal for funds in the history"
+    );
+    assert_eq!(
+        wallets.len(),
+        report.audit.linearizable.wallets,
+        "{}",
+        report.table()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_storm_leaves_every_invariant_intact() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("storm");
+    std::fs::create_dir_all(&dir).expect("the storm's directory");
+    let history = dir.join("history.jsonl");
     let report = run(
         StormArgs {
+            history: Some(history.clone()),
             seed: Some(20_261_201),
             stack: StackKind::Embedded,
             duration_secs: 8,
@@ -166,6 +236,7 @@ async fn embedded_storm_leaves_every_invariant_intact() {
         "no fault was injected: {}",
         report.table()
     );
+    assert_history_file(&history, &report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -121,6 +121,11 @@ pub struct StormArgs {
     /// operation, and every invariant with its result.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Also write the clients' history here, as JSON lines in Jepsen's shape: every attempt's
+    /// invocation and its completion (`ok`, `fail`, or `info` when its outcome is unknown),
+    /// for a checker outside the storm (docs/storm.md describes the fields).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
     /// Where the log goes (the service's and the storm's own lines; `RUST_LOG` filters it).
     /// Default: `storm-<unix time>-<pid>.log` in `--dir`. The terminal shows only the progress
     /// bar and the report.
@@ -203,6 +208,7 @@ impl Default for StormArgs {
             servers: ServerArgs::default(),
             json: None,
             html: None,
+            history: None,
             log_file: None,
             break_layer: None,
             processes: false,

@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     /// The workload's scripts begun: each takes the next number for its ids (`<run>-o-<n>`).
     pub(crate) scripts: AtomicU64,
     pub(super) excused: AtomicU64,
+    /// The history's next process: one per attempt ([`crate::audit::jepsen::ClientOp`]).
+    pub(super) processes: AtomicU64,
     /// Whether an instance's clock is off by more than the service's bound
     /// (`--clock-skew-secs` past `payments.clock_skew_max_secs`): its `503
     /// clock-unsynchronised` answers are then right, and counted in `clock_refused`.
@@ -162,6 +164,12 @@ impl Shared {
     /// The tenants' hot wallet owner.
     pub(crate) fn hot(&self) -> String {
         format!("{}-hot", self.run)
+    }
+
+    /// The tenants' lean wallet owner: a hot wallet kept near zero, where credits and deducts
+    /// race and deducts are refused for insufficient funds.
+    pub(crate) fn lean(&self) -> String {
+        format!("{}-lean", self.run)
     }
 
     pub(crate) fn log(&self) -> std::sync::MutexGuard<'_, Log> {
@@ -436,7 +444,7 @@ pub(super) async fn keyed_at(
         } else {
             Duration::from_secs(20)
         };
-        let invoked_ms = shared.elapsed_ms();
+        let invoked_ns = shared.elapsed_ns();
         let answer = shared
             .send(
                 instance,
@@ -448,7 +456,7 @@ pub(super) async fn keyed_at(
                 timeout,
             )
             .await;
-        shared.attempted(&pending, invoked_ms, answer.as_ref());
+        shared.attempted(&pending, invoked_ns, answer.as_ref());
         match answer {
             Some(answer) if answer.is_final() => {
                 // Every final answer counts, not only the one the caller keeps: with a layer
@@ -652,20 +660,30 @@ fn record(shared: &Shared, pending: &Pending, answer: &Answer) {
     }
 }
 
+/// Of ten deducts, how many go to the lean wallet: with the top-ups the workload sends it
+/// (a third of the credits, `storm::run`), more money leaves it than arrives, so it stays
+/// near zero and refusals happen in every run.
+const LEAN_DEDUCTS_IN_TEN: u8 = 4;
+
 pub(super) async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
     let order = format!("{}-do-{n}", shared.run);
     let key = format!("{}-dd-{n}", shared.run);
-    let hot = shared.hot();
+    // Some deducts race on the lean wallet, where the money often does not cover them.
+    let wallet = if rng.u8(..10) < LEAN_DEDUCTS_IN_TEN {
+        shared.lean()
+    } else {
+        shared.hot()
+    };
     let amount = rng.i64(1..5_000);
     let pending = Pending {
         label: format!("deduct/{tenant}/{key}"),
         tenant,
-        path: format!("/v1/wallets/{hot}/deduct"),
+        path: format!("/v1/wallets/{wallet}/deduct"),
         body: json!({"order_id": order, "amount": amount}),
         key: key.clone(),
         token_needed: false,
         kind: PendingKind::Deduct {
-            user: hot,
+            user: wallet.clone(),
             order,
             amount,
         },
@@ -676,7 +694,7 @@ pub(super) async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tena
         && let Some(deduction) = answer.json()["deduction_no"].as_str()
         && rng.u8(..10) < 2
     {
-        refunds::reverse_script(shared, rng, tenant, &shared.hot(), deduction).await;
+        refunds::reverse_script(shared, rng, tenant, &wallet, deduction).await;
     }
     if rng.u8(..10) == 0 {
         // The same order under a new request key: the business key refuses a second debit.

@@ -1,11 +1,20 @@
-//! The clients' history, for the audit's history check ([`crate::audit::history`]): every
-//! attempt of every keyed request, with when it was sent, when it ended and what it came to,
-//! grouped into one operation per request key.
+//! The clients' history, recorded twice from the same attempts: for the audit's history check
+//! ([`crate::audit::history`]), every attempt of every keyed request grouped into one
+//! operation per request key; and for `--history` and the linearizability check
+//! ([`crate::audit::linearizable`]), every attempt and every wallet read as one operation in
+//! Jepsen's shape ([`crate::audit::jepsen`]).
+
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
 use super::clients::{Answer, Pending, PendingKind, Shared};
 use crate::audit::history::{Attempt, OpKind, Operation, Outcome};
+use crate::audit::jepsen::{self, Call, ClientOp, Completion};
+
+/// Nanoseconds in a millisecond: the audit's history counts milliseconds, the file
+/// nanoseconds.
+const NS_PER_MS: u64 = 1_000_000;
 
 /// What an answer (or its absence) says about the operation's effect.
 pub(super) fn outcome(answer: Option<&Answer>) -> Outcome {
@@ -88,17 +97,124 @@ fn operation_of(pending: &Pending, tenant: String) -> Operation {
     }
 }
 
+/// What an answer (or its absence) was, as the history file says it.
+fn completion(answer: Option<&Answer>) -> Completion {
+    let Some(answer) = answer else {
+        return Completion::Info {
+            error: "no-answer".to_owned(),
+        };
+    };
+    let body = answer.json();
+    let code = body["code"].as_str().unwrap_or_default();
+    let error = if code.is_empty() {
+        format!("status-{}", answer.status)
+    } else {
+        code.to_owned()
+    };
+    match answer.status {
+        // The payment's trade is not confirmed, nothing is stored under the key yet.
+        202 => Completion::Info {
+            error: "accepted".to_owned(),
+        },
+        200..=299 => Completion::Ok(jepsen::Answer::of(&body)),
+        409 if matches!(code, "already-deducted" | "already-credited") => {
+            Completion::Ok(jepsen::Answer {
+                existing: Some(Box::new(jepsen::Answer::of(&body["existing"]))),
+                ..jepsen::Answer::default()
+            })
+        }
+        _ if outcome(Some(answer)) == Outcome::Unknown => Completion::Info { error },
+        _ => Completion::Fail { error },
+    }
+}
+
+/// What a pending request asks, and the key the history files it under.
+fn call_of(pending: &Pending, tenant: &str) -> (Call, String) {
+    let idempotency_key = pending.key.clone();
+    match &pending.kind {
+        PendingKind::Credit { user, amount } => (
+            Call::Credit {
+                amount: *amount,
+                reference: pending.body["reference"]
+                    .as_str()
+                    .unwrap_or(&pending.key)
+                    .to_owned(),
+                idempotency_key,
+            },
+            format!("{tenant}/{user}"),
+        ),
+        PendingKind::Deduct {
+            user,
+            order,
+            amount,
+        } => (
+            Call::Deduct {
+                amount: *amount,
+                order_id: order.clone(),
+                idempotency_key,
+            },
+            format!("{tenant}/{user}"),
+        ),
+        PendingKind::Reversal { user, deduction_no } => (
+            Call::Reverse {
+                deduction_no: deduction_no.clone(),
+            },
+            format!("{tenant}/{user}"),
+        ),
+        PendingKind::Refund { payment_no, amount } => (
+            Call::Refund {
+                amount: *amount,
+                idempotency_key,
+            },
+            format!("{tenant}/{payment_no}"),
+        ),
+        PendingKind::Payment => {
+            // The order is in the path the pending request was made with
+            // (`/v1/orders/{order_id}/payments`), and nowhere else.
+            let order_id = pending
+                .path
+                .strip_prefix("/v1/orders/")
+                .and_then(|rest| rest.strip_suffix("/payments"))
+                .unwrap_or_default()
+                .to_owned();
+            let key = format!("{tenant}/{order_id}");
+            (
+                Call::CreatePayment {
+                    order_id,
+                    channel: pending.body["channel"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    idempotency_key,
+                },
+                key,
+            )
+        }
+    }
+}
+
 impl Shared {
-    /// Records one attempt of `pending`, sent at `invoked_ms` (since the run began) and ended
+    /// Records one attempt of `pending`, sent at `invoked_ns` (since the run began) and ended
     /// now with `answer`.
-    pub(super) fn attempted(&self, pending: &Pending, invoked_ms: u64, answer: Option<&Answer>) {
+    pub(super) fn attempted(&self, pending: &Pending, invoked_ns: u64, answer: Option<&Answer>) {
+        let completed_ns = self.elapsed_ns();
         let attempt = Attempt {
-            invoked_ms,
-            completed_ms: self.elapsed_ms(),
+            invoked_ms: invoked_ns / NS_PER_MS,
+            completed_ms: completed_ns / NS_PER_MS,
             outcome: outcome(answer),
         };
         let tenant = self.tenants[pending.tenant % self.tenants.len()].id.clone();
+        let (call, key) = call_of(pending, &tenant);
+        let op = ClientOp {
+            process: self.processes.fetch_add(1, Ordering::Relaxed),
+            key,
+            invoked_ns,
+            completed_ns,
+            call,
+            completion: completion(answer),
+        };
         let mut log = self.log();
+        log.client.operations.push(op);
         let index = match log.history_index.get(&pending.label) {
             Some(index) => *index,
             None => {
@@ -113,8 +229,29 @@ impl Shared {
         }
     }
 
-    /// Milliseconds since the run's clients began.
-    pub(super) fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// Records a read of `user`'s wallet (tenant index `tenant`), sent at `invoked_ns` and
+    /// ended now with `answer`.
+    pub(super) fn read_recorded(
+        &self,
+        tenant: usize,
+        user: &str,
+        invoked_ns: u64,
+        answer: Option<&Answer>,
+    ) {
+        let tenant = &self.tenants[tenant % self.tenants.len()].id;
+        let op = ClientOp {
+            process: self.processes.fetch_add(1, Ordering::Relaxed),
+            key: format!("{tenant}/{user}"),
+            invoked_ns,
+            completed_ns: self.elapsed_ns(),
+            call: Call::Read,
+            completion: completion(answer),
+        };
+        self.log().client.operations.push(op);
+    }
+
+    /// Nanoseconds since the run's clients began.
+    pub(super) fn elapsed_ns(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }

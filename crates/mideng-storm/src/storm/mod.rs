@@ -54,7 +54,9 @@
 //!   the fault schedule, waits for quiescence (pending keys answered, notifies settled,
 //!   reconciliation rounds, events drained), then audits;
 //! - `clients` — the state the clients share and the scripts they run, which send every
-//!   source of duplicates and log what they were told;
+//!   source of duplicates and log what they were told; `reads` — the reader, which reads the
+//!   raced wallets throughout; `history` — every attempt recorded for the audit and for
+//!   `--history` (Jepsen's shape);
 //! - `refunds` — the refund and reversal scripts;
 //! - `merchant` — the webhook receiver every tenant registers, which fails some messages on
 //!   purpose and applies each `webhook-id` once;
@@ -78,6 +80,7 @@ mod html;
 mod latency;
 mod merchant;
 mod rare;
+mod reads;
 mod refunds;
 mod report;
 mod sampler;
@@ -111,6 +114,13 @@ use self::sampler::{Metrics, Sampler};
 use self::workload_end::WorkloadEnd;
 pub use crate::deploy::StackKind;
 use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, TenantAccess};
+
+/// What each tenant's hot wallet starts with, fen: more than its deducts take in any run.
+const HOT_START_FEN: i64 = 50_000_000;
+
+/// What each tenant's lean wallet starts with, fen: two deducts' worth, so that refusals begin
+/// within the first seconds.
+const LEAN_START_FEN: i64 = 5_000;
 
 /// How long quiescence's reconciliation, the drains and the audit may take at most, for
 /// deciding whether a payment code can expire before the audit is done.
@@ -289,6 +299,7 @@ pub async fn run(
         requests: AtomicU64::new(0),
         scripts: AtomicU64::new(0),
         excused: AtomicU64::new(0),
+        processes: AtomicU64::new(0),
         clock_refusals_expected: Duration::from_secs(args.clock_skew_secs.unsigned_abs())
             > mideng_pay::flows::PaymentSettings::default().clock_skew_max,
         clock_refused: AtomicU64::new(0),
@@ -324,18 +335,26 @@ pub async fn run(
         merchant.register(&shared).await?;
     }
 
-    // Every tenant's hot wallet gets money first.
+    // Every tenant's hot wallet gets money first: plenty, so that its deducts race each
+    // other, not the balance. Its lean wallet gets a little, so that its deducts race the
+    // top-ups and are refused when the money does not cover them. Both credits are in the
+    // history: a wallet starts at 0.
     for tenant in 0..shared.tenants.len() {
-        let key = format!("{}-seed-credit-{tenant}", shared.run);
-        credit(
-            &shared,
-            &mut fastrand::Rng::with_seed(seed),
-            tenant,
-            &shared.hot(),
-            &key,
-            50_000_000,
-        )
-        .await;
+        for (wallet, key, amount) in [
+            (shared.hot(), "seed-credit", HOT_START_FEN),
+            (shared.lean(), "seed-lean", LEAN_START_FEN),
+        ] {
+            let key = format!("{}-{key}-{tenant}", shared.run);
+            credit(
+                &shared,
+                &mut fastrand::Rng::with_seed(seed),
+                tenant,
+                &wallet,
+                &key,
+                amount,
+            )
+            .await;
+        }
     }
 
     // The channel's time when the workload starts: the first day whose bills are reconciled.
@@ -370,6 +389,13 @@ pub async fn run(
                         }
                     }
                     60..85 => deduct_script(&shared, &mut rng, tenant, n).await,
+                    // A third of the credits top up the lean wallet, by less on average
+                    // than its deducts take.
+                    85..90 => {
+                        let key = format!("{}-cr-{n}", shared.run);
+                        let amount = rng.i64(100..5_000);
+                        credit(&shared, &mut rng, tenant, &shared.lean(), &key, amount).await;
+                    }
                     _ => {
                         let user = format!("{}-u{}", shared.run, rng.u16(..200));
                         let key = format!("{}-cr-{n}", shared.run);
@@ -378,6 +404,17 @@ pub async fn run(
                     }
                 }
             }
+        }));
+    }
+
+    // The reader, beside the clients for the whole workload, faults included.
+    {
+        let shared = shared.clone();
+        let reader_seed = seed.rotate_left(23) ^ 0x4EAD_E45E_ED00;
+        let end = end.clone();
+        clients.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(reader_seed);
+            reads::read_until(&shared, &mut rng, &end).await;
         }));
     }
 
@@ -657,6 +694,12 @@ pub async fn run(
     if let Some(path) = &args.html {
         std::fs::write(path, report.html())
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.history {
+        let lines = crate::audit::jepsen::lines(&shared.log().client.operations);
+        let mut text = lines.join("\n");
+        text.push('\n');
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)
 }
