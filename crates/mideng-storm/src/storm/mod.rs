@@ -118,9 +118,13 @@ use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, T
 /// What each tenant's hot wallet starts with, fen: more than its deducts take in any run.
 const HOT_START_FEN: i64 = 50_000_000;
 
-/// What each tenant's lean wallet starts with, fen: two deducts' worth, so that refusals begin
-/// within the first seconds.
-const LEAN_START_FEN: i64 = 5_000;
+/// What each tenant's lean wallet starts with, fen: about one deduct's worth, so that
+/// refusals begin within the first seconds.
+const LEAN_START_FEN: i64 = 2_000;
+
+/// The lean wallet's top-ups, fen: 1 550 on average against its deducts' 2 500, so that the
+/// money it gets covers only some of them.
+const LEAN_TOP_UP_FEN: std::ops::Range<i64> = 100..3_000;
 
 /// How long quiescence's reconciliation, the drains and the audit may take at most, for
 /// deciding whether a payment code can expire before the audit is done.
@@ -393,7 +397,7 @@ pub async fn run(
                     // than its deducts take.
                     85..90 => {
                         let key = format!("{}-cr-{n}", shared.run);
-                        let amount = rng.i64(100..5_000);
+                        let amount = rng.i64(LEAN_TOP_UP_FEN);
                         credit(&shared, &mut rng, tenant, &shared.lean(), &key, amount).await;
                     }
                     _ => {
