@@ -146,6 +146,9 @@ pub(crate) struct Shared {
     pub(super) clock_refusals_expected: bool,
     /// `503 clock-unsynchronised` answers of the skewed instance.
     pub(super) clock_refused: AtomicU64,
+    /// WeChat Pay notifies answered "come back" (503 `FAIL`, the order's lock or the database
+    /// busy): the protocol's own way to ask for a resend, as Alipay's `fail` is.
+    pub(super) notifies_sent_back: AtomicU64,
     /// Refusals of a trade's creation the storm armed at the channel and no client was answered
     /// yet ([`super::rare`]): each excuses one `502 channel-rejected` of a payment's creation.
     pub(super) refusals_armed: AtomicU64,
@@ -291,6 +294,15 @@ impl Shared {
         {
             // The skewed instance refuses, as its clock guard must; the client retries elsewhere.
             self.clock_refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if status == 503
+            && path == "/v1/channels/wechat/notify"
+            && serde_json::from_slice::<Value>(body).is_ok_and(|answer| answer["code"] == "FAIL")
+        {
+            // WeChat Pay's "send it again": what Alipay's notifies get as a 200 `fail`. The
+            // resend (or reconciliation) settles it, and the audit judges the money.
+            self.notifies_sent_back.fetch_add(1, Ordering::Relaxed);
             return;
         }
         // A 500 is the service's own failure, which no fault excuses: a fault makes a

@@ -625,6 +625,7 @@ mod tests {
             requests: 1000,
             errors_during_faults: 3,
             clock_refusals: 0,
+            notifies_sent_back: 0,
             commit_answers_lost: 0,
             duplicates: BTreeMap::from([
                 ("double click".to_owned(), 40),

@@ -307,6 +307,7 @@ pub async fn run(
         clock_refusals_expected: Duration::from_secs(args.clock_skew_secs.unsigned_abs())
             > mideng_pay::flows::PaymentSettings::default().clock_skew_max,
         clock_refused: AtomicU64::new(0),
+        notifies_sent_back: AtomicU64::new(0),
         refusals_armed: AtomicU64::new(0),
         bills_reconciled: deployment.is_some(),
         latencies: Mutex::new(BTreeMap::new()),
@@ -664,6 +665,7 @@ pub async fn run(
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),
         clock_refusals: shared.clock_refused.load(Ordering::Relaxed),
+        notifies_sent_back: shared.notifies_sent_back.load(Ordering::Relaxed),
         commit_answers_lost: deployment
             .as_ref()
             .map_or(0, crate::deploy::Deployment::commits_swallowed),

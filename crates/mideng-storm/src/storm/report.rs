@@ -147,6 +147,10 @@ pub struct StormReport {
     /// `503 clock-unsynchronised` answers of an instance whose clock the run skewed past the
     /// service's bound (its clock guard refusing, as it must).
     pub clock_refusals: u64,
+    /// WeChat Pay notifies answered 503 "send it again" (the order's lock or the database
+    /// busy): the protocol's resend request, not a failure; Alipay's are 200 `fail` and not
+    /// counted here.
+    pub notifies_sent_back: u64,
     /// Commits whose answer the database link swallowed (the fault `database commit answers
     /// lost`): each a commit outcome the service could not know, for the key to settle.
     pub commit_answers_lost: u64,
@@ -215,6 +219,13 @@ impl StormReport {
                 String::new()
             }
         );
+        if self.notifies_sent_back > 0 {
+            let _ = writeln!(
+                out,
+                "WeChat notifies answered 503 \"send it again\" (lock or database busy): {}",
+                self.notifies_sent_back
+            );
+        }
         if self.commit_answers_lost > 0 {
             let _ = writeln!(
                 out,

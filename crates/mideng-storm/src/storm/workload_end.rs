@@ -70,28 +70,47 @@ impl WorkloadEnd {
 mod tests {
     use super::*;
 
+    /// An origin `ago` before now. The test's moments are placed by origin, never by sleeping,
+    /// so that a busy machine's scheduling cannot move them: every margin is minutes.
+    fn started(ago: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(ago)
+            .expect("the machine has been up longer than the test's origins")
+    }
+
     #[test]
     fn an_owed_round_holds_the_end_until_released_and_never_past_twice_the_plan() {
-        let origin = Instant::now();
-        let end = WorkloadEnd::new(origin, Duration::from_millis(200));
-        assert!(!end.passed());
-        std::thread::sleep(Duration::from_millis(250));
+        let plan = Duration::from_secs(600);
+        let fresh = WorkloadEnd::new(started(Duration::ZERO), plan);
+        assert!(!fresh.passed());
+        // Ten minutes and a half in: the planned end passed.
+        let origin = started(Duration::from_secs(630));
+        let end = WorkloadEnd::new(origin, plan);
         assert!(end.passed(), "the planned end passed");
-        // Held: the end moves ahead of now, but not past twice the plan.
-        assert!(end.hold(), "a round may still be finished before 400 ms");
-        assert_eq!(end.at(), origin + Duration::from_millis(400));
+        // Held: the end moves ahead of now by HELD_AHEAD, not past twice the plan.
+        assert!(end.hold(), "a round may still be finished before twenty minutes");
+        let ahead = end.at().saturating_duration_since(Instant::now());
+        assert!(
+            ahead > HELD_AHEAD - Duration::from_secs(30) && ahead <= HELD_AHEAD,
+            "held {ahead:?} ahead"
+        );
         assert!(!end.passed());
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!end.hold(), "twice the plan reached: the round is given up");
-        assert!(end.passed());
+        // Near twice the plan: held only up to it.
+        let late = WorkloadEnd::new(started(Duration::from_secs(1_180)), plan);
+        assert!(late.hold());
+        assert_eq!(late.at(), late.origin + plan * 2);
+        // Past twice the plan: the round is given up, and the end has passed.
+        let over = WorkloadEnd::new(started(Duration::from_secs(1_300)), plan);
+        assert!(!over.hold(), "twice the plan reached: the round is given up");
+        assert!(over.passed());
         // Released before the plan: the plan stands; after it: the workload ends now.
-        let long = WorkloadEnd::new(Instant::now(), Duration::from_secs(600));
+        let long = WorkloadEnd::new(started(Duration::ZERO), plan);
         assert!(long.hold());
         long.release();
-        assert!(long.left() > Duration::from_secs(590), "the plan stands");
-        let held = WorkloadEnd::new(origin, Duration::from_millis(100));
-        assert!(!held.hold());
-        held.release();
-        assert!(held.passed(), "released after the plan: it ends now");
+        assert!(long.left() > Duration::from_secs(500), "the plan stands");
+        let released = WorkloadEnd::new(started(Duration::from_secs(700)), plan);
+        assert!(released.hold());
+        released.release();
+        assert!(released.passed(), "released after the plan: it ends now");
     }
 }
