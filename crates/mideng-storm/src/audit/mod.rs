@@ -145,11 +145,21 @@ fn violation(invariant: &'static str, detail: String) -> Violation {
 
 /// The invariants [`check`] checks itself, on the client's answers alone (the others are in
 /// their modules).
-const INVARIANTS: [&str; 3] = [
+const INVARIANTS: [&str; 4] = [
     "every replay byte-identical",
-    "no 5xx outside a fault",
+    "no 5xx but those a fault's kind produces",
     "every fault injected as scheduled",
+    "no fault kind keeps the clients without an ok answer past its ceiling",
 ];
+
+/// A kind of fault that left every client without an ok answer for `without_ok_ms`, past the
+/// `ceiling_ms` its kind is allowed (the storm's availability figures).
+pub fn unavailable_too_long(kind: &str, without_ok_ms: u64, ceiling_ms: u64) -> Violation {
+    violation(
+        "no fault kind keeps the clients without an ok answer past its ceiling",
+        format!("\"{kind}\": {without_ok_ms} ms without an ok answer, ceiling {ceiling_ms} ms"),
+    )
+}
 
 /// Every module's invariants, in the order the report lists them.
 fn all_invariants() -> impl Iterator<Item = &'static str> {
@@ -307,7 +317,7 @@ pub fn check(
         violations.push(violation("every replay byte-identical", mismatch.clone()));
     }
     for error in &client.unexcused_errors {
-        violations.push(violation("no 5xx outside a fault", error.clone()));
+        violations.push(violation("no 5xx but those a fault's kind produces", error.clone()));
     }
     for fault in &client.faults_not_injected {
         violations.push(violation(

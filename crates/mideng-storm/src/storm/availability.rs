@@ -29,6 +29,9 @@ pub struct FaultAvailability {
     pub without_ok_median_ms: u64,
     /// The longest such stretch of all its windows, milliseconds.
     pub without_ok_max_ms: u64,
+    /// The longest its kind is allowed ([`super::excuses::unavailability_ceiling_ms`]): past
+    /// it, the run fails.
+    pub without_ok_ceiling_ms: u64,
     /// Operations with an unanswered attempt inside its windows.
     pub unanswered_operations: u64,
     /// Of those, answered ok by a later attempt under the same key.
@@ -55,6 +58,7 @@ pub fn availability(history: &[Operation], windows: &[FaultWindow]) -> Vec<Fault
             let mut figures = FaultAvailability {
                 kind: kind.to_owned(),
                 windows: windows.len(),
+                without_ok_ceiling_ms: super::excuses::unavailability_ceiling_ms(kind),
                 ..FaultAvailability::default()
             };
             for operation in history {

@@ -267,8 +267,8 @@ impl Shared {
         self.bases.len().saturating_sub(1)
     }
 
-    /// A 5xx other than 500 is excused inside a fault window (and counted); outside one, and a
-    /// 500 anywhere, it is a violation.
+    /// A 5xx other than 500 is excused inside a fault window whose kind produces its code (and
+    /// counted); any other, and a 500 anywhere, is a violation.
     fn account_for(&self, status: u16, started: Instant, path: &str, body: &[u8]) {
         if status < 500 {
             return;
@@ -306,8 +306,17 @@ impl Shared {
             return;
         }
         // A 500 is the service's own failure, which no fault excuses: a fault makes a
-        // dependency unavailable (503, 502, 504), never the service wrong.
-        if status != 500 && self.faults.excused(started, Instant::now()) {
+        // dependency unavailable (503, 502, 504), never the service wrong; and only with the
+        // code of the dependency it took away.
+        let code = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|problem| problem["code"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        if self
+            .faults
+            .excused(started, Instant::now(), status, &code)
+            .is_some()
+        {
             self.excused.fetch_add(1, Ordering::Relaxed);
         } else {
             let detail = String::from_utf8_lossy(body)

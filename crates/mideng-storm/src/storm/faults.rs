@@ -30,6 +30,7 @@
 //! With `--processes` the instance crash is a `mideng serve` process killed with SIGKILL and a
 //! new one started.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -43,10 +44,13 @@ use mideng_pay::testing::LinkFault;
 use mideng_pay::testing::proxy::SWALLOWED_FOR;
 
 /// Time windows of active faults, each with its kind; a 5xx inside one (plus a grace) is
-/// excused, and the report shades them on its timeline.
+/// excused when its code is one the window's kind produces ([`super::excuses`]), and the report
+/// shades them on its timeline.
 #[derive(Default)]
 pub(super) struct FaultClock {
     windows: Mutex<Vec<(&'static str, Instant, Option<Instant>)>>,
+    /// The 5xx each kind excused, by status and code.
+    excused: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 const FAULT_GRACE: Duration = Duration::from_secs(3);
@@ -68,11 +72,40 @@ impl FaultClock {
         }
     }
 
-    pub(super) fn excused(&self, started: Instant, ended: Instant) -> bool {
-        self.lock().iter().any(|(_, from, to)| {
+    /// The kind of the fault, active between `started` and `ended` (give or take the grace),
+    /// that produces a `status` answer with the problem `code`; counted under it. `None`: no
+    /// active fault gives such an answer.
+    pub(super) fn excused(
+        &self,
+        started: Instant,
+        ended: Instant,
+        status: u16,
+        code: &str,
+    ) -> Option<&'static str> {
+        let kind = self.lock().iter().find_map(|(kind, from, to)| {
             let to = to.map_or(ended, |to| to + FAULT_GRACE);
-            started <= to && ended + FAULT_GRACE >= *from
-        })
+            (started <= to
+                && ended + FAULT_GRACE >= *from
+                && super::excuses::produces(kind, status, code))
+            .then_some(*kind)
+        })?;
+        *self
+            .excused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(kind.to_owned())
+            .or_default()
+            .entry(format!("{status} {code}"))
+            .or_default() += 1;
+        Some(kind)
+    }
+
+    /// The 5xx each kind excused, by status and code.
+    pub(super) fn excused_by_kind(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        self.excused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Faults injected so far.
