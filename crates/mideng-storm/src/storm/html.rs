@@ -77,6 +77,7 @@ impl StormReport {
             );
         }
         let mut facts = vec![
+            ("commit", self.commit.clone()),
             ("seed", self.seed.to_string()),
             ("stack", self.stack.clone()),
             ("instances", self.instances.to_string()),
@@ -197,7 +198,14 @@ impl StormReport {
                         (kind.attempts.to_string(), true),
                         (kind.unanswered.to_string(), true),
                         (format!("{:.1}", seconds(kind.without_ok_median_ms)), true),
-                        (format!("{:.1}", seconds(kind.without_ok_max_ms)), true),
+                        (
+                            format!(
+                                "{:.1} (ceiling {:.0})",
+                                seconds(kind.without_ok_max_ms),
+                                seconds(kind.without_ok_ceiling_ms)
+                            ),
+                            true,
+                        ),
                         (kind.settled_ok.to_string(), true),
                         (kind.settled_refused.to_string(), true),
                         (kind.never_answered.to_string(), true),
@@ -617,6 +625,7 @@ mod tests {
             detail: "u1 <b>50</b> & 60".to_owned(),
         }];
         StormReport {
+            commit: "0123abc".to_owned(),
             seed: 42,
             stack: "embedded".to_owned(),
             instances: 1,
@@ -624,6 +633,7 @@ mod tests {
             quiescence_secs: 5,
             requests: 1000,
             errors_during_faults: 3,
+            errors_during_faults_by_kind: BTreeMap::new(),
             clock_refusals: 0,
             notifies_sent_back: 0,
             commit_answers_lost: 0,
@@ -685,6 +695,7 @@ mod tests {
                 unanswered: 7,
                 without_ok_median_ms: 1_500,
                 without_ok_max_ms: 1_500,
+                without_ok_ceiling_ms: 15_000,
                 unanswered_operations: 6,
                 settled_ok: 5,
                 settled_refused: 1,

@@ -75,6 +75,7 @@ mod checkout;
 mod clients;
 mod facts;
 mod faults;
+mod excuses;
 mod history;
 mod html;
 mod latency;
@@ -636,6 +637,20 @@ pub async fn run(
         .iter()
         .map(|(operation, histogram)| (operation.clone(), histogram.summary()))
         .collect();
+    let availability =
+        availability::availability(&shared.log().client.history, &timeline.fault_windows);
+    violations.extend(
+        availability
+            .iter()
+            .filter(|kind| kind.without_ok_max_ms > kind.without_ok_ceiling_ms)
+            .map(|kind| {
+                crate::audit::unavailable_too_long(
+                    &kind.kind,
+                    kind.without_ok_max_ms,
+                    kind.without_ok_ceiling_ms,
+                )
+            }),
+    );
     let invariants = crate::audit::invariant_results(
         &violations,
         merchant.is_some(),
@@ -643,8 +658,6 @@ pub async fn run(
         bill_reports.is_some(),
     );
     let duplicates = shared.log().duplicates.clone();
-    let availability =
-        availability::availability(&shared.log().client.history, &timeline.fault_windows);
     let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     // A killed process's counters died with it; what it had counted up to just before.
     for text in shared
@@ -657,6 +670,7 @@ pub async fn run(
         metrics.push('\n');
     }
     let report = StormReport {
+        commit: report::commit(),
         seed,
         stack: stack_label,
         instances: shared.bases.len(),
@@ -664,6 +678,7 @@ pub async fn run(
         quiescence_secs: quiet.elapsed().as_secs(),
         requests: shared.requests.load(Ordering::Relaxed),
         errors_during_faults: shared.excused.load(Ordering::Relaxed),
+        errors_during_faults_by_kind: shared.faults.excused_by_kind(),
         clock_refusals: shared.clock_refused.load(Ordering::Relaxed),
         notifies_sent_back: shared.notifies_sent_back.load(Ordering::Relaxed),
         commit_answers_lost: deployment

@@ -130,6 +130,10 @@ pub(crate) fn by_kind(windows: &[FaultWindow]) -> Vec<(&str, Vec<&FaultWindow>)>
 /// What the storm did and found.
 #[derive(Clone, Debug, Serialize)]
 pub struct StormReport {
+    /// The commit the run's code came from: `git rev-parse HEAD` where the storm ran, with
+    /// `-dirty` when the work tree had changes, `unknown` outside a checkout. A kept report
+    /// names the code it vouches for.
+    pub commit: String,
     /// The seed (run it again with `--seed` to repeat the workload and the fault schedule).
     pub seed: u64,
     /// The stack.
@@ -144,6 +148,9 @@ pub struct StormReport {
     pub requests: u64,
     /// 5xx answers while a fault was active (excused).
     pub errors_during_faults: u64,
+    /// Those 5xx by the kind of fault that excused them, then by status and code: a fault
+    /// excuses only the codes of the dependency it takes away.
+    pub errors_during_faults_by_kind: BTreeMap<String, BTreeMap<String, u64>>,
     /// `503 clock-unsynchronised` answers of an instance whose clock the run skewed past the
     /// service's bound (its clock guard refusing, as it must).
     pub clock_refusals: u64,
@@ -205,6 +212,7 @@ impl StormReport {
                 .map(|strategy| format!(" · wallet strategy {strategy}"))
                 .unwrap_or_default()
         );
+        let _ = writeln!(out, "commit {}", self.commit);
         let _ = writeln!(
             out,
             "requests {} · 5xx during faults {} (excused){}",
@@ -219,6 +227,14 @@ impl StormReport {
                 String::new()
             }
         );
+        for (kind, codes) in &self.errors_during_faults_by_kind {
+            let codes = codes
+                .iter()
+                .map(|(code, count)| format!("{code} × {count}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(out, "  excused by \"{kind}\": {codes}");
+        }
         if self.notifies_sent_back > 0 {
             let _ = writeln!(
                 out,
@@ -281,13 +297,14 @@ impl StormReport {
             for kind in &self.availability {
                 let _ = writeln!(
                     out,
-                    "  {} · {} window(s) · {} attempts, {} unanswered · no ok answer for {:.1} s median, {:.1} s longest · {} operations unanswered: {} ok on a retry, {} refused on a retry, {} never answered",
+                    "  {} · {} window(s) · {} attempts, {} unanswered · no ok answer for {:.1} s median, {:.1} s longest (ceiling {:.0} s) · {} operations unanswered: {} ok on a retry, {} refused on a retry, {} never answered",
                     kind.kind,
                     kind.windows,
                     kind.attempts,
                     kind.unanswered,
                     kind.without_ok_median_ms as f64 / 1000.0,
                     kind.without_ok_max_ms as f64 / 1000.0,
+                    kind.without_ok_ceiling_ms as f64 / 1000.0,
                     kind.unanswered_operations,
                     kind.settled_ok,
                     kind.settled_refused,
@@ -503,6 +520,26 @@ fn open_cases(audit: &AuditFigures) -> String {
             String::new()
         }
     )
+}
+
+/// The commit of the checkout the storm runs in (see [`StormReport::commit`]).
+pub(crate) fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let Some(head) = git(&["rev-parse", "HEAD"]) else {
+        return "unknown".to_owned();
+    };
+    // Untracked files count as changes too: a new source file not yet committed ran.
+    match git(&["status", "--porcelain"]) {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head}-dirty"),
+    }
 }
 
 #[cfg(test)]
