@@ -9,6 +9,8 @@
 //! | [`LinkFault::Latency`] | every chunk, each way, delayed by the latency ± the jitter (in order: a TCP stream never reorders) |
 //! | [`LinkFault::Held`] | nothing passes either way, nothing is closed — a partition: bytes wait (as TCP retransmits them) and flow again when it heals |
 //! | [`LinkFault::CommitAnswersLost`] | a connection that sends `COMMIT` gets no byte back from then on, and is closed [`SWALLOWED_FOR`] later: the transaction committed (or not) and the client cannot know |
+//! | [`LinkFault::AnswersLate`] | what the client sends arrives at once (the server acts on it); every answer waits the given time, longer than the client waits: an effect whose answer comes after the client's timeout |
+//! | [`LinkFault::ResetAfterAnswer`] | what the client sends arrives at once; when the server's answer comes, the connection is reset instead (RST): the server acted, the client hears a reset |
 //! | [`LinkFault::AnswersLostAfter`] | the same once a connection that prepared a statement whose text holds the given bytes sends its next message (the statement's execution): for a statement that commits itself, outside a transaction (a connection prepares a statement, with its text, the first time it runs it, and waits for the answer before it runs it) |
 //!
 //! The kernel's own tools for this (`tc netem`, nftables) need network namespaces and a kernel
@@ -56,6 +58,12 @@ pub enum LinkFault {
     /// statement's execution) hears nothing more from then on, and is closed [`SWALLOWED_FOR`]
     /// later.
     AnswersLostAfter(&'static [u8]),
+    /// Every chunk the server sends waits this long before it goes on to the client; what the
+    /// client sends passes at once.
+    AnswersLate(Duration),
+    /// The server's first byte back on a connection resets it (RST) instead of reaching the
+    /// client.
+    ResetAfterAnswer,
 }
 
 /// What the link's state is shared as.
@@ -64,6 +72,7 @@ struct Link {
     up: AtomicBool,
     fault: Mutex<LinkFault>,
     swallowed: AtomicU64,
+    reset: AtomicU64,
 }
 
 impl Link {
@@ -150,6 +159,11 @@ impl Proxy {
     /// Commits whose answer the link swallowed so far.
     pub fn commits_swallowed(&self) -> u64 {
         self.link.swallowed.load(Ordering::Relaxed)
+    }
+
+    /// Connections the link reset when their answer came ([`LinkFault::ResetAfterAnswer`]).
+    pub fn answers_reset(&self) -> u64 {
+        self.link.reset.load(Ordering::Relaxed)
     }
 }
 
@@ -266,7 +280,22 @@ async fn pump(
                     }
                     break;
                 }
-                LinkFault::None | LinkFault::CommitAnswersLost | LinkFault::AnswersLostAfter(_) => {
+                LinkFault::AnswersLate(delay) if direction == Direction::Down => {
+                    tokio::time::sleep(delay).await;
+                    break;
+                }
+                LinkFault::ResetAfterAnswer if direction == Direction::Down => {
+                    // A zero linger makes the close a reset: the client reads an error, not
+                    // an end of stream it could take for a short answer.
+                    let _best_effort = to.as_ref().set_zero_linger();
+                    link.reset.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                LinkFault::None
+                | LinkFault::CommitAnswersLost
+                | LinkFault::AnswersLostAfter(_)
+                | LinkFault::AnswersLate(_)
+                | LinkFault::ResetAfterAnswer => {
                     break;
                 }
             }
@@ -290,6 +319,74 @@ fn names(chunk: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that counts each message it receives as done, then answers `done`.
+    async fn acting_server() -> (String, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let acted = Arc::new(AtomicU64::new(0));
+        let counted = acted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0_u8; 64];
+                    while let Ok(read) = stream.read(&mut buffer).await {
+                        if read == 0 {
+                            return;
+                        }
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        if stream.write_all(b"done").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, acted)
+    }
+
+    /// Sends one message through the proxy and reads the answer, waiting at most `patience`.
+    async fn ask(proxy: &Proxy, patience: Duration) -> Result<Vec<u8>, String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .map_err(|error| error.to_string())?;
+        stream.write_all(b"pay").await.map_err(|error| error.to_string())?;
+        let mut answer = [0_u8; 16];
+        match tokio::time::timeout(patience, stream.read(&mut answer)).await {
+            Err(_) => Err("timed out".to_owned()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Ok(0)) => Err("closed".to_owned()),
+            Ok(Ok(read)) => Ok(answer[..read].to_vec()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_late_or_reset_answer_comes_after_the_server_acted() {
+        let (server, acted) = acting_server().await;
+        let proxy = Proxy::start(&server).await.expect("proxy");
+        assert_eq!(ask(&proxy, Duration::from_secs(5)).await, Ok(b"done".to_vec()));
+        assert_eq!(acted.load(Ordering::SeqCst), 1);
+
+        // Late: the client gives up before the answer, after the server acted.
+        proxy.set_fault(LinkFault::AnswersLate(Duration::from_secs(3)));
+        assert_eq!(
+            ask(&proxy, Duration::from_millis(300)).await,
+            Err("timed out".to_owned())
+        );
+        assert_eq!(acted.load(Ordering::SeqCst), 2, "the server acted on it");
+
+        // Reset: the server acted, the client reads a reset (or, at worst, the end).
+        proxy.set_fault(LinkFault::ResetAfterAnswer);
+        let reset = ask(&proxy, Duration::from_secs(5)).await;
+        assert!(reset.is_err(), "{reset:?}");
+        assert_eq!(acted.load(Ordering::SeqCst), 3);
+        assert_eq!(proxy.answers_reset(), 1);
+
+        // Healed: answers pass again.
+        proxy.set_fault(LinkFault::None);
+        assert_eq!(ask(&proxy, Duration::from_secs(5)).await, Ok(b"done".to_vec()));
+    }
 
     #[test]
     fn a_commit_is_seen_in_any_case_and_nothing_else_is() {
