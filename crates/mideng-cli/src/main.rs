@@ -63,6 +63,12 @@ enum Command {
         /// A fixed API key for the demo tenant (otherwise one is generated and printed).
         #[arg(long, env = "MIDENG_DEMO_API_KEY")]
         demo_api_key: Option<String>,
+        /// Test switch of `mideng storm --processes --break-layer fences`, never for
+        /// production: writes under an order lock commit even when a later holder has used
+        /// the lock (counted and logged as fenced-off writes). A flag, not a configuration
+        /// setting, so that no deployed file can carry it.
+        #[arg(long, hide = true)]
+        break_fences: bool,
     },
     /// Run one reconciliation round with the channels (the configuration of `serve`).
     Reconcile {
@@ -352,6 +358,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_listen,
             data_dir,
             demo_api_key,
+            ..
         } => {
             let overrides = mideng_pay::config::Overrides {
                 listen: *listen,
@@ -374,9 +381,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         serve_config.as_ref().map(|config| &config.telemetry),
     )?;
     match cli.command {
-        Command::Serve { .. } => {
+        Command::Serve { break_fences, .. } => {
             let config = serve_config.expect("read above for serve");
-            serve::run(config, journal.clone()).await?;
+            serve::run(config, journal.clone(), break_fences).await?;
         }
         Command::Reconcile {
             config,

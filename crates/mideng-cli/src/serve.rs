@@ -22,7 +22,13 @@ use mideng_sim::Simulator;
 ///
 /// `journal` is the operator console's memory of decisions; the caller installed its layer in
 /// the `tracing` subscriber.
-pub(crate) async fn run(config: ServeConfig, journal: Journal) -> anyhow::Result<()> {
+/// Serves `config`; `break_fences` is the storm's negative control (`mideng serve
+/// --break-fences`, hidden): the order lock's fences not enforced.
+pub(crate) async fn run(
+    config: ServeConfig,
+    journal: Journal,
+    break_fences: bool,
+) -> anyhow::Result<()> {
     crate::memory::start_trimming();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
@@ -79,6 +85,10 @@ pub(crate) async fn run(config: ServeConfig, journal: Journal) -> anyhow::Result
     });
     let demo_key = demo_keys.as_ref().map(|keys| keys.secret.as_str());
     let mut settings = settings(&config, alipay, wechat, demo_keys.as_ref());
+    if break_fences {
+        tracing::warn!("the order lock's fences are OFF (--break-fences): a test switch");
+        settings.payments.broken = Some(mideng_pay::flows::BrokenLayer::Fences);
+    }
     settings.pages = pages(&config, demo_keys.as_ref(), sim_address, journal);
     let pages = Urls {
         checkout: settings.pages.checkout.is_some(),

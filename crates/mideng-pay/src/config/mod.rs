@@ -271,6 +271,11 @@ impl ServeConfig {
         if self.payments.lock_wait_ms > 10_000 {
             return invalid("payments.lock_wait_ms must be at most 10000");
         }
+        // Renewed every third of the lease: below 3 s a renewal would have to land within a
+        // second, which a busy instance does not promise.
+        if !(3_000..=300_000).contains(&self.payments.order_lock_lease_ms) {
+            return invalid("payments.order_lock_lease_ms must be 3000..=300000");
+        }
         if let Err(error) = self.telemetry.validate() {
             return invalid(&error);
         }
@@ -466,6 +471,7 @@ impl ServeConfig {
             replay_cache_ttl: Duration::from_secs(self.payments.replay_cache_ttl_secs),
             tenant_cache: Duration::from_millis(self.payments.tenant_cache_ms),
             lock_wait: Duration::from_millis(self.payments.lock_wait_ms),
+            order_lock_lease: Duration::from_millis(self.payments.order_lock_lease_ms),
             funds_retention: Duration::from_secs(self.payments.funds_retention_days * 86_400),
             wallet_strategy: self.wallet.strategy,
             webhook_private_targets: self.webhooks.allow_private_targets,

@@ -290,6 +290,9 @@ pub struct PaymentsConfig {
     pub clock_skew_max_secs: u64,
     /// How long a request waits for an order's lock, ms (0 ..= 10000).
     pub lock_wait_ms: u64,
+    /// The order lock's lease, ms (3000 ..= 300000): how long a holder that stopped renewing
+    /// keeps the order from the next writer.
+    pub order_lock_lease_ms: u64,
     /// Days the answers of money-moving requests are kept for replay (30 ..= 400).
     pub funds_retention_days: u64,
     /// Completed answers each instance keeps in memory for replays (0 ..= 1000000; 0: none).
@@ -314,6 +317,8 @@ impl Default for PaymentsConfig {
             expiry_grace_secs: defaults.expiry_grace.as_secs(),
             clock_skew_max_secs: defaults.clock_skew_max.as_secs(),
             lock_wait_ms: u64::try_from(defaults.lock_wait.as_millis()).unwrap_or(2000),
+            order_lock_lease_ms: u64::try_from(defaults.order_lock_lease.as_millis())
+                .unwrap_or(30_000),
             funds_retention_days: defaults.funds_retention.as_secs() / 86_400,
             replay_cache_entries: defaults.replay_cache_entries,
             replay_cache_ttl_secs: defaults.replay_cache_ttl.as_secs(),

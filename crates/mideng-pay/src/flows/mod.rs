@@ -97,6 +97,11 @@ pub struct PaymentSettings {
     /// How long a request waits for the order's lock before re-checking the order (default
     /// 2 s).
     pub lock_wait: Duration,
+    /// The order lock's lease: how long a holder that stops renewing (dead, or paused) keeps
+    /// the order from the next writer (default [`crate::limits::ORDER_LOCK_TTL`], renewed
+    /// every third of it). Shorter only where a test must see a paused holder's lock taken
+    /// over within its run (`mideng storm --processes`).
+    pub order_lock_lease: Duration,
     /// How long a duplicate request waits for the first one before answering 409 (default 5 s).
     pub duplicate_wait: Duration,
     /// How long the answers of money-moving requests (payment creation, credit, deduct) are
@@ -147,6 +152,10 @@ pub enum BrokenLayer {
     NotifyDedup,
     /// No dedup claim in the entitlement consumer.
     GrantDedup,
+    /// The order lock's fences not enforced: a write under the lock whose fence a later
+    /// holder has passed (the holder was paused past its lease) commits anyway, and is
+    /// counted (`fence` layer, `written-stale`) and logged as a fenced-off write.
+    Fences,
 }
 
 impl PaymentSettings {
@@ -175,6 +184,7 @@ impl Default for PaymentSettings {
             clock_skew_max: crate::limits::CLOCK_SKEW_MAX,
             expiry_grace: crate::limits::EXPIRY_GRACE,
             lock_wait: Duration::from_secs(2),
+            order_lock_lease: crate::limits::ORDER_LOCK_TTL,
             duplicate_wait: Duration::from_secs(5),
             funds_retention: mideng::http::FUNDS_RETENTION,
             idempotency: true,

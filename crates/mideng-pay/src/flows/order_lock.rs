@@ -16,14 +16,16 @@
 //! up to [`ORDER_LOCK_HOLD_MAX`]), and every store write it makes carries the lock's fence
 //! ([`OrderFence`]): a holder paused past its lease (a stopped process, a long collection
 //! pause), whose lock another writer took and used, has its writes refused with
-//! [`mideng::StoreError::StaleFence`] and answers as if the lock had been busy. When the lock
+//! [`mideng::StoreError::StaleFence`] and answers as if the lock had been busy (with the
+//! fences switched off, [`BrokenLayer::Fences`], such a write commits and is counted). The
+//! lease is [`crate::flows::PaymentSettings::order_lock_lease`]. When the lock
 //! store itself fails, or the layer is switched off, the flow goes on without the lock: the
 //! database's row locks and compare-and-sets still decide (logged and counted as `degraded`).
 
 use mideng::lock::{KeepAlive, LockGuard, keep_alive};
 
 use crate::flows::{BrokenLayer, Ports, decision, order_lock_name};
-use crate::limits::{ORDER_LOCK_HOLD_MAX, ORDER_LOCK_TTL};
+use crate::limits::ORDER_LOCK_HOLD_MAX;
 use crate::store::OrderFence;
 
 /// The order's lock as a flow holds it: the guard, its renewal and the fence its writes carry.
@@ -77,7 +79,7 @@ pub async fn lock_order(
     }
     match ports
         .locks
-        .acquire(&name, ORDER_LOCK_TTL, ports.settings.lock_wait)
+        .acquire(&name, ports.settings.order_lock_lease, ports.settings.lock_wait)
         .await
     {
         Ok(Some(guard)) => {
@@ -85,7 +87,7 @@ pub async fn lock_order(
             let renewal = keep_alive(
                 ports.locks.clone(),
                 guard.clone(),
-                ORDER_LOCK_TTL,
+                ports.settings.order_lock_lease,
                 ORDER_LOCK_HOLD_MAX,
             )
             .ok();
@@ -94,6 +96,7 @@ pub async fn lock_order(
                     tenant_id: tenant.to_owned(),
                     order_id: order_id.to_owned(),
                     fence: guard.fence,
+                    enforced: ports.settings.layer_on(BrokenLayer::Fences),
                 },
                 guard,
                 renewal,

@@ -466,6 +466,7 @@ pub(crate) async fn a_held_order_lock_answers_in_progress_and_fences_off_its_pau
         tenant_id: service.tenant.clone(),
         order_id: order_id.clone(),
         fence,
+        enforced: true,
     };
     let refused = payments
         .close_payment(&number, Some(&fence_of(paused.fence)))

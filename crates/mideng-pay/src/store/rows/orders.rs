@@ -222,6 +222,9 @@ pub struct OrderFence {
     pub order_id: String,
     /// The lock guard's fence.
     pub fence: u64,
+    /// Whether a stale fence refuses the write (always, but for the storm's negative control,
+    /// [`crate::flows::BrokenLayer::Fences`], which lets it through and counts it).
+    pub enforced: bool,
 }
 
 /// Raises the order's fence to the write's, unless the order has seen a higher one.
@@ -256,9 +259,33 @@ pub async fn check_fence<D: Dialect>(
         .await
         .map_err(store_error::<D>)?;
     if changed == 1 {
-        Ok(())
+        return Ok(());
+    }
+    // A later holder of the order's lock has written: this holder outlived its lease (a
+    // stopped process, a long pause) and acts on what it held. Counted either way, so that the
+    // storm's layer table shows the fence at work, or, switched off, what it let through.
+    let outcome = if fence.enforced {
+        "refused-stale"
     } else {
+        "written-stale"
+    };
+    metrics::counter!(
+        crate::metrics::SERVICE_DECISIONS,
+        "layer" => "fence", "operation" => "order.write", "outcome" => outcome
+    )
+    .increment(1);
+    if fence.enforced {
+        tracing::info!(
+            tenant = %fence.tenant_id, order = %fence.order_id, fence = fence.fence,
+            "stale fence: a later holder of the order's lock has written; write refused"
+        );
         Err(StoreError::StaleFence { fence: fence.fence })
+    } else {
+        tracing::warn!(
+            tenant = %fence.tenant_id, order = %fence.order_id, fence = fence.fence,
+            "fenced-off write: committed under an order lock a later holder has used (fences off)"
+        );
+        Ok(())
     }
 }
 
