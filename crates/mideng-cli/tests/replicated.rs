@@ -8,7 +8,8 @@
 //! and crashes them in place (Redis with its memory lost, the whole NATS cluster stopped), with
 //! the primary's node cut off from etcd and the standby (both ways, and one way: nftables
 //! rules in its network namespace) and its link made lossy, the instances' link to HAProxy
-//! slowed and losing the answers to COMMIT, with
+//! slowed and losing the answers to COMMIT, a service process paused with SIGSTOP past its
+//! order locks' leases and claims and resumed (its stale writes refused by the fences), with
 //! instance 0's wall clock seven seconds ahead of the
 //! others' (libfaketime: leases, tokens and expiries judged by clocks that disagree). The audit
 //! must find nothing, and every kind of fault must be on the report's timeline. Then the toolkit's cluster store meets every Redis node
@@ -55,7 +56,7 @@ impl Drop for Teardown {
 }
 
 /// Every kind of fault the `ha` stack's schedule has, as the timeline names them.
-const FAULT_KINDS: [&str; 15] = [
+const FAULT_KINDS: [&str; 16] = [
     "service process killed (SIGKILL)",
     "simulator's faults armed",
     "PostgreSQL primary's node killed, Patroni promoted the standby",
@@ -71,6 +72,7 @@ const FAULT_KINDS: [&str; 15] = [
     "database commit answers lost",
     "Redis master cut off from everything, replica promoted",
     "Redis master cut off from its peers (clients still reach it): split brain",
+    "service process paused (SIGSTOP) past its leases, resumed",
 ];
 
 #[test]

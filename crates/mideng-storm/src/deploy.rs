@@ -44,7 +44,7 @@ use mideng_pay::{Application, Settings};
 use mideng_sim::{MerchantKeys, SimConfig};
 use tokio::sync::watch;
 
-pub use self::processes::{CLOCK_SKEW_SECS_MAX, Processes};
+pub use self::processes::{CLOCK_SKEW_SECS_MAX, PROCESS_ORDER_LOCK_LEASE, Processes};
 use self::replicated::Replicated;
 pub use self::replicated::{PgNetFault, RedisPartition, ServerRestart};
 
@@ -578,6 +578,25 @@ impl Deployment {
             }
             None => {}
         }
+    }
+
+    /// Stops (`paused`) or resumes instance `index`'s process with SIGSTOP or SIGCONT, by the
+    /// system's `kill` (the storm links no signal library): a stopped process keeps every
+    /// socket, transaction and lease it held, and does nothing until it is resumed. An error
+    /// when the instances are not processes, or the signal was not delivered.
+    pub fn pause_process(&self, index: usize, paused: bool) -> anyhow::Result<()> {
+        let pid = match self.instances.get(index).and_then(|i| i.running.as_ref()) {
+            Some(Running::Process(child)) => child.id(),
+            _ => None,
+        }
+        .with_context(|| format!("instance {index} is not a running process"))?;
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .with_context(|| format!("kill {signal} {pid}"))?;
+        anyhow::ensure!(status.success(), "kill {signal} {pid}: {status}");
+        Ok(())
     }
 
     /// Starts instance `index` again on its port (no-op if it runs).

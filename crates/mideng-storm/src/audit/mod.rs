@@ -145,12 +145,38 @@ fn violation(invariant: &'static str, detail: String) -> Violation {
 
 /// The invariants [`check`] checks itself, on the client's answers alone (the others are in
 /// their modules).
-const INVARIANTS: [&str; 4] = [
+const INVARIANTS: [&str; 5] = [
     "every replay byte-identical",
     "no 5xx but those a fault's kind produces",
     "every fault injected as scheduled",
     "no fault kind keeps the clients without an ok answer past its ceiling",
+    "no write committed under a superseded order lock",
 ];
+
+/// The fence layer's counter of writes committed although a later holder of the order's lock
+/// had written (`fence` / `order.write:written-stale`, counted by the instances): a holder
+/// paused past its lease acting on what it held. Only the storm's negative control
+/// (`--break-layer fences`) lets one through; with the fences on, the same write is refused
+/// and counted `refused-stale`. The database cannot tell such a write from its successor's
+/// (the compare-and-sets beneath may leave the money right), so the instances' own count is
+/// the evidence, read from their metrics after quiescence.
+pub fn fenced_off_writes(layers: &BTreeMap<String, BTreeMap<String, u64>>) -> Option<Violation> {
+    let written = layers
+        .get("fence")
+        .and_then(|outcomes| outcomes.get("order.write:written-stale"))
+        .copied()
+        .unwrap_or(0);
+    (written > 0).then(|| {
+        violation(
+            "no write committed under a superseded order lock",
+            format!(
+                "{written} fenced-off write(s): committed by an instance under an order lock \
+                 another instance had since taken and written under (a holder paused past its \
+                 lease; the instances' logs name each order)"
+            ),
+        )
+    })
+}
 
 /// A kind of fault that left every client without an ok answer for `without_ok_ms`, past the
 /// `ceiling_ms` its kind is allowed (the storm's availability figures).

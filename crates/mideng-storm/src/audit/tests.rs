@@ -895,3 +895,23 @@ fn a_runs_snapshot_keeps_its_own_events() {
         .collect();
     assert_eq!(ids, ["E1", "E3"]);
 }
+
+/// The fences' negative control: a write an instance committed under an order lock another
+/// instance had since used (counted by the instances as `written-stale`) is named; refusals
+/// of such writes (`refused-stale`, the fences holding) are not.
+#[test]
+fn a_fenced_off_write_is_a_violation() {
+    let table = |outcome: &str| {
+        BTreeMap::from([(
+            "fence".to_owned(),
+            BTreeMap::from([(format!("order.write:{outcome}"), 2)]),
+        )])
+    };
+    assert!(super::fenced_off_writes(&table("refused-stale")).is_none());
+    let found = super::fenced_off_writes(&table("written-stale")).expect("named");
+    assert_eq!(
+        found.invariant,
+        "no write committed under a superseded order lock"
+    );
+    assert!(found.detail.starts_with("2 fenced-off write(s)"), "{}", found.detail);
+}

@@ -6,9 +6,12 @@
 //! the same [`Blueprint`] the in-process instances start from: the run's database, Redis,
 //! broker, tenants (their keys' digests), the channels pointed at the simulator's process
 //! (keys written beside the configuration), and the storm's fast schedules (reconciliation,
-//! relay, consumer visibility, webhook retries). What the configuration cannot say (a layer
-//! turned off by `--break-layer`, the wait for a concurrent duplicate) the processes run with
-//! the service's defaults; the storm refuses `--break-layer` with `--processes`.
+//! relay, consumer visibility, webhook retries), and an order lock lease of
+//! [`PROCESS_ORDER_LOCK_LEASE`] so that a process paused past it stays paused for seconds, not
+//! a minute. What the configuration cannot say (a layer turned off by `--break-layer`, the wait
+//! for a concurrent duplicate) the processes run with the service's defaults; the storm refuses
+//! `--break-layer` with `--processes`, but for `fences`, which `mideng serve` takes as a hidden
+//! test flag (`--break-fences`) rather than a setting any deployed file could carry.
 //!
 //! Every process writes its log to a file of its own in the run's directory (appended across
 //! restarts), and gets `RUST_LOG` from the storm (else `warn`) and none of the storm's `MIDENG_*`
@@ -47,7 +50,16 @@ pub struct Processes {
     pub dir: PathBuf,
     /// Seconds instance 0's wall clock runs ahead of the machine's (negative: behind); 0: none.
     pub clock_skew_secs: i64,
+    /// Every instance started with `--break-fences` (`--break-layer fences`): the order lock's
+    /// fences not enforced.
+    pub break_fences: bool,
 }
+
+/// The order lock's lease of the storm's processes (the service's default is 30 s): short, so
+/// that the schedule's process pause outlasts it by a margin in about 12 s
+/// (`storm/faults.rs`), renewed every 1.7 s by a live holder, and above the order lock's
+/// 2 s wait so that a writer waiting for a live holder still gives up before the lease ends.
+pub const PROCESS_ORDER_LOCK_LEASE: Duration = Duration::from_secs(5);
 
 /// The largest clock skew the storm makes, either way: ten minutes, past WeChat's five-minute
 /// notify freshness and the expiry grace.
@@ -189,6 +201,9 @@ impl Processes {
         let name = format!("instance-{index}");
         let mut command = self.command(&name)?;
         command.args(["serve", "--config"]).arg(config);
+        if self.break_fences {
+            command.arg("--break-fences");
+        }
         let skewed = index == 0 && self.clock_skew_secs != 0;
         if skewed {
             anyhow::ensure!(
@@ -382,6 +397,7 @@ fn serve_config(
     config.console.enabled = false;
     config.payments.token_required = payments.token_required;
     config.payments.lock_wait_ms = millis(payments.lock_wait);
+    config.payments.order_lock_lease_ms = millis(PROCESS_ORDER_LOCK_LEASE);
     config.payments.automatic_refunds = payments.automatic_refunds;
     config.wallet.strategy = payments.wallet_strategy;
     config.webhooks.allow_private_targets = payments.webhook_private_targets;
@@ -496,6 +512,7 @@ mod tests {
             identity_dir: dir.join("sim"),
             dir: dir.clone(),
             clock_skew_secs: 0,
+            break_fences: false,
         };
         processes.write_keys(&blueprint).expect("keys");
         let path = processes
@@ -505,6 +522,10 @@ mod tests {
             .expect("read");
         assert_eq!(config.listen.port(), 8101);
         assert_eq!(config.metrics_listen.port(), 9101);
+        assert_eq!(
+            config.payment_settings().order_lock_lease,
+            PROCESS_ORDER_LOCK_LEASE
+        );
         assert!(!config.simulator_enabled(), "the simulator runs apart");
         let cluster: Vec<&str> = config
             .redis

@@ -27,6 +27,11 @@ pub enum BreakLayer {
     /// the channel would. The service cannot tell them from the channel's, so the audit must
     /// report each as a payment nobody was charged for.
     ChannelKey,
+    /// The order lock's fences (with `--processes` only): a process paused past its lease
+    /// (the schedule's SIGSTOP) wakes and writes under a lock another instance has since
+    /// taken and used, and the write commits. The instances count each such fenced-off write,
+    /// and the audit must name them.
+    Fences,
 }
 
 impl BreakLayer {
@@ -38,6 +43,7 @@ impl BreakLayer {
             BreakLayer::NotifyDedup => "notify-dedup",
             BreakLayer::GrantDedup => "grant-dedup",
             BreakLayer::ChannelKey => "channel-key",
+            BreakLayer::Fences => "fences",
         }
     }
 
@@ -55,6 +61,10 @@ impl BreakLayer {
             BreakLayer::GrantDedup => &[("constraint", "entitlement.grant")],
             // Nothing deeper: a notify signed with the channel's key is the channel speaking.
             BreakLayer::ChannelKey => &[],
+            // The audit names the fenced-off writes themselves; the compare-and-sets and
+            // constraints beneath may still keep the money right, which is not the fence's
+            // doing.
+            BreakLayer::Fences => &[],
         }
     }
 
@@ -67,6 +77,7 @@ impl BreakLayer {
             BreakLayer::GrantDedup => payments.broken = Some(BrokenLayer::GrantDedup),
             // The service is unchanged; the attacker holds the key.
             BreakLayer::ChannelKey => {}
+            BreakLayer::Fences => payments.broken = Some(BrokenLayer::Fences),
         }
     }
 }

@@ -12,7 +12,7 @@
 //! | the database, PostgreSQL | `database-unavailable`, `idempotency-store-unavailable`, `response-not-stored`, `handler-timeout` |
 //! | Redis | `token-store-unavailable`, `database-unavailable` (the order locks), `idempotency-store-unavailable`, `handler-timeout` |
 //! | the simulator | `channel-unavailable`, `channel-rejected`, `handler-timeout` |
-//! | an instance or a process killed | `handler-timeout` (a lock its request held waits out its lease) |
+//! | an instance or a process killed, or paused past its leases | `handler-timeout` (a lock its request held waits out its lease) |
 //! | the broker, NATS | nothing: events leave through the outbox, no request waits for them |
 
 /// The longest a fault of `kind` may leave every client without an ok answer (its window and
@@ -118,5 +118,11 @@ mod tests {
         ));
         assert!(produces("service process killed (SIGKILL)", 504, "handler-timeout"));
         assert!(!produces("service process killed (SIGKILL)", 503, "database-unavailable"));
+        // A paused process is an instance's fault: its clients hear nothing until it resumes,
+        // and a lock it held is waited out; its ceiling is the instance's.
+        let paused = "service process paused (SIGSTOP) past its leases, resumed";
+        assert!(produces(paused, 504, "handler-timeout"));
+        assert!(!produces(paused, 503, "database-unavailable"));
+        assert_eq!(unavailability_ceiling_ms(paused), 15_000);
     }
 }

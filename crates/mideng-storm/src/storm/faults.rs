@@ -28,7 +28,12 @@
 //! (the window closes regardless, so every 5xx after it counts too).
 //!
 //! With `--processes` the instance crash is a `mideng serve` process killed with SIGKILL and a
-//! new one started.
+//! new one started, and every stack the storm started has one kind more, last in its schedule:
+//! a process paused with SIGSTOP for [`PAUSE_HOLD`], past the leases and claims it held, and
+//! resumed with SIGCONT — the zombie owner the order lock's fences exist for. It wakes up with
+//! requests in flight, an order lock another instance has taken and used, relay and consumer
+//! claims others have taken over, and whatever it then writes on the strength of what it held
+//! must be refused (the fence, a compare-and-set, a constraint), never committed.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -233,6 +238,48 @@ const FAULT_FAILED: &str = "fault not injected: its script failed (servers broug
 /// The instance crash when the instances are processes.
 const PROCESS_KILLED: &str = "service process killed (SIGKILL)";
 
+/// One `mideng serve` process stopped with SIGSTOP for [`PAUSE_HOLD`] and resumed: past its
+/// order locks' leases and its claims, while the other instances take them over. The name says
+/// "process" on purpose: [`super::excuses`] then excuses only `handler-timeout` (its clients
+/// see no answer until it resumes, not a 5xx; those waiting on a lock it held wait out the
+/// lease), under the instance's ceiling.
+const PROCESS_PAUSED: &str = "service process paused (SIGSTOP) past its leases, resumed";
+
+/// How long [`PROCESS_PAUSED`] keeps the process stopped: more than twice the order lock's
+/// lease the processes run with ([`crate::deploy::PROCESS_ORDER_LOCK_LEASE`], 5 s), so that
+/// another writer can take an order's lock after it lapsed and write under it before the
+/// paused holder wakes; past the relay's claim lease and the consumer's visibility (5 s each in
+/// the storm's schedules). Not past an idempotency key's in-flight lease (60 s, above the
+/// handler's 30 s timeout, which keeps a live handler from losing its key): a retry of a paused
+/// request meets 409 in progress until the process resumes and finishes it. 12 s keeps the
+/// window inside the instance's 15 s unavailability ceiling.
+const PAUSE_HOLD: Duration = Duration::from_secs(12);
+
+/// Stops one instance's process for [`PAUSE_HOLD`], then resumes it (resumed even when the
+/// wait is the only thing that ran: a process left stopped would hang the run's quiescence).
+async fn pause_process(
+    deployment: &Deployment,
+    rng: &mut fastrand::Rng,
+) -> anyhow::Result<&'static [&'static str]> {
+    let index = rng.usize(..deployment.instance_count());
+    deployment
+        .pause_process(index, true)
+        .context("stopping an instance's process")?;
+    tracing::info!(index, hold = ?PAUSE_HOLD, "{PROCESS_PAUSED}: stopped");
+    tokio::time::sleep(PAUSE_HOLD).await;
+    deployment
+        .pause_process(index, false)
+        .context("resuming an instance's process")?;
+    tracing::info!(index, "{PROCESS_PAUSED}: resumed");
+    Ok(&[PROCESS_PAUSED])
+}
+
+/// Whether `kind` is the schedule's process pause: the kind after the stack's own, with
+/// `--processes` only ([`kinds`]).
+fn is_process_pause(deployment: &Deployment, kind: u64) -> bool {
+    deployment.runs_processes() && kind == stack_kinds(deployment)
+}
+
 /// The PostgreSQL primary killed (`pg_ctl stop -m immediate`), held down, and its synchronous
 /// standby promoted (the front re-pointed at it).
 const PG_FAILOVER: &str = "PostgreSQL primary killed, standby promoted";
@@ -345,6 +392,11 @@ pub(super) fn kinds(deployment: Option<&Deployment>) -> u64 {
     let Some(deployment) = deployment else {
         return 1;
     };
+    stack_kinds(deployment) + u64::from(deployment.runs_processes())
+}
+
+/// The kinds of the stack's own schedule, before the process pause that `--processes` adds.
+fn stack_kinds(deployment: &Deployment) -> u64 {
     let replicated = deployment.is_replicated();
     if replicated && deployment.has_patroni() {
         HA_WINDOW_KINDS.len() as u64
@@ -362,6 +414,9 @@ pub(super) fn kinds(deployment: Option<&Deployment>) -> u64 {
 fn window_kind(deployment: &Deployment, kinds: &[&'static str], kind: u64) -> &'static str {
     if kind == 0 && deployment.runs_processes() {
         return PROCESS_KILLED;
+    }
+    if is_process_pause(deployment, kind) {
+        return PROCESS_PAUSED;
     }
     usize::try_from(kind)
         .ok()
@@ -422,6 +477,9 @@ pub(super) async fn inject(
         .faults
         .open(window_kind(deployment, &WINDOW_KINDS, kind));
     let done: anyhow::Result<&'static [&'static str]> = async {
+        if is_process_pause(deployment, kind) {
+            return pause_process(deployment, rng).await;
+        }
         Ok(match kind {
             0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
             2 => {
@@ -504,6 +562,9 @@ async fn inject_replicated(
     let window = shared.faults.open(name);
     let started = Instant::now();
     let done: anyhow::Result<&'static [&'static str]> = async {
+        if is_process_pause(deployment, kind) {
+            return pause_process(deployment, rng).await;
+        }
         Ok(match kind {
             0 | 1 => common_fault(deployment, shared, rng, kind, hold).await?,
             2 => {

@@ -155,10 +155,16 @@ pub async fn run(
         !(leaked_channel_key && external),
         "--break-layer channel-key forges payments: not against a deployment the storm did not start"
     );
+    let break_fences = args.break_layer == Some(BreakLayer::Fences);
     anyhow::ensure!(
-        !(args.processes && args.break_layer.is_some()),
+        !(args.processes && args.break_layer.is_some() && !break_fences),
         "--break-layer turns a layer off inside the service: not with --processes, whose \
-         instances read only their configuration"
+         instances read only their configuration (but fences, a test flag of mideng serve)"
+    );
+    anyhow::ensure!(
+        !break_fences || args.processes,
+        "--break-layer fences shows what the fences hold against a process paused past its \
+         leases: with --processes"
     );
     anyhow::ensure!(
         !(args.processes && external),
@@ -185,6 +191,7 @@ pub async fn run(
                 .context("--processes needs the simulator's data directory")?,
             dir: args.dir.join(format!("{run_id}-processes")),
             clock_skew_secs: args.clock_skew_secs,
+            break_fences,
         })
     } else {
         None
@@ -651,13 +658,6 @@ pub async fn run(
                 )
             }),
     );
-    let invariants = crate::audit::invariant_results(
-        &violations,
-        merchant.is_some(),
-        !args.no_attacker,
-        bill_reports.is_some(),
-    );
-    let duplicates = shared.log().duplicates.clone();
     let mut metrics = metrics.render(&shared.http, Duration::from_secs(30)).await;
     // A killed process's counters died with it; what it had counted up to just before.
     for text in shared
@@ -669,6 +669,17 @@ pub async fn run(
         metrics.push_str(text);
         metrics.push('\n');
     }
+    let layers = layers(&metrics);
+    // Read after quiescence, when every paused process has long resumed and written what it
+    // was going to.
+    violations.extend(crate::audit::fenced_off_writes(&layers));
+    let invariants = crate::audit::invariant_results(
+        &violations,
+        merchant.is_some(),
+        !args.no_attacker,
+        bill_reports.is_some(),
+    );
+    let duplicates = shared.log().duplicates.clone();
     let report = StormReport {
         commit: report::commit(),
         seed,
@@ -686,7 +697,7 @@ pub async fn run(
             .map_or(0, crate::deploy::Deployment::commits_swallowed),
         duplicates,
         faults,
-        layers: layers(&metrics),
+        layers,
         audit: figures,
         violations,
         broken_layer: args.break_layer,
