@@ -424,7 +424,11 @@ fn complete(operation: &mut Operation) {
         added
             .entry("503")
             .or_default()
-            .extend(["idempotency-store-unavailable", "response-not-stored"]);
+            .extend([
+                "idempotency-store-unavailable",
+                "response-not-stored",
+                "service-stopping",
+            ]);
     }
 
     let responses = &mut operation.responses.responses;

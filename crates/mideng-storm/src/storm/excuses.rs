@@ -12,7 +12,7 @@
 //! | the database, PostgreSQL | `database-unavailable`, `idempotency-store-unavailable`, `response-not-stored`, `handler-timeout` |
 //! | Redis | `token-store-unavailable`, `database-unavailable` (the order locks), `idempotency-store-unavailable`, `handler-timeout` |
 //! | the simulator | `channel-unavailable`, `channel-rejected`, `handler-timeout` |
-//! | an instance or a process killed, or paused past its leases | `handler-timeout` (a lock its request held waits out its lease) |
+//! | an instance or a process killed, or paused past its leases | `handler-timeout` (a lock its request held waits out its lease), `service-stopping` (an in-process instance stopped under a request) |
 //! | the broker, NATS | nothing: events leave through the outbox, no request waits for them |
 
 /// The longest a fault of `kind` may leave every client without an ok answer (its window and
@@ -89,7 +89,7 @@ pub(super) fn produces(kind: &str, status: u16, code: &str) -> bool {
             code,
             "channel-unavailable" | "channel-rejected" | "handler-timeout"
         ),
-        Cause::Instance => code == "handler-timeout",
+        Cause::Instance => matches!(code, "handler-timeout" | "service-stopping"),
         Cause::Broker => false,
     }
 }

@@ -54,6 +54,10 @@ pub enum Problem {
     HandlerTimeout,
     /// The handler panicked; the key was freed. 500.
     HandlerPanicked,
+    /// The service stopped while the handler ran (its runtime shut down under it): the
+    /// request may or may not have been applied, as with a crash; the retry under the same key
+    /// finds out. 503 with `Retry-After`.
+    Stopping,
     /// The handler's response is too large to store for replay. 500.
     ResponseTooLarge,
     /// The handler's effect happened but its response could not be stored (the store failed
@@ -85,6 +89,7 @@ impl Problem {
             Problem::TokenStoreUnavailable => "token-store-unavailable",
             Problem::StoreUnavailable => "idempotency-store-unavailable",
             Problem::HandlerTimeout => "handler-timeout",
+            Problem::Stopping => "service-stopping",
             Problem::HandlerPanicked => "internal-error",
             Problem::ResponseTooLarge => "response-too-large",
             Problem::ResponseNotStored => "response-not-stored",
@@ -111,7 +116,8 @@ impl Problem {
             Problem::TokenStoreUnavailable
             | Problem::StoreUnavailable
             | Problem::ResponseNotStored
-            | Problem::HandlerTimeout => StatusCode::SERVICE_UNAVAILABLE,
+            | Problem::HandlerTimeout
+            | Problem::Stopping => StatusCode::SERVICE_UNAVAILABLE,
             Problem::HandlerPanicked | Problem::ResponseTooLarge | Problem::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -144,6 +150,7 @@ impl Problem {
                 "The request took too long and was abandoned; it may be retried."
             }
             Problem::HandlerPanicked | Problem::Internal => "An internal error occurred.",
+            Problem::Stopping => "The service stopped while handling the request.",
             Problem::ResponseTooLarge => "The response is too large to be stored for replay.",
             Problem::ResponseNotStored => {
                 "The request was processed, but its answer could not be stored for replay."
@@ -164,7 +171,7 @@ impl Problem {
                 "Nothing was applied. Retry with the same key after the time in the Retry-After header."
             }
             Problem::DuplicateSubmission => "Reload the form to submit again.",
-            Problem::ResponseNotStored => {
+            Problem::ResponseNotStored | Problem::Stopping => {
                 "Retry with the same key after the time in the Retry-After header: the retry finds what was done."
             }
             _ => "",
@@ -182,7 +189,8 @@ impl Problem {
             Problem::StoreUnavailable
             | Problem::TokenStoreUnavailable
             | Problem::ResponseNotStored
-            | Problem::HandlerTimeout => Some(1),
+            | Problem::HandlerTimeout
+            | Problem::Stopping => Some(1),
             _ => None,
         }
     }

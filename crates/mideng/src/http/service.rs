@@ -239,8 +239,15 @@ where
         );
         Box::pin(async move {
             Ok(work.await.unwrap_or_else(|error| {
-                tracing::error!(%error, "idempotent request task failed");
-                Problem::Internal.into_response()
+                // Cancelled: the runtime is shutting down under the request (the task's own
+                // panics are caught inside it), which is the service stopping, not failing.
+                if error.is_cancelled() {
+                    tracing::warn!("idempotent request abandoned: the service is stopping");
+                    Problem::Stopping.into_response()
+                } else {
+                    tracing::error!(%error, "idempotent request task failed");
+                    Problem::Internal.into_response()
+                }
             }))
         })
     }
