@@ -238,12 +238,22 @@ pub struct EventFact {
     pub key: String,
 }
 
+/// What the merchant received under one `webhook-id`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReceivedWebhook {
+    /// Copies with a valid signature (retries and redeliveries included).
+    pub copies: u32,
+    /// The change the first copy was about: `tenant type payment-or-refund`.
+    pub change: String,
+    /// Whether a later copy under the same id was about another change.
+    pub changes_differ: bool,
+}
+
 /// What the storm's merchant received.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WebhookFacts {
-    /// Per `webhook-id`: copies received with a valid signature, and how many the merchant
-    /// applied (its own dedup by `webhook-id`: one, or none when it never acknowledged one).
-    pub received: BTreeMap<String, (u32, u32)>,
+    /// Per `webhook-id`: what the merchant received under it.
+    pub received: BTreeMap<String, ReceivedWebhook>,
     /// Messages whose signature did not verify.
     pub bad_signatures: u64,
     /// The merchant's base URL: the webhook invariants are about the deliveries to its

@@ -412,7 +412,14 @@ fn check_group(
         if effects != 1 {
             violations.push(violation(
                 "an operation answered ok took effect once",
-                format!("{}: answered ok, {effects} effects", describe(group)),
+                if effects == 0 {
+                    format!(
+                        "{}: answered ok, no effect in the database: a lost acknowledged write",
+                        describe(group)
+                    )
+                } else {
+                    format!("{}: answered ok, {effects} effects", describe(group))
+                },
             ));
         }
         for verdict in &verdicts {

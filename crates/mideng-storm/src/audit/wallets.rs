@@ -80,7 +80,9 @@ pub(super) fn check(snapshot: &Snapshot, client: &ClientFacts, violations: &mut 
             )),
             None => violations.push(violation(
                 "every answered deduct is in the ledger",
-                format!("{tenant}/{user} key {key} (order {order}) has no debit"),
+                format!(
+                    "{tenant}/{user} key {key} (order {order}) has no debit: a lost acknowledged write"
+                ),
             )),
         }
     }

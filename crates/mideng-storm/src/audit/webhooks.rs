@@ -10,7 +10,7 @@ pub(super) const INVARIANTS: [&str; 6] = [
     "every event has its webhook delivery",
     "one webhook delivery per event and endpoint",
     "every webhook delivered at least once",
-    "every webhook applied once by the merchant",
+    "each change reaches the merchant under one webhook-id",
     "every delivered webhook reached the merchant, signed",
     "every webhook signed with the endpoint's secret",
 ];
@@ -72,25 +72,37 @@ pub(super) fn check(
             ));
             continue;
         }
-        match received.received.get(&delivery.event_id) {
-            Some((_, 1)) => {}
-            Some((copies, applied)) => violations.push(violation(
-                "every webhook applied once by the merchant",
-                format!(
-                    "{}: {copies} copies, applied {applied} times",
-                    delivery.event_id
-                ),
-            )),
-            None => violations.push(violation(
+        if !received.received.contains_key(&delivery.event_id) {
+            violations.push(violation(
                 "every delivered webhook reached the merchant, signed",
                 delivery.event_id.clone(),
-            )),
+            ));
+        }
+    }
+    // A receiver deduplicates by webhook-id, as the specification asks: a change that came
+    // under two ids is applied twice there, whatever the service's own tables say.
+    let mut ids_by_change: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (id, webhook) in &received.received {
+        ids_by_change.entry(&webhook.change).or_default().push(id);
+        if webhook.changes_differ {
+            violations.push(violation(
+                "each change reaches the merchant under one webhook-id",
+                format!("{id} carried two different changes"),
+            ));
+        }
+    }
+    for (change, ids) in ids_by_change {
+        if ids.len() > 1 {
+            violations.push(violation(
+                "each change reaches the merchant under one webhook-id",
+                format!("{change} under {}", ids.join(", ")),
+            ));
         }
     }
     figures.webhook_copies = received
         .received
         .values()
-        .map(|(copies, _)| usize::try_from(*copies).unwrap_or(usize::MAX))
+        .map(|webhook| usize::try_from(webhook.copies).unwrap_or(usize::MAX))
         .sum();
     if received.bad_signatures > 0 {
         violations.push(violation(
@@ -102,10 +114,11 @@ pub(super) fn check(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DeliveryFact, EventFact, PaymentFact};
+    use super::super::{DeliveryFact, EventFact, PaymentFact, ReceivedWebhook};
     use super::*;
 
-    fn world(status: &str, received: &[(&str, (u32, u32))]) -> Vec<&'static str> {
+    /// The invariants broken when the merchant received `received` (id, copies, change).
+    fn world(status: &str, received: &[(&str, u32, &str)]) -> Vec<&'static str> {
         let snapshot = Snapshot {
             payments: vec![PaymentFact {
                 payment_no: "P1".to_owned(),
@@ -141,7 +154,16 @@ mod tests {
         let received = WebhookFacts {
             received: received
                 .iter()
-                .map(|(id, counts)| ((*id).to_owned(), *counts))
+                .map(|(id, copies, change)| {
+                    (
+                        (*id).to_owned(),
+                        ReceivedWebhook {
+                            copies: *copies,
+                            change: (*change).to_owned(),
+                            changes_differ: false,
+                        },
+                    )
+                })
                 .collect(),
             bad_signatures: 0,
             merchant_base: "http://127.0.0.1:1/".to_owned(),
@@ -157,11 +179,13 @@ mod tests {
     }
 
     #[test]
-    fn a_webhook_delivered_and_applied_once_passes_and_anything_else_is_named() {
-        assert!(world("DELIVERED", &[("evt_1", (3, 1))]).is_empty());
+    fn a_webhook_delivered_under_one_id_passes_and_anything_else_is_named() {
+        let paid = "t payment.succeeded P1";
+        assert!(world("DELIVERED", &[("evt_1", 3, paid)]).is_empty());
+        // The same change under a second id: a receiver deduplicating by id applies it twice.
         assert_eq!(
-            world("DELIVERED", &[("evt_1", (2, 2))]),
-            ["every webhook applied once by the merchant"]
+            world("DELIVERED", &[("evt_1", 1, paid), ("evt_2", 1, paid)]),
+            ["each change reaches the merchant under one webhook-id"]
         );
         assert_eq!(
             world("FAILED", &[]),

@@ -1,9 +1,10 @@
 //! The merchant: a webhook receiver in the storm's process, registered for every tenant at the
 //! start of a run. It verifies every message's signature with the endpoint's secret, fails
 //! some on a schedule (a 500, or an answer slower than the dispatcher waits) so that the
-//! service retries them, and applies each `webhook-id` once — the deduplication the
-//! specification asks of receivers. The audit then checks that every event reached it and was
-//! applied once.
+//! service retries them, and writes down what each `webhook-id` said: its copies, and the change
+//! it is about (its tenant, type and payment or refund). It judges nothing: the audit checks
+//! that every event reached it, and that no change reached it under two ids — a receiver that
+//! deduplicates by `webhook-id`, as the specification asks, would apply such a change twice.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use mideng_pay::domain::webhook::{EVENT_TYPES, secret_key, signature};
 use serde_json::{Value, json};
 
 use super::clients::Shared;
-use crate::audit::WebhookFacts;
+use crate::audit::{ReceivedWebhook, WebhookFacts};
 
 /// Every this-many-th message is answered 500.
 const FAIL_EVERY: u64 = 7;
@@ -36,8 +37,8 @@ const SLOW_ANSWER: Duration = Duration::from_millis(1_500);
 struct Received {
     /// Each tenant's signing key.
     keys: Mutex<HashMap<String, Vec<u8>>>,
-    /// Per `webhook-id`: copies with a valid signature, and times applied.
-    seen: Mutex<BTreeMap<String, (u32, u32)>>,
+    /// Per `webhook-id`: what it was received as.
+    seen: Mutex<BTreeMap<String, ReceivedWebhook>>,
     calls: AtomicU64,
     bad_signatures: AtomicU64,
 }
@@ -152,11 +153,18 @@ async fn receive(
         return StatusCode::UNAUTHORIZED;
     }
     let call = received.calls.fetch_add(1, Ordering::Relaxed) + 1;
+    let change = change_of(&tenant, &body);
     let copies = {
         let mut seen = received.seen.lock().unwrap_or_else(|e| e.into_inner());
         let entry = seen.entry(id.to_owned()).or_default();
-        entry.0 += 1;
-        entry.0
+        entry.copies += 1;
+        // The first copy's change stands; a later copy about another change is named too.
+        if entry.change.is_empty() {
+            entry.change = change;
+        } else if entry.change != change {
+            entry.changes_differ = true;
+        }
+        entry.copies
     };
     // A flaky receiver, not a dead one: a message's later copies are answered at once.
     let may_fail = copies <= FAILED_COPIES_MAX;
@@ -166,12 +174,17 @@ async fn receive(
     if may_fail && call % SLOW_EVERY == 0 {
         tokio::time::sleep(SLOW_ANSWER).await;
     }
-    // Applied once per webhook-id, whatever the copies: the receiver's own dedup. A slow
-    // answer is applied too, though the dispatcher gave up on it and will send it again.
-    let mut seen = received.seen.lock().unwrap_or_else(|e| e.into_inner());
-    let entry = seen.entry(id.to_owned()).or_default();
-    if entry.1 == 0 {
-        entry.1 = 1;
-    }
     StatusCode::NO_CONTENT
+}
+
+/// The change a message is about: its tenant, its type, and the refund or payment it names
+/// (`?` where the body does not say).
+fn change_of(tenant: &str, body: &[u8]) -> String {
+    let message: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let kind = message["type"].as_str().unwrap_or("?");
+    let subject = message["data"]["refund_no"]
+        .as_str()
+        .or_else(|| message["data"]["payment_no"].as_str())
+        .unwrap_or("?");
+    format!("{tenant} {kind} {subject}")
 }
