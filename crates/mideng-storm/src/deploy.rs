@@ -81,6 +81,10 @@ pub enum Stack {
         /// instead of `scripts/replicated`'s primary and standby: Patroni, not the storm,
         /// decides each failover, which a fault causes (the primary's node killed).
         patroni: Option<PathBuf>,
+        /// The negative control (`--break-layer sync-standby`): `scripts/replicated`'s standby
+        /// left asynchronous, and each failover preceded by a moment of replication lag, so
+        /// that the promoted standby lacks commits the primary acknowledged.
+        async_standby: bool,
     },
 }
 
@@ -98,6 +102,13 @@ impl Stack {
             } => {
                 "replicated, PostgreSQL under Patroni: Patroni x2 + etcd x3 + HAProxy, \
                  synchronous standby; Redis Cluster 3+3, NATS JetStream x3"
+            }
+            Stack::Replicated {
+                async_standby: true,
+                ..
+            } => {
+                "replicated: PostgreSQL primary + ASYNCHRONOUS standby (negative control: \
+                 failovers lose acknowledged commits), Redis Cluster 3+3, NATS JetStream x3"
             }
             Stack::Replicated { .. } => {
                 "replicated: PostgreSQL primary + synchronous standby, Redis Cluster 3+3, \
@@ -182,11 +193,13 @@ impl StackKind {
                 script: servers.replicated_script.clone(),
                 dir: servers.replicated_dir.clone(),
                 patroni: None,
+                async_standby: false,
             },
             StackKind::Ha => Stack::Replicated {
                 script: servers.replicated_script.clone(),
                 dir: servers.replicated_dir.clone(),
                 patroni: Some(servers.ha_script.clone()),
+                async_standby: false,
             },
         }
     }
@@ -254,6 +267,9 @@ pub struct Deployment {
     broker: Option<Proxy>,
     /// The instances' link to the database (servers stack): its faults are the storm's.
     database: Option<Proxy>,
+    /// The instances' link to the channel (the simulator): its late and reset answers are the
+    /// storm's. The storm's own calls to the simulator (buyers, control) go around it.
+    channel: Proxy,
     /// The replicated stack's script, and what its failovers left to repair.
     replicated: Option<Replicated>,
     operator: AppState,
@@ -301,8 +317,14 @@ impl Deployment {
                 script,
                 dir,
                 patroni,
+                async_standby,
             } => {
-                let servers = Replicated::new(script, dir.as_deref(), patroni.as_deref());
+                let servers = Replicated::new(
+                    script,
+                    dir.as_deref(),
+                    patroni.as_deref(),
+                    *async_standby,
+                );
                 let urls = servers.up().await?;
                 let database =
                     create_run_database(&urls.postgres, &format!("storm_{}", options.run_id))
@@ -384,6 +406,17 @@ impl Deployment {
                 with_address(&database_url, &format!("127.0.0.1:{}", proxy.port()));
             database = Some(proxy);
         }
+        // The instances call the channel through a link the storm troubles (answers late past
+        // their timeout, connections reset once the channel has acted).
+        let sim_address = sim_base
+            .split_once("://")
+            .map_or(sim_base.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/')
+            .to_owned();
+        let channel = Proxy::start(&sim_address)
+            .await
+            .context("the forwarder on the simulator's link")?;
+        let instances_sim_base = format!("http://127.0.0.1:{}", channel.port());
         let blueprint = Blueprint {
             redis_url: redis_address
                 .as_ref()
@@ -398,7 +431,7 @@ impl Deployment {
                 broker_address.as_deref(),
                 replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
             ),
-            ..Blueprint::new(Arc::new(identity), &sim_base, &instances_database_url)
+            ..Blueprint::new(Arc::new(identity), &instances_sim_base, &instances_database_url)
         };
         if let Some(processes) = &options.processes {
             processes.write_keys(&blueprint)?;
@@ -421,6 +454,7 @@ impl Deployment {
             redis,
             broker,
             database,
+            channel,
             replicated: replicated.map(|(servers, _)| servers),
             stop,
             http,
@@ -675,6 +709,16 @@ impl Deployment {
             .as_ref()
             .map(|proxy| proxy.set_fault(fault))
             .is_some()
+    }
+
+    /// Troubles the instances' link to the channel with `fault` ([`LinkFault::None`] heals it).
+    pub fn trouble_channel_link(&self, fault: LinkFault) {
+        self.channel.set_fault(fault);
+    }
+
+    /// Channel answers the link reset so far (the channel had acted on each).
+    pub fn channel_answers_reset(&self) -> u64 {
+        self.channel.answers_reset()
     }
 
     /// Commits whose answer the database link swallowed so far.

@@ -413,7 +413,7 @@ pub trait Channel: Send + Sync {
 /// Connect timeout for channel calls: the gateway is either reachable quickly or not at all.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Whole-call timeout: past it the outcome is unknown and reconciliation finds out.
-pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest response body read from a channel.
 pub(crate) const RESPONSE_BYTES_MAX: usize = 256 * 1024;
 

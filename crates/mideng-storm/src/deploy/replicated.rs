@@ -78,6 +78,8 @@ pub(super) struct Replicated {
     pub(super) dir: Option<PathBuf>,
     /// `scripts/ha`, when PostgreSQL runs under Patroni (in its own default directory).
     pub(super) patroni: Option<PathBuf>,
+    /// `MIDENG_PG_ASYNC_STANDBY=1` for the script: the negative control's asynchronous standby.
+    async_standby: bool,
     /// A primary was killed and its standby promoted: the old one is to be rebuilt.
     pub(super) pg_degraded: bool,
     /// A master was killed: it is to be brought back as a replica.
@@ -87,11 +89,17 @@ pub(super) struct Replicated {
 }
 
 impl Replicated {
-    pub(super) fn new(script: &Path, dir: Option<&Path>, patroni: Option<&Path>) -> Self {
+    pub(super) fn new(
+        script: &Path,
+        dir: Option<&Path>,
+        patroni: Option<&Path>,
+        async_standby: bool,
+    ) -> Self {
         Self {
             script: script.to_path_buf(),
             dir: dir.map(Path::to_path_buf),
             patroni: patroni.map(Path::to_path_buf),
+            async_standby,
             pg_degraded: false,
             redis_degraded: false,
             ports: std::sync::OnceLock::new(),
@@ -123,6 +131,9 @@ impl Replicated {
         let mut command = tokio::process::Command::new(script);
         if let Some(dir) = dir {
             command.arg("--dir").arg(dir);
+        }
+        if self.async_standby {
+            command.env("MIDENG_PG_ASYNC_STANDBY", "1");
         }
         command
             .args(args)

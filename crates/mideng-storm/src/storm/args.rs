@@ -32,6 +32,10 @@ pub enum BreakLayer {
     /// taken and used, and the write commits. The instances count each such fenced-off write,
     /// and the audit must name them.
     Fences,
+    /// PostgreSQL's synchronous standby (replicated stack): left asynchronous, and each
+    /// failover preceded by a moment of lag, so that the promoted standby lacks commits the
+    /// primary acknowledged. The audit must name the lost acknowledged writes.
+    SyncStandby,
 }
 
 impl BreakLayer {
@@ -44,6 +48,7 @@ impl BreakLayer {
             BreakLayer::GrantDedup => "grant-dedup",
             BreakLayer::ChannelKey => "channel-key",
             BreakLayer::Fences => "fences",
+            BreakLayer::SyncStandby => "sync-standby",
         }
     }
 
@@ -65,6 +70,8 @@ impl BreakLayer {
             // constraints beneath may still keep the money right, which is not the fence's
             // doing.
             BreakLayer::Fences => &[],
+            // Nothing deeper: a commit the database forgot is gone from every layer.
+            BreakLayer::SyncStandby => &[],
         }
     }
 
@@ -78,6 +85,8 @@ impl BreakLayer {
             // The service is unchanged; the attacker holds the key.
             BreakLayer::ChannelKey => {}
             BreakLayer::Fences => payments.broken = Some(BrokenLayer::Fences),
+            // The service is unchanged; the servers are not.
+            BreakLayer::SyncStandby => {}
         }
     }
 }

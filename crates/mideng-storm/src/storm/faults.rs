@@ -360,6 +360,52 @@ async fn arm_simulator_faults(shared: &Shared, rng: &mut fastrand::Rng) {
     end_next_refund_unsuccessfully(shared, rng).await;
 }
 
+/// How late the channel's answers come while [`CHANNEL_LATE`] holds: past the service's whole
+/// channel call timeout, so that every call answered then was applied by the channel and given
+/// up on by the service (its outcome unknown, for the query, the notify or reconciliation to
+/// settle).
+const CHANNEL_ANSWER_DELAY: Duration =
+    mideng_channel::adapter::CALL_TIMEOUT.saturating_add(Duration::from_secs(2));
+/// The instances' link to the channel answers late.
+const CHANNEL_LATE: &str = "channel answers late, past the service's timeout";
+/// The instances' link to the channel resets each connection once the channel has answered.
+const CHANNEL_RESET: &str = "channel connection reset after applying";
+
+/// The simulator's faults armed, and for `hold` the instances' link to the channel troubled:
+/// answers late, or connections reset once the channel acted (by turns, seeded).
+async fn channel_faults(
+    deployment: &Deployment,
+    shared: &Shared,
+    rng: &mut fastrand::Rng,
+    hold: Duration,
+) -> &'static [&'static str] {
+    arm_simulator_faults(shared, rng).await;
+    let (fault, names): (LinkFault, &'static [&'static str]) = if rng.bool() {
+        (LinkFault::AnswersLate(CHANNEL_ANSWER_DELAY), &LATE_FAULTS)
+    } else {
+        (LinkFault::ResetAfterAnswer, &RESET_FAULTS)
+    };
+    deployment.trouble_channel_link(fault);
+    tokio::time::sleep(hold).await;
+    deployment.trouble_channel_link(LinkFault::None);
+    names
+}
+
+/// What a window of [`channel_faults`] struck, the link late.
+const LATE_FAULTS: [&str; 4] = [
+    SIMULATOR_FAULTS[0],
+    SIMULATOR_FAULTS[1],
+    SIMULATOR_FAULTS[2],
+    CHANNEL_LATE,
+];
+/// What a window of [`channel_faults`] struck, the link resetting.
+const RESET_FAULTS: [&str; 4] = [
+    SIMULATOR_FAULTS[0],
+    SIMULATOR_FAULTS[1],
+    SIMULATOR_FAULTS[2],
+    CHANNEL_RESET,
+];
+
 /// The kinds every stack the storm started has (the schedule's first two): an instance killed
 /// mid-request and started again after `hold` (0), or the simulator's faults armed (1).
 async fn common_fault(
@@ -381,8 +427,7 @@ async fn common_fault(
             &["instance killed mid-request"]
         })
     } else {
-        arm_simulator_faults(shared, rng).await;
-        Ok(&SIMULATOR_FAULTS)
+        Ok(channel_faults(deployment, shared, rng, hold).await)
     }
 }
 

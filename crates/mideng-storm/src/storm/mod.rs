@@ -114,7 +114,9 @@ pub use self::report::{
 use self::sampler::{Metrics, Sampler};
 use self::workload_end::WorkloadEnd;
 pub use crate::deploy::StackKind;
-use crate::deploy::{CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, TenantAccess};
+use crate::deploy::{
+    CLOCK_SKEW_SECS_MAX, DeployOptions, Deployment, Processes, Stack, TenantAccess,
+};
 
 /// What each tenant's hot wallet starts with, fen: more than its deducts take in any run.
 const HOT_START_FEN: i64 = 50_000_000;
@@ -156,8 +158,14 @@ pub async fn run(
         "--break-layer channel-key forges payments: not against a deployment the storm did not start"
     );
     let break_fences = args.break_layer == Some(BreakLayer::Fences);
+    let async_standby = args.break_layer == Some(BreakLayer::SyncStandby);
     anyhow::ensure!(
-        !(args.processes && args.break_layer.is_some() && !break_fences),
+        !async_standby || args.stack == StackKind::Replicated,
+        "--break-layer sync-standby makes scripts/replicated's standby asynchronous: with \
+         --stack replicated (under Patroni, Patroni decides)"
+    );
+    anyhow::ensure!(
+        !args.processes || args.break_layer.is_none() || break_fences || async_standby,
         "--break-layer turns a layer off inside the service: not with --processes, whose \
          instances read only their configuration (but fences, a test flag of mideng serve)"
     );
@@ -238,7 +246,14 @@ pub async fn run(
         let label = format!("the deployment at {}", args.target.join(", "));
         (None, args.target.clone(), sim, tenants, database, label)
     } else {
-        let stack = args.stack.stack(&args.dir, &args.servers);
+        let mut stack = args.stack.stack(&args.dir, &args.servers);
+        if let Stack::Replicated {
+            async_standby: asynchronous,
+            ..
+        } = &mut stack
+        {
+            *asynchronous = async_standby;
+        }
         let label = stack.label().to_owned();
         let mut allowed = Vec::new();
         if let Some(merchant) = &merchant {
