@@ -716,9 +716,9 @@ impl Deployment {
         self.channel.set_fault(fault);
     }
 
-    /// Channel answers the link reset so far (the channel had acted on each).
-    pub fn channel_answers_reset(&self) -> u64 {
-        self.channel.answers_reset()
+    /// Channel answers the link reset or held back so far (the channel had acted on each).
+    pub fn channel_answers_troubled(&self) -> u64 {
+        self.channel.answers_reset() + self.channel.answers_late()
     }
 
     /// Commits whose answer the database link swallowed so far.

@@ -73,6 +73,7 @@ struct Link {
     fault: Mutex<LinkFault>,
     swallowed: AtomicU64,
     reset: AtomicU64,
+    late: AtomicU64,
 }
 
 impl Link {
@@ -164,6 +165,11 @@ impl Proxy {
     /// Connections the link reset when their answer came ([`LinkFault::ResetAfterAnswer`]).
     pub fn answers_reset(&self) -> u64 {
         self.link.reset.load(Ordering::Relaxed)
+    }
+
+    /// Chunks of answers the link held back ([`LinkFault::AnswersLate`]).
+    pub fn answers_late(&self) -> u64 {
+        self.link.late.load(Ordering::Relaxed)
     }
 }
 
@@ -281,6 +287,7 @@ async fn pump(
                     break;
                 }
                 LinkFault::AnswersLate(delay) if direction == Direction::Down => {
+                    link.late.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(delay).await;
                     break;
                 }

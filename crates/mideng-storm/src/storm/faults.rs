@@ -371,8 +371,9 @@ const CHANNEL_LATE: &str = "channel answers late, past the service's timeout";
 /// The instances' link to the channel resets each connection once the channel has answered.
 const CHANNEL_RESET: &str = "channel connection reset after applying";
 
-/// The simulator's faults armed, and for `hold` the instances' link to the channel troubled:
-/// answers late, or connections reset once the channel acted (by turns, seeded).
+/// The simulator's faults armed, and the instances' link to the channel troubled until one
+/// answer was (at most for `hold`): answers late, or connections reset once the channel acted
+/// (by turns, seeded).
 async fn channel_faults(
     deployment: &Deployment,
     shared: &Shared,
@@ -385,11 +386,21 @@ async fn channel_faults(
     } else {
         (LinkFault::ResetAfterAnswer, &RESET_FAULTS)
     };
+    // Healed as soon as one answer was troubled (or after `hold`, when no call came): every
+    // call answered late holds its client for the whole delay, and a window that caught them
+    // all would stall the workload that the other faults need.
+    let before = deployment.channel_answers_troubled();
     deployment.trouble_channel_link(fault);
-    tokio::time::sleep(hold).await;
+    let until = tokio::time::Instant::now() + hold;
+    while deployment.channel_answers_troubled() == before && tokio::time::Instant::now() < until {
+        tokio::time::sleep(CHANNEL_POLL).await;
+    }
     deployment.trouble_channel_link(LinkFault::None);
     names
 }
+
+/// How often [`channel_faults`] looks whether an answer was troubled yet.
+const CHANNEL_POLL: Duration = Duration::from_millis(10);
 
 /// What a window of [`channel_faults`] struck, the link late.
 const LATE_FAULTS: [&str; 4] = [
