@@ -319,12 +319,8 @@ impl Deployment {
                 patroni,
                 async_standby,
             } => {
-                let servers = Replicated::new(
-                    script,
-                    dir.as_deref(),
-                    patroni.as_deref(),
-                    *async_standby,
-                );
+                let servers =
+                    Replicated::new(script, dir.as_deref(), patroni.as_deref(), *async_standby);
                 let urls = servers.up().await?;
                 let database =
                     create_run_database(&urls.postgres, &format!("storm_{}", options.run_id))
@@ -431,7 +427,11 @@ impl Deployment {
                 broker_address.as_deref(),
                 replicated.as_ref().map(|(_, urls)| urls.nats.as_str()),
             ),
-            ..Blueprint::new(Arc::new(identity), &instances_sim_base, &instances_database_url)
+            ..Blueprint::new(
+                Arc::new(identity),
+                &instances_sim_base,
+                &instances_database_url,
+            )
         };
         if let Some(processes) = &options.processes {
             processes.write_keys(&blueprint)?;

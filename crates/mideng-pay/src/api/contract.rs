@@ -421,14 +421,11 @@ fn complete(operation: &mut Operation) {
             .entry("422")
             .or_default()
             .push("idempotency-key-reused");
-        added
-            .entry("503")
-            .or_default()
-            .extend([
-                "idempotency-store-unavailable",
-                "response-not-stored",
-                "service-stopping",
-            ]);
+        added.entry("503").or_default().extend([
+            "idempotency-store-unavailable",
+            "response-not-stored",
+            "service-stopping",
+        ]);
     }
 
     let responses = &mut operation.responses.responses;

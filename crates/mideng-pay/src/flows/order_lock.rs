@@ -79,7 +79,11 @@ pub async fn lock_order(
     }
     match ports
         .locks
-        .acquire(&name, ports.settings.order_lock_lease, ports.settings.lock_wait)
+        .acquire(
+            &name,
+            ports.settings.order_lock_lease,
+            ports.settings.lock_wait,
+        )
         .await
     {
         Ok(Some(guard)) => {

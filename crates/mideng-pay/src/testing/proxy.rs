@@ -358,7 +358,10 @@ mod tests {
         let mut stream = TcpStream::connect(("127.0.0.1", proxy.port()))
             .await
             .map_err(|error| error.to_string())?;
-        stream.write_all(b"pay").await.map_err(|error| error.to_string())?;
+        stream
+            .write_all(b"pay")
+            .await
+            .map_err(|error| error.to_string())?;
         let mut answer = [0_u8; 16];
         match tokio::time::timeout(patience, stream.read(&mut answer)).await {
             Err(_) => Err("timed out".to_owned()),
@@ -372,7 +375,10 @@ mod tests {
     async fn a_late_or_reset_answer_comes_after_the_server_acted() {
         let (server, acted) = acting_server().await;
         let proxy = Proxy::start(&server).await.expect("proxy");
-        assert_eq!(ask(&proxy, Duration::from_secs(5)).await, Ok(b"done".to_vec()));
+        assert_eq!(
+            ask(&proxy, Duration::from_secs(5)).await,
+            Ok(b"done".to_vec())
+        );
         assert_eq!(acted.load(Ordering::SeqCst), 1);
 
         // Late: the client gives up before the answer, after the server acted.
@@ -392,7 +398,10 @@ mod tests {
 
         // Healed: answers pass again.
         proxy.set_fault(LinkFault::None);
-        assert_eq!(ask(&proxy, Duration::from_secs(5)).await, Ok(b"done".to_vec()));
+        assert_eq!(
+            ask(&proxy, Duration::from_secs(5)).await,
+            Ok(b"done".to_vec())
+        );
     }
 
     #[test]

@@ -98,19 +98,25 @@ impl Call {
                 amount,
                 reference,
                 idempotency_key,
-            } => json!({"amount": amount, "reference": reference, "idempotency_key": idempotency_key}),
+            } => {
+                json!({"amount": amount, "reference": reference, "idempotency_key": idempotency_key})
+            }
             Call::Deduct {
                 amount,
                 order_id,
                 idempotency_key,
-            } => json!({"amount": amount, "order_id": order_id, "idempotency_key": idempotency_key}),
+            } => {
+                json!({"amount": amount, "order_id": order_id, "idempotency_key": idempotency_key})
+            }
             Call::Reverse { deduction_no } => json!({"deduction_no": deduction_no}),
             Call::Read => json!({}),
             Call::CreatePayment {
                 order_id,
                 channel,
                 idempotency_key,
-            } => json!({"order_id": order_id, "channel": channel, "idempotency_key": idempotency_key}),
+            } => {
+                json!({"order_id": order_id, "channel": channel, "idempotency_key": idempotency_key})
+            }
             Call::Refund {
                 amount,
                 idempotency_key,

@@ -291,7 +291,9 @@ impl Model {
                 None => Seen::Unknown,
                 Some((Completion::Ok(answer), _)) => match (step, &answer.existing) {
                     (Move::Credit { .. } | Move::Deduct { .. }, Some(_)) => Seen::Existing,
-                    (Move::Credit { .. }, None) => answer.balance.map_or(Seen::Unknown, Seen::Applied),
+                    (Move::Credit { .. }, None) => {
+                        answer.balance.map_or(Seen::Unknown, Seen::Applied)
+                    }
                     (Move::Deduct { .. } | Move::Reverse { .. }, _) => {
                         answer.balance_after.map_or(Seen::Unknown, Seen::Applied)
                     }
@@ -489,9 +491,7 @@ fn apply(state: &mut State, op: &ModelOp) -> Option<Undo> {
             let after = before.checked_add(amount)?;
             match seen {
                 Seen::Unknown => Some(take(state, reference, after)),
-                Seen::Applied(answered) if answered == after => {
-                    Some(take(state, reference, after))
-                }
+                Seen::Applied(answered) if answered == after => Some(take(state, reference, after)),
                 _ => None,
             }
         }
@@ -904,7 +904,10 @@ mod tests {
         history.deduct("d2", 30, (40, 50), deducted("D2", 30, 40));
         history.read((60, 70), 10);
         let violations = fails(&history);
-        assert!(violations[0].detail.contains("deduct d2"), "{violations:#?}");
+        assert!(
+            violations[0].detail.contains("deduct d2"),
+            "{violations:#?}"
+        );
     }
 
     #[test]

@@ -343,7 +343,10 @@ pub fn check(
         violations.push(violation("every replay byte-identical", mismatch.clone()));
     }
     for error in &client.unexcused_errors {
-        violations.push(violation("no 5xx but those a fault's kind produces", error.clone()));
+        violations.push(violation(
+            "no 5xx but those a fault's kind produces",
+            error.clone(),
+        ));
     }
     for fault in &client.faults_not_injected {
         violations.push(violation(

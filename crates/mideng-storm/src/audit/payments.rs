@@ -35,7 +35,9 @@ pub(super) fn check(
         if !index.payments.contains_key(number.as_str()) {
             violations.push(violation(
                 "every answered payment is stored",
-                format!("{number} was answered and is not in the database: a lost acknowledged write"),
+                format!(
+                    "{number} was answered and is not in the database: a lost acknowledged write"
+                ),
             ));
         }
     }

@@ -40,7 +40,10 @@ fn every_readme_guarantee_maps_to_invariants_the_audit_checks() {
             .collect();
         assert!(!named.is_empty(), "{row}: names no invariant");
         for name in named {
-            assert!(known.contains(name), "{row}: `{name}` is not an invariant of the audit");
+            assert!(
+                known.contains(name),
+                "{row}: `{name}` is not an invariant of the audit"
+            );
         }
         rows += 1;
     }
@@ -78,7 +81,10 @@ fn invariant_results_count_each_violation_and_say_what_was_not_checked() {
     let violations = [
         violation("balances equal the ledger", "u1".to_owned()),
         violation("balances equal the ledger", "u2".to_owned()),
-        violation("each change reaches the merchant under one webhook-id", "w".to_owned()),
+        violation(
+            "each change reaches the merchant under one webhook-id",
+            "w".to_owned(),
+        ),
     ];
     let results = invariant_results(&violations, false, false, false);
     let find = |name: &str| {
@@ -942,5 +948,9 @@ fn a_fenced_off_write_is_a_violation() {
         found.invariant,
         "no write committed under a superseded order lock"
     );
-    assert!(found.detail.starts_with("2 fenced-off write(s)"), "{}", found.detail);
+    assert!(
+        found.detail.starts_with("2 fenced-off write(s)"),
+        "{}",
+        found.detail
+    );
 }

@@ -103,7 +103,10 @@ mod tests {
         let partitioned = "database link partitioned";
         assert!(produces(partitioned, 503, "database-unavailable"));
         assert!(!produces(partitioned, 503, "channel-unavailable"));
-        assert!(!produces(partitioned, 500, "database-unavailable"), "a 500 never");
+        assert!(
+            !produces(partitioned, 500, "database-unavailable"),
+            "a 500 never"
+        );
         let failover = "Redis master killed, replica promoted";
         assert!(produces(failover, 503, "token-store-unavailable"));
         assert!(!produces(failover, 502, "channel-rejected"));
@@ -116,8 +119,16 @@ mod tests {
             503,
             "database-unavailable"
         ));
-        assert!(produces("service process killed (SIGKILL)", 504, "handler-timeout"));
-        assert!(!produces("service process killed (SIGKILL)", 503, "database-unavailable"));
+        assert!(produces(
+            "service process killed (SIGKILL)",
+            504,
+            "handler-timeout"
+        ));
+        assert!(!produces(
+            "service process killed (SIGKILL)",
+            503,
+            "database-unavailable"
+        ));
         // A paused process is an instance's fault: its clients hear nothing until it resumes,
         // and a lock it held is waited out; its ceiling is the instance's.
         let paused = "service process paused (SIGSTOP) past its leases, resumed";

@@ -353,12 +353,15 @@ impl StormReport {
         let linearizable = &self.audit.linearizable;
         if linearizable.wallets > 0 {
             let _ = writeln!(out);
-            let hottest = linearizable.hottest.as_ref().map_or(String::new(), |hottest| {
-                format!(
-                    "; the hottest, {}: {} operations in {} steps",
-                    hottest.key, hottest.operations, hottest.steps
-                )
-            });
+            let hottest = linearizable
+                .hottest
+                .as_ref()
+                .map_or(String::new(), |hottest| {
+                    format!(
+                        "; the hottest, {}: {} operations in {} steps",
+                        hottest.key, hottest.operations, hottest.steps
+                    )
+                });
             let _ = writeln!(
                 out,
                 "linearizability: {} of {} wallets checked ({} operations, {} reads, {} deducts refused for funds{hottest})",

@@ -88,7 +88,10 @@ mod tests {
         let end = WorkloadEnd::new(origin, plan);
         assert!(end.passed(), "the planned end passed");
         // Held: the end moves ahead of now by HELD_AHEAD, not past twice the plan.
-        assert!(end.hold(), "a round may still be finished before twenty minutes");
+        assert!(
+            end.hold(),
+            "a round may still be finished before twenty minutes"
+        );
         let ahead = end.at().saturating_duration_since(Instant::now());
         assert!(
             ahead > HELD_AHEAD - Duration::from_secs(30) && ahead <= HELD_AHEAD,
@@ -101,7 +104,10 @@ mod tests {
         assert_eq!(late.at(), late.origin + plan * 2);
         // Past twice the plan: the round is given up, and the end has passed.
         let over = WorkloadEnd::new(started(Duration::from_secs(1_300)), plan);
-        assert!(!over.hold(), "twice the plan reached: the round is given up");
+        assert!(
+            !over.hold(),
+            "twice the plan reached: the round is given up"
+        );
         assert!(over.passed());
         // Released before the plan: the plan stands; after it: the workload ends now.
         let long = WorkloadEnd::new(started(Duration::ZERO), plan);
