@@ -21,6 +21,8 @@
 //! With [`DeployOptions::processes`], the simulator and the instances are processes of the
 //! `mideng` executable instead ([`Processes`]): a crash is SIGKILL, a restart a new process.
 
+mod address;
+mod database;
 mod processes;
 mod replicated;
 
@@ -36,7 +38,7 @@ use mideng_pay::api::generate_api_key;
 use mideng_pay::flows::PaymentSettings;
 use mideng_pay::state::AppState;
 pub use mideng_pay::testing::TenantAccess;
-use mideng_pay::testing::{Blueprint, LinkFault, Proxy, create_database, start_simulator};
+use mideng_pay::testing::{Blueprint, LinkFault, Proxy, start_simulator};
 use mideng_pay::workers::reconcile::ReconcileSettings;
 use mideng_pay::workers::webhooks::WebhookSettings;
 use mideng_pay::workers::{Broker, ConsumerSettings, EventSettings, RelayWorkerSettings};
@@ -44,6 +46,9 @@ use mideng_pay::{Application, Settings};
 use mideng_sim::{MerchantKeys, SimConfig};
 use tokio::sync::watch;
 
+use self::address::{server_address, with_address};
+use self::database::create_run_database;
+pub use self::database::{drop_run_database, is_mysql};
 pub use self::processes::{CLOCK_SKEW_SECS_MAX, PROCESS_ORDER_LOCK_LEASE, Processes};
 use self::replicated::Replicated;
 pub use self::replicated::{PgNetFault, RedisPartition, ServerRestart};
@@ -775,79 +780,6 @@ impl Deployment {
     }
 }
 
-/// Whether `url` names a MySQL or MariaDB database.
-pub fn is_mysql(url: &str) -> bool {
-    url.starts_with("mysql:") || url.starts_with("mariadb:")
-}
-
-/// A database name made of lowercase letters, digits and `_` only, so that it can be spliced
-/// into `CREATE DATABASE` and `DROP DATABASE` (neither takes a bound parameter).
-fn database_name(name: &str) -> String {
-    name.chars()
-        .map(|character| {
-            if character.is_ascii_alphanumeric() {
-                character.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// Creates a database named after `name` beside the one `server_url` names and returns its
-/// URL: on PostgreSQL through `mideng_pay::testing`, on MySQL / MariaDB here (the service's
-/// test support creates PostgreSQL databases only).
-async fn create_run_database(server_url: &str, name: &str) -> anyhow::Result<String> {
-    use mideng::sqlx::Connection;
-    if !is_mysql(server_url) {
-        return Ok(create_database(server_url, name).await?);
-    }
-    let server_url = server_url.replacen("mariadb://", "mysql://", 1);
-    let name = database_name(name);
-    let (prefix, _) = server_url
-        .rsplit_once('/')
-        .context("the database URL names no database")?;
-    let mut admin = mideng::sqlx::MySqlConnection::connect(&server_url)
-        .await
-        .context("the MySQL server")?;
-    mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-        "CREATE DATABASE {name}"
-    )))
-    .execute(&mut admin)
-    .await
-    .with_context(|| format!("creating the database {name}"))?;
-    Ok(format!("{prefix}/{name}"))
-}
-
-/// Drops the database of `url`, a run's database created beside the one `server_url` names
-/// (connections still open to it are closed: PostgreSQL's `WITH (FORCE)`; MySQL drops it once
-/// their transactions end, and a stopped deployment has none).
-pub async fn drop_run_database(server_url: &str, url: &str) -> anyhow::Result<()> {
-    use mideng::sqlx::Connection;
-    let name = url
-        .rsplit_once('/')
-        .map(|(_, name)| name)
-        .filter(|name| !name.is_empty() && database_name(name) == *name)
-        .with_context(|| format!("no database name in {}", mideng::redact::url(url)))?;
-    if is_mysql(server_url) {
-        let server_url = server_url.replacen("mariadb://", "mysql://", 1);
-        let mut admin = mideng::sqlx::MySqlConnection::connect(&server_url).await?;
-        mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name}"
-        )))
-        .execute(&mut admin)
-        .await?;
-    } else {
-        let mut admin = mideng::sqlx::PgConnection::connect(server_url).await?;
-        mideng::sqlx::raw_sql(mideng::sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await?;
-    }
-    Ok(())
-}
-
 /// The event side of every instance: RabbitMQ (through its proxy, or directly) on the servers stack, NATS
 /// JetStream on the replicated one (every server's URL, a stream of three replicas), the
 /// in-database queue on the embedded one; a fast relay and the entitlement consumer when the
@@ -913,48 +845,5 @@ fn events(options: &DeployOptions, broker: Option<&str>, nats: Option<&str>) -> 
             endpoint_backoff_max: Duration::from_secs(1),
             ..WebhookSettings::default()
         }),
-    }
-}
-
-/// The `host:port` of a server URL (`scheme://user:password@host:port/database`).
-fn server_address(url: &str) -> Option<String> {
-    let (_, rest) = url.split_once("://")?;
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, rest)| rest);
-    let (address, _) = rest.split_once('/')?;
-    address.contains(':').then(|| address.to_owned())
-}
-
-/// `url` with its `host:port` replaced by `address`.
-fn with_address(url: &str, address: &str) -> String {
-    let Some(old) = server_address(url) else {
-        return url.to_owned();
-    };
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    match rest.rsplit_once('@') {
-        Some((credentials, rest)) => format!(
-            "{scheme}://{credentials}@{}",
-            rest.replacen(&old, address, 1)
-        ),
-        None => format!("{scheme}://{}", rest.replacen(&old, address, 1)),
-    }
-}
-
-#[cfg(test)]
-mod address_tests {
-    use super::*;
-
-    #[test]
-    fn a_server_url_is_pointed_at_another_address_and_keeps_the_rest() {
-        let url = "postgres://mideng:p%40ss@127.0.0.1:5432/storm_1";
-        assert_eq!(server_address(url).as_deref(), Some("127.0.0.1:5432"));
-        assert_eq!(
-            with_address(url, "127.0.0.1:40000"),
-            "postgres://mideng:p%40ss@127.0.0.1:40000/storm_1"
-        );
-        assert_eq!(
-            with_address("mysql://127.0.0.1:3306/storm_2", "127.0.0.1:40001"),
-            "mysql://127.0.0.1:40001/storm_2"
-        );
-        assert_eq!(server_address("sqlite:///tmp/a.db"), None);
     }
 }

@@ -19,7 +19,7 @@ use super::checkout::{create_order, keyless_double_click};
 use super::faults::FaultClock;
 use super::latency::{LatencyHistogram, operation_of};
 use super::rare;
-use super::refunds::{self, REFUND_CANDIDATES_MAX, RefundCandidate};
+use super::refunds::{REFUND_CANDIDATES_MAX, RefundCandidate};
 use crate::audit::{AnsweredRefund, ClientFacts};
 use crate::deploy::TenantAccess;
 
@@ -540,7 +540,7 @@ pub(super) async fn issue_token(shared: &Shared, tenant: usize, instance: usize)
 
 /// A keyed request sent the way this iteration's client behaves: once, twice at once (double
 /// click, to two instances), or with a first attempt that gives up after a few milliseconds.
-async fn keyed_with_duplicates(
+pub(super) async fn keyed_with_duplicates(
     shared: &Shared,
     rng: &mut fastrand::Rng,
     pending: Pending,
@@ -678,59 +678,6 @@ fn record(shared: &Shared, pending: &Pending, answer: &Answer) {
                 .insert(view["amount"].as_i64().unwrap_or(0));
         }
         _ => {}
-    }
-}
-
-/// Of ten deducts, how many go to the lean wallet: with the top-ups the workload sends it
-/// (a third of the credits, `storm::run`), more money leaves it than arrives, so it stays
-/// near zero and refusals happen in every run.
-const LEAN_DEDUCTS_IN_TEN: u8 = 4;
-
-pub(super) async fn deduct_script(shared: &Shared, rng: &mut fastrand::Rng, tenant: usize, n: u64) {
-    let order = format!("{}-do-{n}", shared.run);
-    let key = format!("{}-dd-{n}", shared.run);
-    // Some deducts race on the lean wallet, where the money often does not cover them.
-    let wallet = if rng.u8(..10) < LEAN_DEDUCTS_IN_TEN {
-        shared.lean()
-    } else {
-        shared.hot()
-    };
-    let amount = rng.i64(1..5_000);
-    let pending = Pending {
-        label: format!("deduct/{tenant}/{key}"),
-        tenant,
-        path: format!("/v1/wallets/{wallet}/deduct"),
-        body: json!({"order_id": order, "amount": amount}),
-        key: key.clone(),
-        token_needed: false,
-        kind: PendingKind::Deduct {
-            user: wallet.clone(),
-            order,
-            amount,
-        },
-    };
-    let (answer, _) = keyed_with_duplicates(shared, rng, pending.clone()).await;
-    if let Some(answer) = answer
-        && answer.status == 200
-        && let Some(deduction) = answer.json()["deduction_no"].as_str()
-        && rng.u8(..10) < 2
-    {
-        refunds::reverse_script(shared, rng, tenant, &wallet, deduction).await;
-    }
-    if rng.u8(..10) == 0 {
-        // The same order under a new request key: the business key refuses a second debit.
-        shared.count("same order, new key");
-        let again = Pending {
-            label: format!("deduct/{tenant}/{key}-again"),
-            key: format!("{key}-again"),
-            ..pending.clone()
-        };
-        keyed(shared, rng, again, None, Duration::from_secs(20), 8).await;
-    }
-    if rng.u8(..10) < 2 {
-        // The same request again, long after its answer.
-        shared.count("manual replay");
-        keyed(shared, rng, pending, None, Duration::from_secs(20), 8).await;
     }
 }
 
