@@ -27,7 +27,7 @@ use super::WorkloadEnd;
 use super::clients::Shared;
 
 /// Orders out of a hundred whose first attempt the channel refuses and makes anyway.
-pub(super) const REFUSED_PERCENT: u8 = 4;
+pub(super) const REFUSED_PERCENT: u8 = 8;
 
 /// The refusal the simulator answers while making the trade: a definite business failure.
 const REFUSAL_CODE: &str = "ACQ.CONTEXT_INCONSISTENT";
